@@ -1,0 +1,27 @@
+//! Compiles `cohort/v1/*.proto` with protox (no system `protoc`), generates the
+//! tonic/prost code and writes the encoded file descriptor set for reflection.
+
+use prost::Message;
+use std::path::PathBuf;
+
+const PROTOS: &[&str] = &[
+    "cohort/v1/common.proto",
+    "cohort/v1/config.proto",
+    "cohort/v1/training.proto",
+    "cohort/v1/gpu.proto",
+    "cohort/v1/telemetry.proto",
+    "cohort/v1/agent.proto",
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=cohort");
+    let fds = protox::compile(PROTOS, ["."])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("cohort_descriptor.bin"), fds.encode_to_vec())?;
+    // No generated `Client::connect(url)` constructor: it would clash with the
+    // `AgentService.Connect` RPC's method. Clients use `cohort_proto::channel`.
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .compile_fds(fds)?;
+    Ok(())
+}

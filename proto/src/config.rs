@@ -1,0 +1,292 @@
+//! Conversions between the API's `cohort.v1.TrainingConfig` and the domain
+//! [`cohort_spec::TrainingConfig`].
+//!
+//! Proto -> domain validates once, on receive: an unset `optional` field takes
+//! the default cohort-spec defines (the proto message is turned into the same
+//! keys as the TOML/JSON config, so defaults and strictness live in one place),
+//! then [`TrainingConfig::validate`] runs. Every error names the field by its
+//! dotted path, ready for a `google.rpc.BadRequest`.
+//!
+//! Domain -> proto sets every field explicitly, so a round trip is lossless.
+
+use crate::v1;
+use cohort_spec::config::{
+    AllreduceMode, CheckpointConfig, DataConfig, Device, Dtype, FileData, ModelConfig, OptimConfig,
+    RuntimeConfig, SyntheticData,
+};
+use cohort_spec::{ConfigError, TrainingConfig};
+use serde_json::{Map, Value};
+
+fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// One config table being assembled, with the dotted path of its fields.
+struct Table {
+    path: &'static str,
+    keys: Map<String, Value>,
+}
+
+impl Table {
+    fn new(path: &'static str) -> Self {
+        Self {
+            path,
+            keys: Map::new(),
+        }
+    }
+
+    fn set(&mut self, key: &str, value: impl Into<Value>) {
+        self.keys.insert(key.to_string(), value.into());
+    }
+
+    fn opt(&mut self, key: &str, value: Option<impl Into<Value>>) {
+        if let Some(v) = value {
+            self.set(key, v);
+        }
+    }
+
+    /// A double that must be finite (JSON has no NaN or infinity).
+    fn float(&mut self, key: &str, value: Option<f64>) -> Result<(), ConfigError> {
+        match value {
+            Some(v) if !v.is_finite() => Err(invalid(
+                &format!("{}.{key}", self.path),
+                "must be a finite number",
+            )),
+            v => {
+                self.opt(key, v);
+                Ok(())
+            }
+        }
+    }
+
+    /// An enum: unspecified leaves the default, an unknown number is an error.
+    fn enumeration<E: TryFrom<i32>>(
+        &mut self,
+        key: &str,
+        raw: i32,
+        name: impl Fn(E) -> Option<&'static str>,
+    ) -> Result<(), ConfigError> {
+        let field = || format!("{}.{key}", self.path);
+        let value =
+            E::try_from(raw).map_err(|_| invalid(&field(), format!("unknown value {raw}")))?;
+        self.opt(key, name(value));
+        Ok(())
+    }
+
+    fn into_value(self) -> Value {
+        Value::Object(self.keys)
+    }
+}
+
+fn required<T>(value: Option<T>, field: &str) -> Result<T, ConfigError> {
+    value.ok_or_else(|| invalid(field, "required"))
+}
+
+fn model_table(m: v1::ModelConfig) -> Result<Value, ConfigError> {
+    let mut t = Table::new("model");
+    t.set("d_in", m.d_in);
+    t.opt("d_sae", m.d_sae);
+    t.opt("expansion_factor", m.expansion_factor);
+    t.float("l1_coefficient", m.l1_coefficient)?;
+    t.enumeration("dtype", m.dtype, |d: v1::Dtype| match d {
+        v1::Dtype::Unspecified => None,
+        v1::Dtype::F32 => Some("f32"),
+        v1::Dtype::Bf16 => Some("bf16"),
+    })?;
+    Ok(t.into_value())
+}
+
+fn optim_table(o: v1::OptimConfig) -> Result<Value, ConfigError> {
+    let mut t = Table::new("optim");
+    t.float("learning_rate", o.learning_rate)?;
+    t.set("batch_size", o.batch_size);
+    t.opt("steps", o.steps);
+    t.opt("epochs", o.epochs);
+    t.opt("seed", o.seed);
+    t.float("beta1", o.beta1)?;
+    t.float("beta2", o.beta2)?;
+    t.float("eps", o.eps)?;
+    Ok(t.into_value())
+}
+
+fn checkpoint_table(c: v1::CheckpointConfig) -> Value {
+    let mut t = Table::new("checkpoint");
+    t.opt("every_steps", c.every_steps);
+    t.opt("keep", c.keep);
+    t.into_value()
+}
+
+fn data_table(d: Option<v1::DataConfig>) -> Result<Value, ConfigError> {
+    let mut t = Table::new("data");
+    match d.and_then(|d| d.source) {
+        None => {}
+        Some(v1::data_config::Source::Synthetic(s)) => {
+            let mut st = Table::new("data.synthetic");
+            st.set("num_samples", s.num_samples);
+            st.opt("num_features", s.num_features);
+            st.float("feature_probability", s.feature_probability)?;
+            st.float("noise_std", s.noise_std)?;
+            t.set("synthetic", st.into_value());
+        }
+        Some(v1::data_config::Source::Files(f)) => {
+            let mut ft = Table::new("data.files");
+            ft.set("paths", f.paths);
+            ft.opt("tensor", f.tensor);
+            t.set("files", ft.into_value());
+        }
+    }
+    Ok(t.into_value())
+}
+
+fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
+    let mut t = Table::new("runtime");
+    t.enumeration("device", r.device, |d: v1::Device| match d {
+        v1::Device::Unspecified => None,
+        v1::Device::Auto => Some("auto"),
+        v1::Device::Cpu => Some("cpu"),
+        v1::Device::Cuda => Some("cuda"),
+    })?;
+    t.opt("log_every_steps", r.log_every_steps);
+    t.float("rendezvous_timeout_s", r.rendezvous_timeout_s)?;
+    t.float("collective_timeout_s", r.collective_timeout_s)?;
+    t.enumeration("allreduce", r.allreduce, |m: v1::AllreduceMode| match m {
+        v1::AllreduceMode::Unspecified => None,
+        v1::AllreduceMode::Flat => Some("flat"),
+        v1::AllreduceMode::PerParam => Some("per_param"),
+    })?;
+    Ok(t.into_value())
+}
+
+impl TryFrom<v1::TrainingConfig> for TrainingConfig {
+    type Error = ConfigError;
+
+    fn try_from(p: v1::TrainingConfig) -> Result<Self, ConfigError> {
+        let mut root = Map::new();
+        root.insert("model".into(), model_table(required(p.model, "model")?)?);
+        root.insert("optim".into(), optim_table(required(p.optim, "optim")?)?);
+        if let Some(c) = p.checkpoint {
+            root.insert("checkpoint".into(), checkpoint_table(c));
+        }
+        root.insert("data".into(), data_table(p.data)?);
+        if let Some(r) = p.runtime {
+            root.insert("runtime".into(), runtime_table(r)?);
+        }
+        let config: TrainingConfig =
+            serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
+                format: "protobuf",
+                reason: e.to_string(),
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl From<&ModelConfig> for v1::ModelConfig {
+    fn from(m: &ModelConfig) -> Self {
+        Self {
+            d_in: m.d_in,
+            d_sae: m.d_sae,
+            expansion_factor: m.expansion_factor,
+            l1_coefficient: Some(m.l1_coefficient),
+            dtype: match m.dtype {
+                Dtype::F32 => v1::Dtype::F32,
+                Dtype::Bf16 => v1::Dtype::Bf16,
+            } as i32,
+        }
+    }
+}
+
+impl From<&OptimConfig> for v1::OptimConfig {
+    fn from(o: &OptimConfig) -> Self {
+        Self {
+            learning_rate: Some(o.learning_rate),
+            batch_size: o.batch_size,
+            steps: o.steps,
+            epochs: o.epochs,
+            seed: Some(o.seed),
+            beta1: Some(o.beta1),
+            beta2: Some(o.beta2),
+            eps: Some(o.eps),
+        }
+    }
+}
+
+impl From<&CheckpointConfig> for v1::CheckpointConfig {
+    fn from(c: &CheckpointConfig) -> Self {
+        Self {
+            every_steps: Some(c.every_steps),
+            keep: Some(c.keep),
+        }
+    }
+}
+
+impl From<&SyntheticData> for v1::SyntheticData {
+    fn from(s: &SyntheticData) -> Self {
+        Self {
+            num_samples: s.num_samples,
+            num_features: Some(s.num_features),
+            feature_probability: Some(s.feature_probability),
+            noise_std: Some(s.noise_std),
+        }
+    }
+}
+
+impl From<&FileData> for v1::FileData {
+    fn from(f: &FileData) -> Self {
+        Self {
+            paths: f.paths.iter().map(|p| p.display().to_string()).collect(),
+            tensor: f.tensor.clone(),
+        }
+    }
+}
+
+impl From<&DataConfig> for v1::DataConfig {
+    /// A domain config holding both sources (which validation refuses) keeps
+    /// only the synthetic one.
+    fn from(d: &DataConfig) -> Self {
+        use v1::data_config::Source;
+        let source = match (&d.synthetic, &d.files) {
+            (Some(s), _) => Some(Source::Synthetic(s.into())),
+            (None, Some(f)) => Some(Source::Files(f.into())),
+            (None, None) => None,
+        };
+        Self { source }
+    }
+}
+
+impl From<&RuntimeConfig> for v1::RuntimeConfig {
+    fn from(r: &RuntimeConfig) -> Self {
+        Self {
+            device: match r.device {
+                Device::Auto => v1::Device::Auto,
+                Device::Cpu => v1::Device::Cpu,
+                Device::Cuda => v1::Device::Cuda,
+            } as i32,
+            log_every_steps: Some(r.log_every_steps),
+            rendezvous_timeout_s: Some(r.rendezvous_timeout_s),
+            collective_timeout_s: Some(r.collective_timeout_s),
+            allreduce: match r.allreduce {
+                AllreduceMode::Flat => v1::AllreduceMode::Flat,
+                AllreduceMode::PerParam => v1::AllreduceMode::PerParam,
+            } as i32,
+        }
+    }
+}
+
+impl From<&TrainingConfig> for v1::TrainingConfig {
+    fn from(c: &TrainingConfig) -> Self {
+        Self {
+            model: Some((&c.model).into()),
+            optim: Some((&c.optim).into()),
+            checkpoint: Some((&c.checkpoint).into()),
+            data: Some((&c.data).into()),
+            runtime: Some((&c.runtime).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

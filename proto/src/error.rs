@@ -1,0 +1,110 @@
+//! The error model of `cohort.v1` (see the header of `common.proto`): every
+//! failed RPC carries a precise code and a `google.rpc.ErrorInfo` with domain
+//! [`DOMAIN`] and one of the stable [`reason`]s; config problems also carry a
+//! `google.rpc.BadRequest` naming the field.
+
+use cohort_spec::ConfigError;
+use std::collections::HashMap;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The `ErrorInfo.domain` of every cohort error.
+pub const DOMAIN: &str = "cohort.v1";
+
+/// The stable `ErrorInfo.reason` values. Clients match on these, never on messages.
+pub mod reason {
+    pub const INVALID_CONFIG: &str = "INVALID_CONFIG";
+    pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
+    pub const INVALID_PAGE_TOKEN: &str = "INVALID_PAGE_TOKEN";
+    pub const TRAINING_NOT_FOUND: &str = "TRAINING_NOT_FOUND";
+    pub const GPU_NOT_FOUND: &str = "GPU_NOT_FOUND";
+    pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
+    pub const GPU_BUSY: &str = "GPU_BUSY";
+    pub const GPU_UNHEALTHY: &str = "GPU_UNHEALTHY";
+    pub const INSUFFICIENT_GPUS: &str = "INSUFFICIENT_GPUS";
+    pub const INSUFFICIENT_MEMORY: &str = "INSUFFICIENT_MEMORY";
+    pub const ILLEGAL_TRANSITION: &str = "ILLEGAL_TRANSITION";
+    pub const REQUEST_ID_CONFLICT: &str = "REQUEST_ID_CONFLICT";
+    pub const INTERNAL: &str = "INTERNAL";
+}
+
+/// A status with an `ErrorInfo` of `reason` and optional metadata.
+pub fn status(
+    code: Code,
+    reason: &str,
+    message: impl Into<String>,
+    metadata: impl IntoIterator<Item = (String, String)>,
+) -> Status {
+    let metadata: HashMap<String, String> = metadata.into_iter().collect();
+    let details = ErrorDetails::with_error_info(reason, DOMAIN, metadata);
+    Status::with_error_details(code, message, details)
+}
+
+/// INVALID_ARGUMENT with reason `reason` and one `BadRequest` field violation.
+pub fn bad_field(reason: &str, field: &str, description: impl Into<String>) -> Status {
+    let description = description.into();
+    let mut details = ErrorDetails::with_error_info(reason, DOMAIN, HashMap::new());
+    details.add_bad_request_violation(field, description.clone());
+    Status::with_error_details(
+        Code::InvalidArgument,
+        format!("{field}: {description}"),
+        details,
+    )
+}
+
+/// INVALID_ARGUMENT / INVALID_CONFIG for a config problem, naming its field
+/// (`"config"` for problems without one; `prefix` is prepended to the spec's
+/// dotted path, e.g. `"config."`).
+pub fn invalid_config(err: &ConfigError, prefix: &str) -> Status {
+    match err {
+        ConfigError::Invalid { field, reason } => bad_field(
+            reason::INVALID_CONFIG,
+            &format!("{prefix}{field}"),
+            reason.clone(),
+        ),
+        other => bad_field(
+            reason::INVALID_CONFIG,
+            prefix.trim_end_matches('.'),
+            other.to_string(),
+        ),
+    }
+}
+
+/// The `ErrorInfo.reason` a status carries, if any (for clients and tests).
+pub fn reason_of(status: &Status) -> Option<String> {
+    status.get_details_error_info().map(|info| info.reason)
+}
+
+/// The fields named by the `BadRequest` a status carries (empty if none).
+pub fn bad_fields(status: &Status) -> Vec<String> {
+    status
+        .get_details_bad_request()
+        .map(|b| b.field_violations.into_iter().map(|v| v.field).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_reason_and_field() {
+        let err = ConfigError::Invalid {
+            field: "optim.batch_size".into(),
+            reason: "must be > 0".into(),
+        };
+        let s = invalid_config(&err, "config.");
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(reason_of(&s).as_deref(), Some(reason::INVALID_CONFIG));
+        assert_eq!(bad_fields(&s), vec!["config.optim.batch_size".to_string()]);
+
+        let s = status(
+            Code::FailedPrecondition,
+            reason::GPU_BUSY,
+            "gpu is busy",
+            [("gpu".to_string(), "GPU-1".to_string())],
+        );
+        assert_eq!(reason_of(&s).as_deref(), Some("GPU_BUSY"));
+        assert!(bad_fields(&s).is_empty());
+    }
+}
