@@ -1,0 +1,75 @@
+//! `cohort-rank --config FILE --run-dir DIR`, with RANK, WORLD_SIZE, LOCAL_RANK,
+//! LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment. Exits with
+//! one of the codes of `cohort_spec::exit` (see docs/rank.md).
+
+use clap::Parser;
+use cohort_rank::launch::Launch;
+use cohort_rank::train::Trainer;
+use cohort_rank::RankError;
+use cohort_spec::TrainingConfig;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "cohort-rank",
+    version,
+    about = "One data-parallel rank of a cohort training job"
+)]
+struct Args {
+    /// The training config, TOML (or JSON when the file ends in .json).
+    #[arg(
+        long,
+        conflicts_with = "config_json",
+        required_unless_present = "config_json"
+    )]
+    config: Option<PathBuf>,
+    /// The training config as a JSON string (what the agent passes).
+    #[arg(long)]
+    config_json: Option<String>,
+    /// Directory for checkpoints and reports; created if missing.
+    #[arg(long)]
+    run_dir: PathBuf,
+}
+
+fn run(args: Args) -> Result<(), RankError> {
+    let config = match (&args.config, &args.config_json) {
+        (Some(path), _) => TrainingConfig::from_file(path)?,
+        (None, Some(json)) => TrainingConfig::from_json(json)?,
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let launch = Launch::from_env()?;
+    std::fs::create_dir_all(&args.run_dir).map_err(|e| {
+        RankError::Checkpoint(format!("create run dir {}: {e}", args.run_dir.display()))
+    })?;
+    tch::set_num_threads(launch.torch_threads());
+    tch::set_num_interop_threads(1);
+    Trainer::new(&launch, &config, &args.run_dir)?.run()
+}
+
+/// Run, turning a libtorch panic into a classified error.
+fn guarded(args: Args) -> Result<(), RankError> {
+    std::panic::set_hook(Box::new(|_| {}));
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(args))) {
+        Ok(result) => result,
+        Err(payload) => {
+            let text = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(RankError::from_torch(text))
+        }
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let code = match guarded(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cohort-rank: error: {e}");
+            e.exit_code().code()
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,357 @@
+//! The data-parallel training loop: load data, rendezvous, agree on the start
+//! state (rank 0's parameters, or its newest checkpoint), then step: forward,
+//! backward, one coalesced all-reduce of the gradients (and the step's losses),
+//! identical Adam updates everywhere, checkpoints and progress from rank 0.
+
+use crate::checkpoint::{self, Manifest};
+use crate::data::Dataset;
+use crate::dist::{Backend, GroupOptions, ProcessGroup};
+use crate::error::RankError;
+use crate::launch::Launch;
+use crate::model::{kind_of, Adam, Sae};
+use crate::report::{resident_bytes, Reporter};
+use crate::sampler::DistributedSampler;
+use cohort_spec::config::{AllreduceMode, Device as DeviceChoice, TrainingConfig};
+use cohort_spec::progress::ProgressLine;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tch::{Device, Kind, Tensor};
+
+/// Choose the device from the config and what this process can see.
+pub fn select_device(choice: DeviceChoice) -> Result<Device, RankError> {
+    let cuda = tch::Cuda::is_available();
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Auto if cuda => Ok(Device::Cuda(0)),
+        DeviceChoice::Auto => Ok(Device::Cpu),
+        DeviceChoice::Cuda if cuda => Ok(Device::Cuda(0)),
+        DeviceChoice::Cuda => Err(RankError::Launch(
+            "runtime.device is \"cuda\" but this process sees no CUDA device".into(),
+        )),
+    }
+}
+
+fn backend_for(device: Device) -> Backend {
+    if device.is_cuda() && cfg!(feature = "nccl") {
+        Backend::Nccl
+    } else {
+        // gloo carries CPU tensors, and CUDA tensors through host copies.
+        Backend::Gloo
+    }
+}
+
+/// Time spent in one logging window, summed over its steps.
+#[derive(Default)]
+struct Window {
+    steps: i64,
+    samples: i64,
+    compute: Duration,
+    comm: Duration,
+    total: Duration,
+}
+
+pub struct Trainer<'a> {
+    launch: &'a Launch,
+    cfg: &'a TrainingConfig,
+    run_dir: &'a Path,
+    device: Device,
+    kind: Kind,
+    group: Option<ProcessGroup>,
+    sae: Sae,
+    adam: Adam,
+    data: Dataset,
+    sampler: DistributedSampler,
+    total_steps: i64,
+    out: Reporter,
+}
+
+impl<'a> Trainer<'a> {
+    /// Load the data, then form the group (data errors surface before anyone waits).
+    pub fn new(
+        launch: &'a Launch,
+        cfg: &'a TrainingConfig,
+        run_dir: &'a Path,
+    ) -> Result<Self, RankError> {
+        let device = select_device(cfg.runtime.device)?;
+        let kind = kind_of(cfg.model.dtype);
+        let d_in = cfg.model.d_in;
+        let data = match (&cfg.data.synthetic, &cfg.data.files) {
+            (Some(s), _) => Dataset::synthetic(s, d_in, cfg.optim.seed, device),
+            (None, Some(f)) => Dataset::from_files(f, d_in, device)?,
+            (None, None) => unreachable!("validated config has a data source"),
+        };
+        let sampler = DistributedSampler {
+            num_samples: data.len(),
+            world_size: launch.world_size,
+            rank: launch.rank,
+            seed: cfg.optim.seed,
+            batch_size: cfg.optim.batch_size,
+        };
+        let total_steps = match (cfg.optim.steps, cfg.optim.epochs) {
+            (Some(steps), _) => steps,
+            (None, Some(epochs)) => epochs * sampler.steps_per_epoch(),
+            (None, None) => unreachable!("validated config has steps or epochs"),
+        };
+        let group = if launch.world_size > 1 {
+            Some(ProcessGroup::join(&GroupOptions {
+                backend: backend_for(device),
+                master_addr: &launch.master_addr,
+                master_port: launch.master_port,
+                rank: launch.rank,
+                world_size: launch.world_size,
+                rendezvous_timeout: Duration::from_secs_f64(cfg.runtime.rendezvous_timeout_s),
+                collective_timeout: Duration::from_secs_f64(cfg.runtime.collective_timeout_s),
+            })?)
+        } else {
+            None
+        };
+        let sae = Sae::new(
+            d_in,
+            cfg.d_sae(),
+            cfg.model.l1_coefficient,
+            kind,
+            device,
+            cfg.optim.seed,
+        );
+        let adam = Adam::new(&cfg.optim, &sae.params);
+        Ok(Self {
+            launch,
+            cfg,
+            run_dir,
+            device,
+            kind,
+            group,
+            sae,
+            adam,
+            data,
+            sampler,
+            total_steps,
+            out: Reporter::new(launch.rank),
+        })
+    }
+
+    fn global_batch(&self) -> i64 {
+        self.cfg.optim.batch_size * self.launch.world_size
+    }
+
+    /// Agree on where to start: rank 0 loads its newest checkpoint (if any) and
+    /// broadcasts parameters, optimizer state and step to everyone.
+    fn synchronise_start(&mut self) -> Result<i64, RankError> {
+        let mut resumed = 0i64;
+        if self.launch.is_leader() {
+            if let Some(loaded) = checkpoint::latest(self.run_dir) {
+                checkpoint::restore(&loaded, &mut self.sae, &mut self.adam)?;
+                resumed = 1;
+                eprintln!(
+                    "cohort-rank: resuming from {} (step {})",
+                    loaded.dir.display(),
+                    loaded.manifest.step
+                );
+            }
+        }
+        let Some(group) = &self.group else {
+            return Ok(self.adam.step);
+        };
+        let mut header = Tensor::from_slice(&[resumed, self.adam.step]).to_device(self.device);
+        group.broadcast(&mut [&mut header], 0)?;
+        let header =
+            Vec::<i64>::try_from(header.to_device(Device::Cpu)).map_err(RankError::from)?;
+        let mut tensors: Vec<&mut Tensor> = self.sae.params.iter_mut().collect();
+        if header[0] == 1 {
+            tensors.extend(self.adam.m.iter_mut());
+            tensors.extend(self.adam.v.iter_mut());
+        }
+        tch::no_grad(|| group.broadcast(&mut tensors, 0))?;
+        self.adam.step = header[1];
+        Ok(header[1])
+    }
+
+    /// Average gradients and the step's [mse, l1] across ranks. Returns the
+    /// averaged gradients, the averaged losses and the time spent communicating.
+    fn reduce(
+        &self,
+        grads: Vec<Tensor>,
+        losses: Tensor,
+    ) -> Result<(Vec<Tensor>, Tensor, Duration), RankError> {
+        let Some(group) = &self.group else {
+            return Ok((grads, losses, Duration::ZERO));
+        };
+        let world = self.launch.world_size as f64;
+        match self.cfg.runtime.allreduce {
+            AllreduceMode::Flat => {
+                let mut parts: Vec<Tensor> = grads
+                    .iter()
+                    .map(|g| g.flatten(0, -1).to_kind(Kind::Float))
+                    .collect();
+                parts.push(losses);
+                let mut flat = Tensor::cat(&parts, 0);
+                let started = Instant::now();
+                group.allreduce_sum(&mut [&mut flat], true)?;
+                let comm = started.elapsed();
+                let flat = flat / world;
+                let sizes: Vec<i64> = parts.iter().map(|p| p.numel() as i64).collect();
+                let mut pieces = flat.split_with_sizes(&sizes, 0);
+                let losses = pieces.pop().expect("losses piece");
+                let grads = pieces
+                    .into_iter()
+                    .zip(&grads)
+                    .map(|(p, g)| p.view_as(g))
+                    .collect();
+                Ok((grads, losses, comm))
+            }
+            AllreduceMode::PerParam => {
+                let mut grads: Vec<Tensor> =
+                    grads.into_iter().map(|g| g.to_kind(Kind::Float)).collect();
+                let mut losses = losses;
+                let started = Instant::now();
+                {
+                    let mut all: Vec<&mut Tensor> = grads.iter_mut().collect();
+                    all.push(&mut losses);
+                    group.allreduce_sum(&mut all, false)?;
+                }
+                let comm = started.elapsed();
+                let grads = grads.into_iter().map(|g| g / world).collect();
+                Ok((grads, losses / world, comm))
+            }
+        }
+    }
+
+    fn manifest(&self, step: i64) -> Manifest {
+        Manifest {
+            format: checkpoint::FORMAT.into(),
+            step,
+            epoch: self.sampler.position(step).0,
+            world_size: self.launch.world_size,
+            global_batch: self.global_batch(),
+            d_in: self.cfg.model.d_in,
+            d_sae: self.cfg.d_sae(),
+            dtype: format!("{:?}", self.cfg.model.dtype).to_lowercase(),
+            param_checksum: self.sae.checksum(),
+            files: vec!["state.safetensors".into()],
+        }
+    }
+
+    fn save_checkpoint(&self, step: i64) -> Result<(), RankError> {
+        if !self.launch.is_leader() {
+            return Ok(());
+        }
+        let dir = checkpoint::save(self.run_dir, &self.sae, &self.adam, &self.manifest(step))?;
+        checkpoint::prune(self.run_dir, self.cfg.checkpoint.keep as usize)?;
+        self.out.emit(&ProgressLine::Checkpoint {
+            step,
+            path: dir.display().to_string(),
+        });
+        Ok(())
+    }
+
+    /// Train to the configured number of steps.
+    pub fn run(mut self) -> Result<(), RankError> {
+        let start_step = self.synchronise_start()?;
+        let begun = Instant::now();
+        let device_name = format!("{:?}", self.device).to_lowercase();
+        self.out.leader(&ProgressLine::Started {
+            world_size: self.launch.world_size,
+            device: device_name,
+            total_steps: self.total_steps,
+            start_step,
+            global_batch: self.global_batch(),
+            parameters: self.cfg.parameter_count(),
+        });
+        let log_every = self.cfg.runtime.log_every_steps;
+        let every = self.cfg.checkpoint.every_steps;
+        let mut epoch_cache: Option<(i64, Vec<i64>)> = None;
+        let mut window = Window::default();
+        let mut samples_total = 0i64;
+        let mut last_loss = f64::NAN;
+        for step in start_step..self.total_steps {
+            let step_started = Instant::now();
+            let (epoch, batch) = self.sampler.position(step);
+            if epoch_cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                epoch_cache = Some((epoch, self.sampler.epoch_indices(epoch)));
+            }
+            let indices =
+                &epoch_cache.as_ref().expect("cached epoch").1[self.sampler.batch_range(batch)];
+            let x = self.data.batch(indices, self.kind);
+            let losses = self.sae.losses(&x);
+            let grads = Tensor::run_backward(&[&losses.total], &self.sae.params, false, false);
+            let stats =
+                Tensor::stack(&[losses.mse.detach(), losses.l1.detach()], 0).to_kind(Kind::Float);
+            let (grads, stats, comm) = self.reduce(grads, stats)?;
+            self.adam.step(&mut self.sae.params, &grads);
+            let done = step + 1;
+            let rows = indices.len() as i64 * self.launch.world_size;
+            let elapsed = step_started.elapsed();
+            window.steps += 1;
+            window.samples += rows;
+            window.comm += comm;
+            window.compute += elapsed.saturating_sub(comm);
+            window.total += elapsed;
+            samples_total += rows;
+
+            if done % log_every == 0 || done == start_step + 1 || done == self.total_steps {
+                let stats =
+                    Vec::<f64>::try_from(stats.to_kind(Kind::Double).to_device(Device::Cpu))?;
+                let (mse, l1) = (stats[0], stats[1]);
+                last_loss = mse + self.cfg.model.l1_coefficient * l1;
+                self.report(done, epoch, mse, l1, &window);
+                window = Window::default();
+            }
+            if every > 0 && done % every == 0 && done != self.total_steps {
+                self.save_checkpoint(done)?;
+            }
+        }
+        if self.total_steps > start_step || checkpoint::latest(self.run_dir).is_none() {
+            self.save_checkpoint(self.total_steps)?;
+        }
+        let checksum = self.sae.checksum();
+        let wall = begun.elapsed().as_secs_f64();
+        self.out.emit(&ProgressLine::RankFinished {
+            rank: self.launch.rank,
+            step: self.total_steps,
+            param_checksum: checksum.clone(),
+        });
+        self.out.leader(&ProgressLine::Finished {
+            step: self.total_steps,
+            loss: last_loss,
+            param_checksum: checksum,
+            wall_time_s: wall,
+            mean_samples_per_sec: if wall > 0.0 {
+                samples_total as f64 / wall
+            } else {
+                0.0
+            },
+        });
+        if let Some(group) = &self.group {
+            // Nobody leaves (and tears down the store) before everyone is done.
+            group.barrier()?;
+        }
+        Ok(())
+    }
+
+    fn report(&self, step: i64, epoch: i64, mse: f64, l1: f64, w: &Window) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / w.steps.max(1) as f64;
+        let secs = w.total.as_secs_f64();
+        self.out.leader(&ProgressLine::Progress {
+            step,
+            total_steps: self.total_steps,
+            epoch,
+            loss: mse + self.cfg.model.l1_coefficient * l1,
+            mse,
+            l1,
+            samples_per_sec: if secs > 0.0 {
+                w.samples as f64 / secs
+            } else {
+                0.0
+            },
+            step_time_ms: ms(w.total),
+        });
+        self.out.emit(&ProgressLine::RankStats {
+            rank: self.launch.rank,
+            step,
+            step_time_ms: ms(w.total),
+            compute_ms: ms(w.compute),
+            comm_ms: ms(w.comm),
+            memory_bytes: resident_bytes(),
+        });
+    }
+}

@@ -1,0 +1,14 @@
+//! Contracts shared by every cohort part, with no heavy dependencies so the
+//! coordinator, the agent, the CLI and `cohort-rank` can all link it.
+//!
+//! - [`config`]: the training job config (TOML/JSON, the same keys the API carries),
+//!   parsed strictly (unknown keys are errors) and validated once.
+//! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
+//! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
+
+pub mod config;
+pub mod exit;
+pub mod progress;
+
+pub use config::{ConfigError, TrainingConfig};
+pub use exit::{ExitClass, ExitCode};
