@@ -1,0 +1,143 @@
+//! The `cohort-agent` command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::probe::SimSpec;
+
+/// Where the coordinator listens unless told otherwise.
+pub const COORDINATOR_DEFAULT: &str = "http://127.0.0.1:50051";
+/// Heartbeat and telemetry interval unless told otherwise.
+pub const INTERVAL_DEFAULT: &str = "1s";
+/// SIGTERM-to-SIGKILL grace for stopping ranks unless told otherwise.
+pub const STOP_GRACE_DEFAULT: &str = "10s";
+
+/// The cohort agent: reports this host's GPUs to the coordinator and runs the
+/// training ranks it is told to run.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "cohort-agent", version, about)]
+pub struct Args {
+    /// The coordinator's gRPC endpoint.
+    #[arg(long, env = "COHORT_COORDINATOR", default_value = COORDINATOR_DEFAULT)]
+    pub coordinator: String,
+
+    /// This agent's name, unique per coordinator (default: the host name).
+    #[arg(long, env = "COHORT_AGENT_NAME")]
+    pub name: Option<String>,
+
+    /// Simulate N GPUs with MEM memory each (default 16GiB) instead of reading
+    /// NVML, e.g. `2`, `2:16GiB`, `4:24000MiB`. Every report marks them simulated.
+    #[arg(long, value_name = "N[:MEM]")]
+    pub simulate_gpus: Option<SimSpec>,
+
+    /// How often to send heartbeats and GPU telemetry, e.g. `1s`, `500ms`.
+    #[arg(long, default_value = INTERVAL_DEFAULT, value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// Directory for job configs and rank run directories
+    /// (default: `.cohort/agent-<name>`).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+
+    /// The rank program to start (default: `cohort-rank` next to this executable).
+    #[arg(long)]
+    pub rank_binary: Option<PathBuf>,
+
+    /// How long a rank gets to exit after SIGTERM before its group is SIGKILLed.
+    #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
+    pub stop_grace: Duration,
+
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl Args {
+    /// The name given, or the host name.
+    pub fn agent_name(&self) -> String {
+        self.name.clone().unwrap_or_else(host_name)
+    }
+
+    /// The work directory given, or `.cohort/agent-<name>`.
+    pub fn work_dir(&self) -> PathBuf {
+        self.work_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(".cohort").join(format!("agent-{}", self.agent_name()))
+        })
+    }
+}
+
+/// This machine's host name, or `localhost` when it cannot be read.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// `250ms`, `1s`, `1.5s`, `2m`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 500ms, 1s or 2m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" | "min" => value * 60.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} in {text:?}; use ms, s or m"
+            ))
+        }
+    };
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("duration {text:?} must be greater than zero"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3h").unwrap_err().contains("unit"));
+    }
+
+    #[test]
+    fn flags_parse() {
+        let args = Args::try_parse_from([
+            "cohort-agent",
+            "--coordinator",
+            "http://10.0.0.1:50051",
+            "--name",
+            "a1",
+            "--simulate-gpus",
+            "2:16GiB",
+            "--interval",
+            "500ms",
+        ])
+        .unwrap();
+        assert_eq!(args.simulate_gpus.unwrap().count, 2);
+        assert_eq!(args.interval, Duration::from_millis(500));
+        assert_eq!(args.work_dir(), PathBuf::from(".cohort/agent-a1"));
+
+        let err = Args::try_parse_from(["cohort-agent", "--simulate-gpus", "2:16"]).unwrap_err();
+        assert!(err.to_string().contains("no unit"), "{err}");
+    }
+}

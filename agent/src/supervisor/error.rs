@@ -1,0 +1,27 @@
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::RankKey;
+
+#[derive(Debug, Error)]
+pub enum SupervisorError {
+    #[error("rank program {0} does not exist; build cohort-rank next to cohort-agent or pass --rank-binary")]
+    ProgramNotFound(PathBuf),
+    #[error("could not start rank program {program}: {source}")]
+    Spawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not create run directory {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("rank {0} is already running")]
+    AlreadyRunning(RankKey),
+    #[error("rank {0} is not known to this agent")]
+    NotFound(RankKey),
+}

@@ -1,0 +1,308 @@
+//! One rank process: spawn it in its own group, read its output, reap it and
+//! report how it ended.
+
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cohort_spec::exit::classify;
+use cohort_spec::progress::ProgressLine;
+use cohort_spec::ExitClass;
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::signal::kill_group;
+use super::{
+    RankEvent, RankEventKind, RankExit, RankKey, RankSpec, SupervisorError, STDERR_TAIL_LINES,
+};
+
+/// How long to wait for the output readers after the process is gone.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a busy executable (ETXTBSY) is retried.
+const SPAWN_BUSY_RETRIES: u64 = 5;
+
+/// The supervisor's view of a running (or finished) rank process.
+#[derive(Debug, Clone)]
+pub(crate) struct RankHandle {
+    pid: u32,
+    stop_requested: Arc<AtomicBool>,
+    exited: watch::Receiver<bool>,
+}
+
+impl RankHandle {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// True once the process is reaped and its group was killed.
+    pub(crate) fn has_exited(&self) -> bool {
+        *self.exited.borrow()
+    }
+
+    pub(crate) fn mark_stop_requested(&self) {
+        self.stop_requested.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits up to `timeout` for the process to be reaped.
+    pub(crate) async fn wait_exited(&self, timeout: Duration) -> bool {
+        let mut rx = self.exited.clone();
+        matches!(
+            tokio::time::timeout(timeout, rx.wait_for(|exited| *exited)).await,
+            Ok(Ok(_))
+        ) || self.has_exited()
+    }
+}
+
+/// Starts the process and its monitor task.
+pub(crate) fn spawn(
+    spec: RankSpec,
+    events: mpsc::Sender<RankEvent>,
+) -> Result<RankHandle, SupervisorError> {
+    if !spec.program.is_file() {
+        return Err(SupervisorError::ProgramNotFound(spec.program.clone()));
+    }
+    std::fs::create_dir_all(&spec.run_dir).map_err(|source| SupervisorError::RunDir {
+        path: spec.run_dir.clone(),
+        source,
+    })?;
+    let mut command = Command::new(&spec.program);
+    command
+        .args(spec.args())
+        .envs(spec.env())
+        .current_dir(&spec.run_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = spawn_retrying_busy(&mut command).map_err(|source| SupervisorError::Spawn {
+        program: spec.program.clone(),
+        source,
+    })?;
+    let pid = child
+        .id()
+        .expect("a just-spawned child that was not waited for has a pid");
+    tracing::info!(
+        rank = %spec.key,
+        pid,
+        gpu = spec.gpu_index,
+        program = %spec.program.display(),
+        "rank started"
+    );
+
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let (exited_tx, exited_rx) = watch::channel(false);
+    let monitor = Monitor {
+        key: spec.key,
+        gpu_index: spec.gpu_index,
+        pid,
+        events,
+        stop_requested: stop_requested.clone(),
+        exited: exited_tx,
+    };
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    tokio::spawn(monitor.run(child, stdout, stderr));
+    Ok(RankHandle {
+        pid,
+        stop_requested,
+        exited: exited_rx,
+    })
+}
+
+/// Spawns, retrying briefly on ETXTBSY: a program that was just written (a
+/// fresh build, a test script) can be busy while another thread's fork still
+/// holds its write descriptor.
+fn spawn_retrying_busy(command: &mut Command) -> std::io::Result<Child> {
+    let mut attempt = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < SPAWN_BUSY_RETRIES => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10 * attempt));
+            }
+            other => return other,
+        }
+    }
+}
+
+struct Monitor {
+    key: RankKey,
+    gpu_index: u32,
+    pid: u32,
+    events: mpsc::Sender<RankEvent>,
+    stop_requested: Arc<AtomicBool>,
+    exited: watch::Sender<bool>,
+}
+
+impl Monitor {
+    async fn run(
+        self,
+        mut child: Child,
+        stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
+        stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
+    ) {
+        self.emit(RankEventKind::Started { pid: self.pid }).await;
+        let stdout_task = stdout.map(|out| tokio::spawn(read_stdout(out, self.reader_context())));
+        let stderr_task = stderr.map(|err| tokio::spawn(read_stderr(err, self.key.clone())));
+
+        let status = child.wait().await;
+        // Whatever the rank forked dies with it: a rank's group never outlives it.
+        kill_group(self.pid, Signal::SIGKILL);
+        let _ = self.exited.send(true);
+
+        if let Some(task) = stdout_task {
+            drain(task).await;
+        }
+        let stderr_tail = match stderr_task {
+            Some(task) => drain(task).await.map(Vec::from).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let exit = self.exit_report(status, stderr_tail);
+        tracing::info!(
+            rank = %self.key,
+            pid = self.pid,
+            code = ?exit.code,
+            signal = ?exit.signal,
+            class = ?exit.class,
+            "rank exited"
+        );
+        self.emit(RankEventKind::Exited(exit)).await;
+    }
+
+    fn exit_report(
+        &self,
+        status: std::io::Result<ExitStatus>,
+        stderr_tail: Vec<String>,
+    ) -> RankExit {
+        let stop_requested = self.stop_requested.load(Ordering::SeqCst);
+        let (code, signal) = match status {
+            Ok(s) => (s.code(), s.signal()),
+            Err(e) => {
+                tracing::error!(rank = %self.key, error = %e, "could not wait for rank");
+                (None, None)
+            }
+        };
+        let class = if stop_requested && code != Some(0) {
+            ExitClass::Stopped
+        } else {
+            classify(code)
+        };
+        RankExit {
+            code,
+            signal,
+            class,
+            stderr_tail,
+            stop_requested,
+        }
+    }
+
+    fn reader_context(&self) -> ReaderContext {
+        ReaderContext {
+            key: self.key.clone(),
+            gpu_index: self.gpu_index,
+            events: self.events.clone(),
+        }
+    }
+
+    async fn emit(&self, kind: RankEventKind) {
+        let event = RankEvent {
+            key: self.key.clone(),
+            gpu_index: self.gpu_index,
+            kind,
+        };
+        if self.events.send(event).await.is_err() {
+            tracing::debug!(rank = %self.key, "rank event dropped: nobody listens");
+        }
+    }
+}
+
+struct ReaderContext {
+    key: RankKey,
+    gpu_index: u32,
+    events: mpsc::Sender<RankEvent>,
+}
+
+/// Waits for a reader; one that is still blocked (a pipe held open by a
+/// process outside the group) is abandoned.
+async fn drain<T>(task: JoinHandle<T>) -> Option<T> {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(DRAIN_TIMEOUT, task).await {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(_)) => None,
+        Err(_) => {
+            abort.abort();
+            None
+        }
+    }
+}
+
+/// Progress lines become events; everything else is logged.
+async fn read_stdout(out: impl AsyncRead + Unpin, ctx: ReaderContext) {
+    let mut lines = LineReader::new(out);
+    while let Some(line) = lines.next().await {
+        match ProgressLine::parse(&line) {
+            Some(progress) => {
+                let event = RankEvent {
+                    key: ctx.key.clone(),
+                    gpu_index: ctx.gpu_index,
+                    kind: RankEventKind::Progress(progress),
+                };
+                if ctx.events.send(event).await.is_err() {
+                    tracing::debug!(rank = %ctx.key, "progress dropped: nobody listens");
+                }
+            }
+            None => tracing::info!(rank = %ctx.key, stream = "stdout", "{line}"),
+        }
+    }
+}
+
+/// Logs stderr and returns its last lines.
+async fn read_stderr(err: impl AsyncRead + Unpin, key: RankKey) -> VecDeque<String> {
+    let mut tail = VecDeque::with_capacity(STDERR_TAIL_LINES);
+    let mut lines = LineReader::new(err);
+    while let Some(line) = lines.next().await {
+        tracing::info!(rank = %key, stream = "stderr", "{line}");
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(line);
+    }
+    tail
+}
+
+/// Lines of possibly non-UTF-8 output, without their line ending.
+struct LineReader<R> {
+    inner: BufReader<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner: BufReader::new(inner),
+            buf: Vec::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<String> {
+        self.buf.clear();
+        match self.inner.read_until(b'\n', &mut self.buf).await {
+            Ok(0) => None,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&self.buf);
+                Some(text.trim_end_matches(['\n', '\r']).to_string())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "rank output read failed");
+                None
+            }
+        }
+    }
+}

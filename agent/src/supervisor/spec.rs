@@ -1,0 +1,101 @@
+//! What to start: the rank's identity and its launch description.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The rank program's file name, looked up next to the agent's executable.
+pub const RANK_PROGRAM_NAME: &str = "cohort-rank";
+
+/// Identifies one rank process: a job, the attempt (restart) number and the rank.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RankKey {
+    pub job_id: String,
+    pub attempt: u32,
+    pub rank: u32,
+}
+
+impl RankKey {
+    pub fn new(job_id: impl Into<String>, attempt: u32, rank: u32) -> Self {
+        Self {
+            job_id: job_id.into(),
+            attempt,
+            rank,
+        }
+    }
+}
+
+impl fmt::Display for RankKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.job_id, self.attempt, self.rank)
+    }
+}
+
+/// Everything needed to start one rank: `PROGRAM --config FILE --run-dir DIR`
+/// with the torchrun environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankSpec {
+    pub key: RankKey,
+    /// The `cohort-rank` executable.
+    pub program: PathBuf,
+    /// The job config file passed as `--config`.
+    pub config_path: PathBuf,
+    /// The run directory (checkpoints, reports) passed as `--run-dir`; created
+    /// if missing. The process also runs with it as its working directory.
+    pub run_dir: PathBuf,
+    pub world_size: u32,
+    pub local_rank: u32,
+    pub local_world_size: u32,
+    pub master_addr: String,
+    pub master_port: u16,
+    /// The GPU this rank is placed on (reported back in events).
+    pub gpu_index: u32,
+    /// The value of CUDA_VISIBLE_DEVICES: the GPU index for a real GPU, empty
+    /// for a simulated one (the rank then runs on the CPU).
+    pub cuda_visible_devices: String,
+    /// Additional environment variables.
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl RankSpec {
+    /// The environment the rank gets on top of the agent's own.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("RANK".to_string(), self.key.rank.to_string()),
+            ("WORLD_SIZE".to_string(), self.world_size.to_string()),
+            ("LOCAL_RANK".to_string(), self.local_rank.to_string()),
+            (
+                "LOCAL_WORLD_SIZE".to_string(),
+                self.local_world_size.to_string(),
+            ),
+            ("MASTER_ADDR".to_string(), self.master_addr.clone()),
+            ("MASTER_PORT".to_string(), self.master_port.to_string()),
+            (
+                "CUDA_VISIBLE_DEVICES".to_string(),
+                self.cuda_visible_devices.clone(),
+            ),
+            ("COHORT_JOB_ID".to_string(), self.key.job_id.clone()),
+            ("COHORT_ATTEMPT".to_string(), self.key.attempt.to_string()),
+        ];
+        env.extend(self.extra_env.iter().cloned());
+        env
+    }
+
+    /// The command-line arguments after the program.
+    pub fn args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--config".into(),
+            self.config_path.clone().into_os_string(),
+            "--run-dir".into(),
+            self.run_dir.clone().into_os_string(),
+        ]
+    }
+}
+
+/// `cohort-rank` in the directory of the running executable.
+pub fn default_rank_program() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(exe
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join(RANK_PROGRAM_NAME))
+}

@@ -1,0 +1,64 @@
+//! Stopping one rank: SIGTERM to its group, SIGKILL after a grace period.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::process::RankHandle;
+use super::signal::kill_group;
+use super::RankKey;
+
+/// How long to wait for the kernel to deliver SIGKILL and the rank to be reaped.
+const REAP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The process had already exited.
+    AlreadyExited,
+    /// It exited within the grace period after SIGTERM.
+    Terminated,
+    /// It ignored SIGTERM and was killed with SIGKILL.
+    Killed,
+    /// Even SIGKILL did not end it within the reap timeout (e.g. stuck in the
+    /// kernel); it is logged and left to the monitor task.
+    Stuck,
+}
+
+/// Stops one rank; owns what it needs, so it can run in a spawned task.
+#[derive(Debug, Clone)]
+pub struct RankStopper {
+    key: RankKey,
+    handle: RankHandle,
+    grace: Duration,
+}
+
+impl RankStopper {
+    pub(crate) fn new(key: RankKey, handle: RankHandle, grace: Duration) -> Self {
+        Self { key, handle, grace }
+    }
+
+    /// Returns once the rank process is reaped and its group was sent SIGKILL
+    /// (so nothing it forked survives), or when it is [`StopOutcome::Stuck`].
+    pub async fn stop(self) -> StopOutcome {
+        let pgid = self.handle.pid();
+        if self.handle.has_exited() {
+            kill_group(pgid, Signal::SIGKILL);
+            return StopOutcome::AlreadyExited;
+        }
+        self.handle.mark_stop_requested();
+        tracing::info!(rank = %self.key, pgid, grace_s = self.grace.as_secs_f64(), "stopping rank: SIGTERM");
+        kill_group(pgid, Signal::SIGTERM);
+        if self.handle.wait_exited(self.grace).await {
+            return StopOutcome::Terminated;
+        }
+        tracing::warn!(rank = %self.key, pgid, "rank ignored SIGTERM: SIGKILL to its group");
+        kill_group(pgid, Signal::SIGKILL);
+        if self.handle.wait_exited(REAP_TIMEOUT).await {
+            StopOutcome::Killed
+        } else {
+            tracing::error!(rank = %self.key, pgid, "rank survived SIGKILL");
+            StopOutcome::Stuck
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Sampling the probe from async code, and the local telemetry log.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::probe::{GpuInfo, GpuProbe, GpuSample, ProbeError};
+
+/// The probe shared between the telemetry loop and whoever assigns ranks.
+pub type SharedProbe = Arc<Mutex<Box<dyn GpuProbe>>>;
+
+pub fn share(probe: Box<dyn GpuProbe>) -> SharedProbe {
+    Arc::new(Mutex::new(probe))
+}
+
+/// Runs `f` on the probe on a blocking thread (NVML calls block).
+async fn with_probe<T, F>(probe: &SharedProbe, f: F) -> Result<T, ProbeError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut dyn GpuProbe) -> Result<T, ProbeError> + Send + 'static,
+{
+    let probe = probe.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut guard = probe.lock().unwrap_or_else(|e| e.into_inner());
+        f(guard.as_mut())
+    })
+    .await
+    .map_err(|e| ProbeError::Nvml {
+        call: "probe task",
+        reason: e.to_string(),
+    })?
+}
+
+pub async fn inventory(probe: &SharedProbe) -> Result<Vec<GpuInfo>, ProbeError> {
+    with_probe(probe, |p| p.inventory()).await
+}
+
+pub async fn sample(probe: &SharedProbe) -> Result<Vec<GpuSample>, ProbeError> {
+    with_probe(probe, |p| p.sample()).await
+}
+
+/// Tells the probe which pids run on GPU `index` (drives simulated load).
+pub fn assign(probe: &SharedProbe, index: u32, pids: &[u32]) {
+    probe
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .assign(index, pids);
+}
+
+/// Logs one line per GPU every `interval` until `shutdown` turns true.
+pub async fn log_loop(probe: SharedProbe, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        match sample(&probe).await {
+            Ok(samples) => samples.iter().for_each(log_sample),
+            Err(e) => tracing::warn!(error = %e, "gpu sample failed"),
+        }
+    }
+}
+
+fn log_sample(s: &GpuSample) {
+    tracing::info!(
+        gpu = s.index,
+        uuid = %s.uuid,
+        simulated = s.simulated,
+        util_pct = ?s.utilization_gpu_pct,
+        mem_used_mib = s.memory_used_bytes >> 20,
+        mem_total_mib = s.memory_total_bytes >> 20,
+        temp_c = ?s.temperature_c,
+        power_w = ?s.power_draw_w,
+        processes = s.processes.len(),
+        "gpu sample"
+    );
+}

@@ -1,0 +1,330 @@
+//! The rank supervisor against real child processes: small shell scripts stand
+//! in for `cohort-rank`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use cohort_agent::supervisor::{
+    RankEvent, RankEventKind, RankExit, RankKey, RankSpec, StopOutcome, Supervisor,
+    SupervisorError, STDERR_TAIL_LINES,
+};
+use cohort_spec::progress::ProgressLine;
+use cohort_spec::ExitClass;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
+    let config_path = dir.join("config.toml");
+    std::fs::write(&config_path, "# test\n").unwrap();
+    RankSpec {
+        key: RankKey::new(job, 0, rank),
+        program,
+        config_path,
+        run_dir: dir.join(format!("run-{job}-{rank}")),
+        world_size: 2,
+        local_rank: rank,
+        local_world_size: 2,
+        master_addr: "127.0.0.1".into(),
+        master_port: 29500,
+        gpu_index: rank,
+        cuda_visible_devices: String::new(),
+        extra_env: vec![],
+    }
+}
+
+fn supervisor(grace: Duration) -> (Supervisor, mpsc::Receiver<RankEvent>) {
+    let (tx, rx) = mpsc::channel(256);
+    (Supervisor::new(tx, grace), rx)
+}
+
+/// Collects this rank's events up to and including `Exited`.
+async fn events_until_exit(
+    rx: &mut mpsc::Receiver<RankEvent>,
+    key: &RankKey,
+) -> Vec<RankEventKind> {
+    let mut kinds = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let event = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("rank exited in time")
+            .expect("event channel open");
+        if &event.key != key {
+            continue;
+        }
+        let done = matches!(event.kind, RankEventKind::Exited(_));
+        kinds.push(event.kind);
+        if done {
+            return kinds;
+        }
+    }
+}
+
+fn exit_of(kinds: &[RankEventKind]) -> &RankExit {
+    match kinds.last() {
+        Some(RankEventKind::Exited(exit)) => exit,
+        other => panic!("last event is not Exited: {other:?}"),
+    }
+}
+
+/// True when `pid` no longer runs: gone, or a zombie nobody reaped yet.
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
+            .unwrap_or(false),
+    }
+}
+
+fn wait_dead(pid: i32) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if is_dead(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+async fn read_pid_file(path: &Path) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if let Ok(pid) = text.trim().parse() {
+                return pid;
+            }
+        }
+        assert!(start.elapsed() < WAIT, "{} never written", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn progress_lines_become_events_and_success_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let progress = ProgressLine::Checkpoint {
+        step: 100,
+        path: "/tmp/ckpt".into(),
+    };
+    let body = format!(
+        "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID\" > env.txt\n\
+         echo \"$@\" > args.txt\n\
+         echo 'plain log line'\n\
+         echo '{}'\n\
+         echo 'a warning' >&2\n\
+         exit 0",
+        progress.to_line()
+    );
+    let program = script(dir.path(), "ok.sh", &body);
+    let spec = rank_spec(dir.path(), program, "job-ok", 1);
+    let (key, run_dir, config) = (
+        spec.key.clone(),
+        spec.run_dir.clone(),
+        spec.config_path.clone(),
+    );
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
+    let pid = sup.start(spec).unwrap();
+
+    let kinds = events_until_exit(&mut rx, &key).await;
+    assert_eq!(kinds[0], RankEventKind::Started { pid });
+    assert_eq!(kinds[1], RankEventKind::Progress(progress));
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.code, Some(0));
+    assert_eq!(exit.signal, None);
+    assert_eq!(exit.class, ExitClass::Success);
+    assert_eq!(exit.stderr_tail, vec!["a warning".to_string()]);
+    assert!(!exit.stop_requested);
+
+    let env = std::fs::read_to_string(run_dir.join("env.txt")).unwrap();
+    assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok");
+    let args = std::fs::read_to_string(run_dir.join("args.txt")).unwrap();
+    assert_eq!(
+        args.trim(),
+        format!(
+            "--config {} --run-dir {}",
+            config.display(),
+            run_dir.display()
+        )
+    );
+    assert!(sup.running().is_empty());
+    assert_eq!(sup.stop(&key).await.unwrap(), StopOutcome::AlreadyExited);
+}
+
+#[tokio::test]
+async fn exit_codes_are_classified_and_stderr_tail_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
+
+    let bad_config = script(
+        dir.path(),
+        "bad.sh",
+        "echo 'config: unknown key' >&2\nexit 3",
+    );
+    let spec = rank_spec(dir.path(), bad_config, "job-bad", 0);
+    let key = spec.key.clone();
+    sup.start(spec).unwrap();
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.code, Some(3));
+    assert_eq!(exit.class, ExitClass::UserError);
+    assert_eq!(exit.stderr_tail, vec!["config: unknown key".to_string()]);
+
+    let noisy = script(
+        dir.path(),
+        "noisy.sh",
+        "i=1\nwhile [ $i -le 80 ]; do echo \"line $i\" >&2; i=$((i+1)); done\nexit 13",
+    );
+    let spec = rank_spec(dir.path(), noisy, "job-noisy", 0);
+    let key = spec.key.clone();
+    sup.start(spec).unwrap();
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.class, ExitClass::Infrastructure);
+    assert_eq!(exit.stderr_tail.len(), STDERR_TAIL_LINES);
+    assert_eq!(exit.stderr_tail.first().unwrap(), "line 31");
+    assert_eq!(exit.stderr_tail.last().unwrap(), "line 80");
+}
+
+#[tokio::test]
+async fn ignored_sigterm_escalates_to_sigkill_of_the_whole_group() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ignores SIGTERM, and so does the child it forks (SIG_IGN is inherited).
+    let stubborn = script(
+        dir.path(),
+        "stubborn.sh",
+        "trap '' TERM\nsleep 1000 &\necho $! > child.pid\nwait",
+    );
+    let spec = rank_spec(dir.path(), stubborn, "job-stubborn", 0);
+    let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
+    let (mut sup, mut rx) = supervisor(Duration::from_millis(500));
+    let pid = sup.start(spec).unwrap() as i32;
+    let child = read_pid_file(&run_dir.join("child.pid")).await;
+    assert!(!is_dead(child));
+    assert_eq!(sup.running(), vec![key.clone()]);
+
+    let started = Instant::now();
+    assert_eq!(sup.stop(&key).await.unwrap(), StopOutcome::Killed);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "grace was honoured"
+    );
+    assert!(is_dead(pid), "the rank was reaped");
+    assert!(wait_dead(child), "the forked child died with the group");
+
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.code, None);
+    assert_eq!(exit.signal, Some(libc::SIGKILL));
+    assert_eq!(exit.class, ExitClass::Stopped);
+    assert!(exit.stop_requested);
+    assert!(sup.running().is_empty());
+}
+
+#[tokio::test]
+async fn sigterm_stops_a_cooperative_rank_within_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = script(
+        dir.path(),
+        "sleeper.sh",
+        "sleep 1000 &\necho $! > child.pid\nwait",
+    );
+    let spec = rank_spec(dir.path(), sleeper, "job-coop", 0);
+    let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(10));
+    sup.start(spec).unwrap();
+    let child = read_pid_file(&run_dir.join("child.pid")).await;
+
+    let started = Instant::now();
+    assert_eq!(sup.stop(&key).await.unwrap(), StopOutcome::Terminated);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(wait_dead(child));
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.signal, Some(libc::SIGTERM));
+    assert_eq!(exit.class, ExitClass::Stopped);
+}
+
+#[tokio::test]
+async fn a_rank_that_exits_leaves_no_forked_process_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaky = script(
+        dir.path(),
+        "leaky.sh",
+        "sleep 1000 &\necho $! > child.pid\nexit 0",
+    );
+    let spec = rank_spec(dir.path(), leaky, "job-leaky", 0);
+    let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
+    sup.start(spec).unwrap();
+    let kinds = events_until_exit(&mut rx, &key).await;
+    assert_eq!(exit_of(&kinds).class, ExitClass::Success);
+    let child = read_pid_file(&run_dir.join("child.pid")).await;
+    assert!(
+        wait_dead(child),
+        "the orphaned child was killed with the group"
+    );
+}
+
+#[tokio::test]
+async fn stop_job_stops_only_that_job_and_drop_kills_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = script(dir.path(), "sleeper.sh", "exec sleep 1000");
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
+    let a0 = sup
+        .start(rank_spec(dir.path(), sleeper.clone(), "a", 0))
+        .unwrap();
+    let a1 = sup
+        .start(rank_spec(dir.path(), sleeper.clone(), "a", 1))
+        .unwrap();
+    let b0 = sup.start(rank_spec(dir.path(), sleeper, "b", 0)).unwrap() as i32;
+
+    let outcomes = sup.stop_job("a").await;
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.iter().all(|(_, o)| *o == StopOutcome::Terminated));
+    assert!(is_dead(a0 as i32) && is_dead(a1 as i32));
+    assert_eq!(sup.running(), vec![RankKey::new("b", 0, 0)]);
+
+    drop(sup);
+    assert!(wait_dead(b0), "dropping the supervisor killed the group");
+    // The monitor still reports the end.
+    let kinds = events_until_exit(&mut rx, &RankKey::new("b", 0, 0)).await;
+    assert_eq!(exit_of(&kinds).signal, Some(libc::SIGKILL));
+}
+
+#[tokio::test]
+async fn start_errors_are_precise() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sup, _rx) = supervisor(Duration::from_secs(1));
+    let missing = rank_spec(dir.path(), dir.path().join("no-such-rank"), "j", 0);
+    assert!(matches!(
+        sup.start(missing),
+        Err(SupervisorError::ProgramNotFound(_))
+    ));
+
+    let sleeper = script(dir.path(), "sleeper.sh", "exec sleep 1000");
+    sup.start(rank_spec(dir.path(), sleeper.clone(), "j", 0))
+        .unwrap();
+    let err = sup
+        .start(rank_spec(dir.path(), sleeper, "j", 0))
+        .unwrap_err();
+    assert!(matches!(err, SupervisorError::AlreadyRunning(_)), "{err}");
+    assert!(matches!(
+        sup.stop(&RankKey::new("other", 0, 0)).await,
+        Err(SupervisorError::NotFound(_))
+    ));
+    sup.shutdown().await;
+    assert!(sup.running().is_empty());
+}
