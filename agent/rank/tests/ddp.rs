@@ -1,0 +1,137 @@
+//! Data-parallel correctness with real `cohort-rank` processes and real c10d
+//! (gloo) on 127.0.0.1.
+
+mod common;
+
+use cohort_spec::progress::ProgressLine;
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn two_and_four_ranks_keep_bit_identical_parameters() {
+    for world in [2, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write(dir.path(), "sae.toml", &config(32, 20, 0));
+        let results = run_group(&cfg, &dir.path().join("run"), world);
+        for r in &results {
+            assert_eq!(r.code, Some(0), "world {world}: {}", r.stderr);
+        }
+        let sums: Vec<String> = results.iter().map(checksum).collect();
+        assert!(
+            sums.iter().all(|s| s == &sums[0]),
+            "world {world}: {sums:?}"
+        );
+        // every rank reports its own stats, with communication time measured
+        for (rank, r) in results.iter().enumerate() {
+            let comm = r.lines.iter().find_map(|l| match l {
+                ProgressLine::RankStats {
+                    rank: k, comm_ms, ..
+                } if *k == rank as i64 => Some(*comm_ms),
+                _ => None,
+            });
+            assert!(
+                comm.is_some_and(|c| c > 0.0),
+                "rank {rank} stats: {:?}",
+                r.lines
+            );
+        }
+    }
+}
+
+#[test]
+fn two_ranks_at_batch_b_match_one_rank_at_batch_2b() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = write(dir.path(), "one.toml", &config(64, 50, 0));
+    let two = write(dir.path(), "two.toml", &config(32, 50, 0));
+    let r1 = run_group(&one, &dir.path().join("one"), 1);
+    let r2 = run_group(&two, &dir.path().join("two"), 2);
+    assert!(r1.iter().chain(&r2).all(|r| r.code == Some(0)));
+    let (a, b) = (
+        final_params(&dir.path().join("one")),
+        final_params(&dir.path().join("two")),
+    );
+    assert_eq!(a.len(), 4);
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        let diff = (x - y).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "{name}: max |diff| = {diff}");
+    }
+    // and the loss fell
+    let losses: Vec<f64> = r1[0]
+        .lines
+        .iter()
+        .filter_map(|l| match l {
+            ProgressLine::Progress { loss, .. } => Some(*loss),
+            _ => None,
+        })
+        .collect();
+    assert!(losses.last().unwrap() < &(losses[0] * 0.5), "{losses:?}");
+}
+
+#[test]
+fn killed_and_resumed_run_reaches_the_uninterrupted_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "sae.toml", &config(32, 60, 10));
+    let straight = run_group(&cfg, &dir.path().join("straight"), 2);
+    let expected = checksum(&straight[0]);
+
+    // Interrupted: kill -9 both ranks right after the step-20 checkpoint.
+    let run = dir.path().join("resumed");
+    let port = free_port();
+    let mut ranks: Vec<Rank> = (0..2).map(|r| spawn(&cfg, &run, r, 2, port, &[])).collect();
+    loop {
+        let line = ranks[0]
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("rank 0 reports a checkpoint");
+        if let Some(ProgressLine::Checkpoint { step, .. }) = ProgressLine::parse(&line) {
+            if step >= 20 {
+                break;
+            }
+        }
+    }
+    for r in &mut ranks {
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+    let at = cohort_rank::checkpoint::latest(&run).unwrap().manifest.step;
+    assert!((20..60).contains(&at), "interrupted at step {at}");
+
+    let resumed = run_group(&cfg, &run, 2);
+    assert!(resumed.iter().all(|r| r.code == Some(0)));
+    let start = resumed[0].lines.iter().find_map(|l| match l {
+        ProgressLine::Started { start_step, .. } => Some(*start_step),
+        _ => None,
+    });
+    assert_eq!(start, Some(at));
+    assert_eq!(checksum(&resumed[0]), expected);
+    assert_eq!(checksum(&resumed[1]), expected);
+}
+
+#[test]
+fn a_killed_peer_makes_the_survivor_exit_with_the_infrastructure_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "sae.toml", &config(32, 100_000, 0));
+    let port = free_port();
+    let survivor = spawn(&cfg, &dir.path().join("run"), 0, 2, port, &[]);
+    let mut victim = spawn(&cfg, &dir.path().join("run"), 1, 2, port, &[]);
+    // wait until training is under way
+    loop {
+        let line = victim
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("victim trains");
+        if matches!(ProgressLine::parse(&line), Some(ProgressLine::RankStats { step, .. }) if step >= 10)
+        {
+            break;
+        }
+    }
+    victim.child.kill().unwrap();
+    victim.child.wait().unwrap();
+    let done = finish(survivor, Duration::from_secs(30));
+    assert_eq!(done.code, Some(11), "stderr: {}", done.stderr);
+    assert!(
+        done.stderr.contains("lost the process group"),
+        "{}",
+        done.stderr
+    );
+}
