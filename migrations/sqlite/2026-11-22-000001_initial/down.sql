@@ -1,0 +1,9 @@
+DROP TABLE alerts;
+DROP TABLE gpu_metrics;
+DROP TABLE checkpoints;
+DROP TABLE state_transitions;
+DROP TABLE training_events;
+DROP TABLE ranks;
+DROP TABLE trainings;
+DROP TABLE gpus;
+DROP TABLE agents;

@@ -1,0 +1,3 @@
+fn main() {
+    println!("cohort-coordinator: not wired yet");
+}

@@ -1,0 +1,10 @@
+//! The coordinator's domain types, independent of the database rows and of the
+//! generated protobuf messages (each side converts to and from these).
+
+mod gpu_request;
+mod state;
+mod training;
+
+pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
+pub use state::{JobState, RankState, UnknownState};
+pub use training::{EventPayload, StateChange, StateTransition, StoredEvent, Training};

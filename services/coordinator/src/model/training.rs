@@ -1,0 +1,142 @@
+//! A training job as the coordinator knows it, its state history and its
+//! stored events.
+
+use super::{GpuRequest, JobState};
+use chrono::{DateTime, Utc};
+use cohort_spec::progress::ProgressLine;
+use cohort_spec::TrainingConfig;
+use serde::{Deserialize, Serialize};
+
+/// A training job (one row of `trainings`, decoded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Training {
+    pub id: String,
+    /// The client's idempotency key, if it gave one.
+    pub request_id: Option<String>,
+    pub display_name: String,
+    pub config: TrainingConfig,
+    pub gpu_request: GpuRequest,
+    pub state: JobState,
+    /// Why the training is in its state (pending reason, failure cause, ...).
+    pub state_reason: String,
+    /// Number of ranks; 0 until placed.
+    pub world_size: i32,
+    /// True when the ranks span more than one process (world_size > 1).
+    pub distributed: bool,
+    pub priority: i32,
+    /// The current attempt; 0 until first placed.
+    pub attempt: i32,
+    pub restart_count: i32,
+    pub max_restarts: i32,
+    /// Rendezvous of the current attempt, once placed.
+    pub master_addr: Option<String>,
+    pub master_port: Option<i32>,
+    /// The sequence number of the newest stored event.
+    pub last_event_seq: i64,
+    pub create_time: DateTime<Utc>,
+    pub update_time: DateTime<Utc>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+}
+
+/// One row of a training's state history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateTransition {
+    pub training_id: String,
+    pub attempt: i32,
+    /// `None` for the creation of the training.
+    pub from: Option<JobState>,
+    pub to: JobState,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+/// A state change as stored in the event history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateChange {
+    pub from: Option<JobState>,
+    pub to: JobState,
+    pub reason: String,
+}
+
+/// What a stored training event carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventPayload {
+    /// The training changed state (written with the transition, atomically).
+    StateChange(StateChange),
+    /// A progress line of a rank, as cohort-spec defines it.
+    Rank(ProgressLine),
+}
+
+impl EventPayload {
+    /// The stored `kind`: "state_change", or the progress line's `event` tag
+    /// ("started", "progress", "rank_stats", "checkpoint", "finished", ...).
+    pub fn kind(&self) -> String {
+        match self {
+            EventPayload::StateChange(_) => "state_change".to_string(),
+            EventPayload::Rank(line) => serde_json::to_value(line)
+                .ok()
+                .and_then(|v| v.get("event")?.as_str().map(str::to_string))
+                .expect("progress lines are tagged by event"),
+        }
+    }
+
+    /// The stored `payload_json`.
+    pub fn to_json(&self) -> String {
+        match self {
+            EventPayload::StateChange(change) => {
+                serde_json::to_string(change).expect("state change serialises")
+            }
+            EventPayload::Rank(line) => line.to_line(),
+        }
+    }
+
+    /// Decodes a stored event; `None` when the row is not one we wrote.
+    pub fn from_stored(kind: &str, payload_json: &str) -> Option<Self> {
+        if kind == "state_change" {
+            serde_json::from_str(payload_json)
+                .ok()
+                .map(EventPayload::StateChange)
+        } else {
+            ProgressLine::parse(payload_json)
+                .filter(|line| EventPayload::Rank(line.clone()).kind() == kind)
+                .map(EventPayload::Rank)
+        }
+    }
+}
+
+/// One stored event of a training's history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub training_id: String,
+    /// From 1, increasing by one per event of the training.
+    pub seq: i64,
+    pub attempt: i32,
+    pub payload: EventPayload,
+    pub time: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip() {
+        let payloads = [
+            EventPayload::StateChange(StateChange {
+                from: None,
+                to: JobState::Queued,
+                reason: "created".into(),
+            }),
+            EventPayload::Rank(ProgressLine::Checkpoint {
+                step: 10,
+                path: "/run/ckpt-10".into(),
+            }),
+        ];
+        for payload in payloads {
+            let back = EventPayload::from_stored(&payload.kind(), &payload.to_json());
+            assert_eq!(back, Some(payload));
+        }
+        assert_eq!(EventPayload::from_stored("progress", "{}"), None);
+    }
+}

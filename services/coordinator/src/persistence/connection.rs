@@ -1,0 +1,172 @@
+//! Connections to either backend. The backend is chosen from the URL scheme
+//! here, never by `MultiConnection::establish` (which tries each backend in
+//! turn and hides the real error).
+
+use super::DatabaseError;
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgConnection;
+use diesel::r2d2::ManageConnection;
+use diesel::sqlite::SqliteConnection;
+use diesel::Connection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations/postgres");
+
+/// How long a SQLite connection waits for another writer before "database is locked".
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to either backend; every query is written once against it.
+#[derive(diesel::MultiConnection)]
+pub enum DbConnection {
+    Pg(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+/// Which database to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    /// A PostgreSQL connection URL (`postgres://` or `postgresql://`).
+    Postgres(String),
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+}
+
+impl DatabaseTarget {
+    /// `postgres://...` and `postgresql://...` are PostgreSQL; anything else is
+    /// a SQLite file path (an optional `sqlite://` prefix is removed).
+    pub fn from_url(url: &str) -> Self {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            DatabaseTarget::Postgres(url.to_string())
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            DatabaseTarget::Sqlite(PathBuf::from(path))
+        }
+    }
+
+    /// "postgresql" or "sqlite".
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            DatabaseTarget::Postgres(_) => "postgresql",
+            DatabaseTarget::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// For logs: the URL without its password, or the file path.
+    pub fn redacted(&self) -> String {
+        match self {
+            DatabaseTarget::Sqlite(path) => path.display().to_string(),
+            DatabaseTarget::Postgres(url) => redact_password(url),
+        }
+    }
+
+    fn establish(&self) -> Result<DbConnection, diesel::ConnectionError> {
+        match self {
+            DatabaseTarget::Postgres(url) => PgConnection::establish(url).map(DbConnection::Pg),
+            DatabaseTarget::Sqlite(path) => {
+                let path = path.to_str().ok_or_else(|| {
+                    diesel::ConnectionError::BadConnection(format!(
+                        "database path is not UTF-8: {}",
+                        path.display()
+                    ))
+                })?;
+                let mut conn = SqliteConnection::establish(path)?;
+                let pragmas = format!(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                     PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON;",
+                    SQLITE_BUSY_TIMEOUT.as_millis()
+                );
+                conn.batch_execute(&pragmas)
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(DbConnection::Sqlite(conn))
+            }
+        }
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// Applies the pending migrations of the connection's backend; returns how many ran.
+pub fn run_migrations(conn: &mut DbConnection) -> Result<usize, DatabaseError> {
+    let applied = match conn {
+        DbConnection::Pg(c) => c
+            .run_pending_migrations(POSTGRES_MIGRATIONS)
+            .map(|v| v.len()),
+        DbConnection::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
+    };
+    applied.map_err(|e| DatabaseError::Migration(e.to_string()))
+}
+
+/// The r2d2 manager: opens connections of the chosen backend, set up.
+#[derive(Debug)]
+pub struct ConnectionManager {
+    target: DatabaseTarget,
+}
+
+impl ConnectionManager {
+    pub fn new(target: DatabaseTarget) -> Self {
+        Self { target }
+    }
+}
+
+impl ManageConnection for ConnectionManager {
+    type Connection = DbConnection;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> Result<DbConnection, Self::Error> {
+        self.target
+            .establish()
+            .map_err(diesel::r2d2::Error::ConnectionError)
+    }
+
+    fn is_valid(&self, conn: &mut DbConnection) -> Result<(), Self::Error> {
+        conn.batch_execute("SELECT 1")
+            .map_err(diesel::r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut DbConnection) -> bool {
+        std::thread::panicking() || diesel::r2d2::R2D2Connection::is_broken(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_follows_the_scheme() {
+        assert_eq!(
+            DatabaseTarget::from_url("postgres://u@h/db").backend_name(),
+            "postgresql"
+        );
+        assert_eq!(
+            DatabaseTarget::from_url("postgresql://u@h/db").backend_name(),
+            "postgresql"
+        );
+        assert_eq!(
+            DatabaseTarget::from_url("sqlite:///tmp/x.db"),
+            DatabaseTarget::Sqlite("/tmp/x.db".into())
+        );
+        assert_eq!(
+            DatabaseTarget::from_url("data/cohort.db"),
+            DatabaseTarget::Sqlite("data/cohort.db".into())
+        );
+        assert_eq!(
+            DatabaseTarget::from_url("postgres://u:secret@h/db").redacted(),
+            "postgres://u:***@h/db"
+        );
+    }
+}

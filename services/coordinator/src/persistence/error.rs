@@ -1,0 +1,64 @@
+//! What can go wrong in the persistence layer.
+
+use crate::model::JobState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("cannot connect to the database: {0}")]
+    Connect(String),
+    #[error("database pool: {0}")]
+    Pool(String),
+    #[error("database migrations failed: {0}")]
+    Migration(String),
+    #[error("database query failed: {0}")]
+    Query(#[from] diesel::result::Error),
+    #[error("training {0} not found")]
+    TrainingNotFound(String),
+    #[error("training {id} cannot go from {from} to {to}")]
+    IllegalTransition {
+        id: String,
+        from: JobState,
+        to: JobState,
+    },
+    #[error(
+        "request_id {request_id:?} was already used for a different request (training {existing})"
+    )]
+    RequestIdConflict {
+        request_id: String,
+        existing: String,
+    },
+    /// The row changed under a conditional update; the operation is retried.
+    #[error("concurrent update of {0}")]
+    Conflict(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("database task failed: {0}")]
+    Task(String),
+}
+
+impl DatabaseError {
+    /// Worth running the whole transaction again: a serialization failure
+    /// (PostgreSQL), a busy or stale snapshot (SQLite), or a lost race on a
+    /// conditional update.
+    pub fn is_retryable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            DatabaseError::Conflict(_) => true,
+            DatabaseError::Query(Error::DatabaseError(kind, info)) => {
+                matches!(kind, DatabaseErrorKind::SerializationFailure)
+                    || info.message().contains("database is locked")
+                    || info.message().contains("database is busy")
+            }
+            _ => false,
+        }
+    }
+
+    /// A unique constraint was violated.
+    pub fn is_unique_violation(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        matches!(
+            self,
+            DatabaseError::Query(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _))
+        )
+    }
+}

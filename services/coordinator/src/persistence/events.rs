@@ -1,0 +1,79 @@
+//! The sequence-numbered event history of each training (what WatchTraining
+//! replays). Sequence numbers come from `trainings.last_event_seq`, bumped in
+//! the same transaction as the insert, so they are dense and never reused.
+
+use super::rows::{now, to_db_time, EventRow};
+use super::schema::{training_events, trainings};
+use super::{DatabaseError, DbConnection, Persistence};
+use crate::model::{EventPayload, StoredEvent};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+
+/// Appends one event inside the caller's transaction and returns it.
+pub fn append_event_in(
+    conn: &mut DbConnection,
+    training_id: &str,
+    attempt: i32,
+    payload: &EventPayload,
+    at: DateTime<Utc>,
+) -> Result<StoredEvent, DatabaseError> {
+    let this = trainings::table.filter(trainings::id.eq(training_id));
+    let updated = diesel::update(this)
+        .set(trainings::last_event_seq.eq(trainings::last_event_seq + 1))
+        .execute(conn)?;
+    if updated == 0 {
+        return Err(DatabaseError::TrainingNotFound(training_id.to_string()));
+    }
+    let seq: i64 = this.select(trainings::last_event_seq).first(conn)?;
+    let row = EventRow {
+        training_id: training_id.to_string(),
+        seq,
+        attempt,
+        kind: payload.kind(),
+        payload_json: payload.to_json(),
+        event_time: to_db_time(at),
+    };
+    diesel::insert_into(training_events::table)
+        .values(&row)
+        .execute(conn)?;
+    row.try_into()
+}
+
+impl Persistence {
+    /// Appends one event to a training's history.
+    pub async fn append_event(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        payload: EventPayload,
+    ) -> Result<StoredEvent, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("append_event", move |c| {
+            append_event_in(c, &id, attempt, &payload, now())
+        })
+        .await
+    }
+
+    /// Up to `limit` events with a sequence number above `after_seq`, in order.
+    pub async fn events_after(
+        &self,
+        training_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredEvent>, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("events_after", move |c| {
+            training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::seq.gt(after_seq))
+                .order(training_events::seq.asc())
+                .limit(limit.max(0))
+                .select(EventRow::as_select())
+                .load(c)?
+                .into_iter()
+                .map(StoredEvent::try_from)
+                .collect()
+        })
+        .await
+    }
+}

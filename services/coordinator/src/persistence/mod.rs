@@ -1,0 +1,172 @@
+//! Persistence: SQLite (the embedded default) or PostgreSQL through diesel.
+//!
+//! [`Persistence`] owns an r2d2 pool of [`DbConnection`]s. Every operation runs
+//! as ONE transaction on a blocking thread (`spawn_blocking`), is retried when
+//! the database reports a serialization failure or a busy/stale SQLite
+//! snapshot, and logs its latency. Migrations are embedded and applied at open.
+//!
+//! Queries are grouped by table family: [`trainings`] (jobs and their state
+//! history) and [`events`] (the sequence-numbered event history).
+
+mod connection;
+mod error;
+pub mod events;
+mod rows;
+pub mod schema;
+pub mod trainings;
+
+pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
+pub use error::DatabaseError;
+pub use trainings::{Created, ListTrainings, NewTraining, TrainingCursor};
+
+use connection::ConnectionManager;
+use diesel::r2d2::Pool;
+use diesel::Connection;
+use std::time::{Duration, Instant};
+
+/// Tuning of [`Persistence::open_with`].
+#[derive(Debug, Clone)]
+pub struct PersistenceOptions {
+    /// Pool size; `None`: 4 for SQLite, 8 for PostgreSQL.
+    pub max_connections: Option<u32>,
+    /// How long one checkout from the pool may wait.
+    pub checkout_timeout: Duration,
+    /// How long `open` waits for the database to accept connections.
+    pub startup_timeout: Duration,
+    /// Attempts of a transaction that keeps hitting retryable errors.
+    pub max_attempts: u32,
+}
+
+impl Default for PersistenceOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: None,
+            checkout_timeout: Duration::from_secs(10),
+            startup_timeout: Duration::from_secs(30),
+            max_attempts: 5,
+        }
+    }
+}
+
+/// The coordinator's database. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct Persistence {
+    pool: Pool<ConnectionManager>,
+    target: DatabaseTarget,
+    max_attempts: u32,
+}
+
+impl std::fmt::Debug for Persistence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persistence")
+            .field("database", &self.target.redacted())
+            .finish()
+    }
+}
+
+impl Persistence {
+    /// Opens the database with default options and applies pending migrations.
+    pub async fn open(target: DatabaseTarget) -> Result<Self, DatabaseError> {
+        Self::open_with(target, PersistenceOptions::default()).await
+    }
+
+    /// Opens the database, waiting up to `startup_timeout` for it to accept
+    /// connections, and applies pending migrations.
+    pub async fn open_with(
+        target: DatabaseTarget,
+        options: PersistenceOptions,
+    ) -> Result<Self, DatabaseError> {
+        tokio::task::spawn_blocking(move || Self::open_blocking(target, options))
+            .await
+            .map_err(|e| DatabaseError::Task(e.to_string()))?
+    }
+
+    fn open_blocking(
+        target: DatabaseTarget,
+        options: PersistenceOptions,
+    ) -> Result<Self, DatabaseError> {
+        if let DatabaseTarget::Sqlite(path) = &target {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    DatabaseError::Connect(format!("cannot create {}: {e}", dir.display()))
+                })?;
+            }
+        }
+        let max_size = options.max_connections.unwrap_or(match target {
+            DatabaseTarget::Sqlite(_) => 4,
+            DatabaseTarget::Postgres(_) => 8,
+        });
+        let deadline = Instant::now() + options.startup_timeout;
+        let pool = loop {
+            let built = Pool::builder()
+                .max_size(max_size)
+                .min_idle(Some(1))
+                .connection_timeout(options.checkout_timeout.min(options.startup_timeout))
+                .build(ConnectionManager::new(target.clone()));
+            match built {
+                Ok(pool) => break pool,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(database = %target.redacted(), error = %e, "database not ready, retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => {
+                    return Err(DatabaseError::Connect(format!(
+                        "{}: {e}",
+                        target.redacted()
+                    )))
+                }
+            }
+        };
+        let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
+        let applied = connection::run_migrations(&mut conn)?;
+        tracing::info!(
+            backend = target.backend_name(),
+            database = %target.redacted(),
+            migrations_applied = applied,
+            "database ready"
+        );
+        Ok(Self {
+            pool,
+            target,
+            max_attempts: options.max_attempts.max(1),
+        })
+    }
+
+    /// Which database this is.
+    pub fn target(&self) -> &DatabaseTarget {
+        &self.target
+    }
+
+    /// Runs `f` as one transaction on a blocking thread, retrying it on
+    /// retryable errors. `op` names the operation in logs.
+    pub async fn transaction<T, F>(&self, op: &'static str, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        let max_attempts = self.max_attempts;
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
+            let mut attempt = 1;
+            loop {
+                let result = conn.transaction(|c| f(c));
+                match result {
+                    Err(e) if e.is_retryable() && attempt < max_attempts => {
+                        tracing::debug!(op, attempt, error = %e, "retrying transaction");
+                        std::thread::sleep(Duration::from_millis(5 << attempt));
+                        attempt += 1;
+                    }
+                    result => {
+                        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+                        tracing::debug!(op, attempt, elapsed_ms, ok = result.is_ok(), "db op");
+                        return result;
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|e| DatabaseError::Task(e.to_string()))?
+    }
+}

@@ -1,0 +1,164 @@
+//! The one diesel schema of both backends; keep it in step with
+//! `migrations/sqlite/` and `migrations/postgres/`.
+
+diesel::table! {
+    agents (id) {
+        id -> Text,
+        name -> Text,
+        host_name -> Text,
+        address -> Text,
+        version -> Text,
+        connected -> Bool,
+        connect_time -> Timestamp,
+        last_seen_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    gpus (uuid) {
+        uuid -> Text,
+        agent_id -> Text,
+        gpu_index -> Integer,
+        name -> Text,
+        memory_total_bytes -> BigInt,
+        compute_capability -> Text,
+        simulated -> Bool,
+        last_seen_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    trainings (id) {
+        id -> Text,
+        request_id -> Nullable<Text>,
+        display_name -> Text,
+        config_json -> Text,
+        gpu_request_json -> Text,
+        state -> Text,
+        state_reason -> Text,
+        world_size -> Integer,
+        distributed -> Bool,
+        priority -> Integer,
+        attempt -> Integer,
+        restart_count -> Integer,
+        max_restarts -> Integer,
+        master_addr -> Nullable<Text>,
+        master_port -> Nullable<Integer>,
+        last_event_seq -> BigInt,
+        create_time -> Timestamp,
+        update_time -> Timestamp,
+        start_time -> Nullable<Timestamp>,
+        end_time -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    ranks (id) {
+        id -> BigInt,
+        training_id -> Text,
+        attempt -> Integer,
+        rank -> Integer,
+        agent_id -> Text,
+        gpu_uuid -> Text,
+        gpu_index -> Integer,
+        local_rank -> Integer,
+        local_world_size -> Integer,
+        pid -> Nullable<BigInt>,
+        state -> Text,
+        exit_code -> Nullable<Integer>,
+        signal -> Nullable<Integer>,
+        update_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    training_events (training_id, seq) {
+        training_id -> Text,
+        seq -> BigInt,
+        attempt -> Integer,
+        kind -> Text,
+        payload_json -> Text,
+        event_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    state_transitions (id) {
+        id -> BigInt,
+        training_id -> Text,
+        attempt -> Integer,
+        from_state -> Nullable<Text>,
+        to_state -> Text,
+        reason -> Text,
+        at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    checkpoints (id) {
+        id -> BigInt,
+        training_id -> Text,
+        attempt -> Integer,
+        step -> BigInt,
+        path -> Text,
+        agent_id -> Text,
+        create_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    gpu_metrics (id) {
+        id -> BigInt,
+        gpu_uuid -> Text,
+        agent_id -> Text,
+        training_id -> Nullable<Text>,
+        sample_time -> Timestamp,
+        utilization_gpu_percent -> Nullable<Double>,
+        utilization_memory_percent -> Nullable<Double>,
+        memory_used_bytes -> BigInt,
+        memory_total_bytes -> BigInt,
+        temperature_celsius -> Nullable<Double>,
+        power_draw_watts -> Nullable<Double>,
+        power_limit_watts -> Nullable<Double>,
+        sm_clock_mhz -> Nullable<Integer>,
+        memory_clock_mhz -> Nullable<Integer>,
+        ecc_errors_corrected -> Nullable<BigInt>,
+        ecc_errors_uncorrected -> Nullable<BigInt>,
+        throttle_reasons -> Text,
+        simulated -> Bool,
+    }
+}
+
+diesel::table! {
+    alerts (id) {
+        id -> Text,
+        severity -> Text,
+        kind -> Text,
+        message -> Text,
+        agent_id -> Nullable<Text>,
+        gpu_uuid -> Nullable<Text>,
+        training_id -> Nullable<Text>,
+        value -> Nullable<Double>,
+        threshold -> Nullable<Double>,
+        raise_time -> Timestamp,
+        resolve_time -> Nullable<Timestamp>,
+    }
+}
+
+diesel::joinable!(gpus -> agents (agent_id));
+diesel::joinable!(ranks -> trainings (training_id));
+diesel::joinable!(training_events -> trainings (training_id));
+diesel::joinable!(state_transitions -> trainings (training_id));
+diesel::joinable!(checkpoints -> trainings (training_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    agents,
+    gpus,
+    trainings,
+    ranks,
+    training_events,
+    state_transitions,
+    checkpoints,
+    gpu_metrics,
+    alerts,
+);

@@ -1,0 +1,322 @@
+//! Trainings and their state history. Every change of a training's state
+//! updates the row, appends a `state_transitions` row and a `state_change`
+//! event, in one transaction.
+
+use super::events::append_event_in;
+use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
+use super::schema::{state_transitions, trainings};
+use super::{DatabaseError, DbConnection, Persistence};
+use crate::model::{EventPayload, GpuRequest, JobState, StateChange, StateTransition, Training};
+use chrono::{DateTime, Utc};
+use cohort_spec::TrainingConfig;
+use diesel::prelude::*;
+
+/// What CreateTraining persists.
+#[derive(Debug, Clone)]
+pub struct NewTraining {
+    /// Idempotency key: a second create with the same key returns the first training.
+    pub request_id: Option<String>,
+    pub display_name: String,
+    pub config: TrainingConfig,
+    pub gpu_request: GpuRequest,
+    pub priority: i32,
+    pub max_restarts: i32,
+}
+
+/// The result of [`Persistence::create_training`].
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub training: Training,
+    /// False when the request_id matched an existing training (nothing written).
+    pub created: bool,
+}
+
+/// Position after which the next page of trainings starts (newest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingCursor {
+    pub create_time: DateTime<Utc>,
+    pub id: String,
+}
+
+impl From<&Training> for TrainingCursor {
+    fn from(t: &Training) -> Self {
+        Self {
+            create_time: t.create_time,
+            id: t.id.clone(),
+        }
+    }
+}
+
+/// A page request of [`Persistence::list_trainings`].
+#[derive(Debug, Clone, Default)]
+pub struct ListTrainings {
+    /// Only these states; empty: all.
+    pub states: Vec<JobState>,
+    /// At most this many trainings.
+    pub limit: i64,
+    /// Start after this training (the last one of the previous page).
+    pub after: Option<TrainingCursor>,
+}
+
+fn new_training_id() -> String {
+    format!("trn-{}", uuid::Uuid::new_v4().simple())
+}
+
+pub(crate) fn load_training(
+    conn: &mut DbConnection,
+    training_id: &str,
+) -> Result<Option<Training>, DatabaseError> {
+    trainings::table
+        .find(training_id)
+        .select(TrainingRow::as_select())
+        .first(conn)
+        .optional()?
+        .map(Training::try_from)
+        .transpose()
+}
+
+fn find_by_request_id(
+    conn: &mut DbConnection,
+    request_id: &str,
+) -> Result<Option<TrainingRow>, DatabaseError> {
+    Ok(trainings::table
+        .filter(trainings::request_id.eq(request_id))
+        .select(TrainingRow::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+fn insert_transition(
+    conn: &mut DbConnection,
+    training_id: &str,
+    attempt: i32,
+    change: &StateChange,
+    at: DateTime<Utc>,
+) -> Result<(), DatabaseError> {
+    diesel::insert_into(state_transitions::table)
+        .values(NewTransitionRow {
+            training_id,
+            attempt,
+            from_state: change.from.map(JobState::as_str),
+            to_state: change.to.as_str(),
+            reason: &change.reason,
+            at: to_db_time(at),
+        })
+        .execute(conn)?;
+    append_event_in(
+        conn,
+        training_id,
+        attempt,
+        &EventPayload::StateChange(change.clone()),
+        at,
+    )?;
+    Ok(())
+}
+
+fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, DatabaseError> {
+    let config_json = new.config.to_json();
+    let gpu_request_json = serde_json::to_string(&new.gpu_request).expect("gpu request serialises");
+    if let Some(request_id) = &new.request_id {
+        if let Some(row) = find_by_request_id(conn, request_id)? {
+            if row.config_json != config_json || row.gpu_request_json != gpu_request_json {
+                return Err(DatabaseError::RequestIdConflict {
+                    request_id: request_id.clone(),
+                    existing: row.id,
+                });
+            }
+            return Ok(Created {
+                training: row.try_into()?,
+                created: false,
+            });
+        }
+    }
+    let at = now();
+    let row = TrainingRow {
+        id: new_training_id(),
+        request_id: new.request_id.clone(),
+        display_name: new.display_name.clone(),
+        config_json,
+        gpu_request_json,
+        state: JobState::Queued.as_str().to_string(),
+        state_reason: "waiting to be scheduled".to_string(),
+        world_size: 0,
+        distributed: false,
+        priority: new.priority,
+        attempt: 0,
+        restart_count: 0,
+        max_restarts: new.max_restarts,
+        master_addr: None,
+        master_port: None,
+        last_event_seq: 0,
+        create_time: to_db_time(at),
+        update_time: to_db_time(at),
+        start_time: None,
+        end_time: None,
+    };
+    diesel::insert_into(trainings::table)
+        .values(&row)
+        .execute(conn)?;
+    let change = StateChange {
+        from: None,
+        to: JobState::Queued,
+        reason: "created".to_string(),
+    };
+    insert_transition(conn, &row.id, 0, &change, at)?;
+    let training = load_training(conn, &row.id)?
+        .ok_or_else(|| DatabaseError::TrainingNotFound(row.id.clone()))?;
+    Ok(Created {
+        training,
+        created: true,
+    })
+}
+
+/// Moves a training to `to` inside the caller's transaction: refuses an
+/// illegal transition (writing nothing), else updates the row and records the
+/// transition and its event. For composing with other writes (e.g. the rank map).
+pub fn transition_in(
+    conn: &mut DbConnection,
+    training_id: &str,
+    to: JobState,
+    reason: &str,
+) -> Result<Training, DatabaseError> {
+    let current = load_training(conn, training_id)?
+        .ok_or_else(|| DatabaseError::TrainingNotFound(training_id.to_string()))?;
+    let from = current.state;
+    if !from.can_transition_to(to) {
+        return Err(DatabaseError::IllegalTransition {
+            id: training_id.to_string(),
+            from,
+            to,
+        });
+    }
+    let at = now();
+    let this = trainings::table
+        .filter(trainings::id.eq(training_id))
+        .filter(trainings::state.eq(from.as_str()));
+    let updated = diesel::update(this)
+        .set((
+            trainings::state.eq(to.as_str()),
+            trainings::state_reason.eq(reason),
+            trainings::update_time.eq(to_db_time(at)),
+        ))
+        .execute(conn)?;
+    if updated == 0 {
+        return Err(DatabaseError::Conflict(format!("training {training_id}")));
+    }
+    let this = trainings::table.filter(trainings::id.eq(training_id));
+    if to == JobState::Running && current.start_time.is_none() {
+        diesel::update(this)
+            .set(trainings::start_time.eq(Some(to_db_time(at))))
+            .execute(conn)?;
+    }
+    if to.is_final() {
+        diesel::update(this)
+            .set(trainings::end_time.eq(Some(to_db_time(at))))
+            .execute(conn)?;
+    }
+    let change = StateChange {
+        from: Some(from),
+        to,
+        reason: reason.to_string(),
+    };
+    insert_transition(conn, training_id, current.attempt, &change, at)?;
+    load_training(conn, training_id)?
+        .ok_or_else(|| DatabaseError::TrainingNotFound(training_id.to_string()))
+}
+
+fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training>, DatabaseError> {
+    let mut query = trainings::table
+        .select(TrainingRow::as_select())
+        .order((trainings::create_time.desc(), trainings::id.desc()))
+        .limit(page.limit.max(0))
+        .into_boxed();
+    if !page.states.is_empty() {
+        let states: Vec<&str> = page.states.iter().map(|s| s.as_str()).collect();
+        query = query.filter(trainings::state.eq_any(states));
+    }
+    if let Some(after) = &page.after {
+        let t = to_db_time(after.create_time);
+        query = query.filter(
+            trainings::create_time.lt(t).or(trainings::create_time
+                .eq(t)
+                .and(trainings::id.lt(after.id.clone()))),
+        );
+    }
+    query
+        .load(conn)?
+        .into_iter()
+        .map(Training::try_from)
+        .collect()
+}
+
+impl Persistence {
+    /// Creates a QUEUED training with its first transition and event, or, when
+    /// `request_id` names an existing training with the same config and GPU
+    /// request, returns that one (`created: false`). The same request_id with
+    /// a different request is [`DatabaseError::RequestIdConflict`].
+    pub async fn create_training(&self, new: NewTraining) -> Result<Created, DatabaseError> {
+        let first = {
+            let new = new.clone();
+            self.transaction("create_training", move |c| create_in(c, &new))
+                .await
+        };
+        match first {
+            // A concurrent create with the same request_id won the race: the
+            // second run finds its training.
+            Err(e) if e.is_unique_violation() && new.request_id.is_some() => {
+                self.transaction("create_training", move |c| create_in(c, &new))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// One training, if it exists.
+    pub async fn get_training(&self, training_id: &str) -> Result<Option<Training>, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("get_training", move |c| load_training(c, &id))
+            .await
+    }
+
+    /// One page of trainings, newest first.
+    pub async fn list_trainings(
+        &self,
+        page: ListTrainings,
+    ) -> Result<Vec<Training>, DatabaseError> {
+        self.transaction("list_trainings", move |c| list_in(c, &page))
+            .await
+    }
+
+    /// Moves a training to `to`, recording the transition and its event
+    /// atomically. An illegal transition is [`DatabaseError::IllegalTransition`]
+    /// and writes nothing.
+    pub async fn transition(
+        &self,
+        training_id: &str,
+        to: JobState,
+        reason: &str,
+    ) -> Result<Training, DatabaseError> {
+        let (id, reason) = (training_id.to_string(), reason.to_string());
+        self.transaction("transition", move |c| transition_in(c, &id, to, &reason))
+            .await
+    }
+
+    /// A training's state history, oldest first.
+    pub async fn transitions(
+        &self,
+        training_id: &str,
+    ) -> Result<Vec<StateTransition>, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("transitions", move |c| {
+            state_transitions::table
+                .filter(state_transitions::training_id.eq(&id))
+                .order(state_transitions::id.asc())
+                .select(TransitionRow::as_select())
+                .load(c)?
+                .into_iter()
+                .map(StateTransition::try_from)
+                .collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,77 @@
+//! Real test databases: a SQLite file in a temp dir, and a private schema on
+//! the PostgreSQL server at `COHORT_TEST_POSTGRES_URL` (default
+//! postgres://postgres@127.0.0.1:5432/test), dropped when the test ends.
+
+use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+pub struct TestDb {
+    pub name: &'static str,
+    pub target: DatabaseTarget,
+    pub db: Persistence,
+    _cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { base_url: String, schema: String },
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Cleanup::Postgres { base_url, schema } = self {
+            if let Ok(mut conn) = PgConnection::establish(base_url) {
+                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+            }
+        }
+    }
+}
+
+fn postgres_base_url() -> String {
+    std::env::var("COHORT_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into())
+}
+
+pub async fn sqlite() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let target = DatabaseTarget::Sqlite(dir.path().join("cohort.db"));
+    let db = Persistence::open(target.clone())
+        .await
+        .expect("open sqlite");
+    TestDb {
+        name: "sqlite",
+        target,
+        db,
+        _cleanup: Cleanup::Sqlite(dir),
+    }
+}
+
+/// A fresh schema on the real PostgreSQL server. Fails loudly when the server
+/// is down: these tests are meant to run against it.
+pub async fn postgres() -> TestDb {
+    let base_url = postgres_base_url();
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = PgConnection::establish(&base_url)
+        .unwrap_or_else(|e| panic!("PostgreSQL at {base_url} is required by these tests: {e}"));
+    conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .expect("create schema");
+    let sep = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
+    let target = DatabaseTarget::Postgres(url);
+    let db = Persistence::open(target.clone())
+        .await
+        .expect("open postgres");
+    TestDb {
+        name: "postgres",
+        target,
+        db,
+        _cleanup: Cleanup::Postgres { base_url, schema },
+    }
+}
+
+/// Both backends, each fresh.
+pub async fn databases() -> Vec<TestDb> {
+    vec![sqlite().await, postgres().await]
+}

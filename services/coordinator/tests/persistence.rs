@@ -1,0 +1,319 @@
+//! Persistence against real databases: every test runs on SQLite and on PostgreSQL.
+
+mod common;
+
+use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState};
+use cohort_coordinator::persistence::{
+    DatabaseError, ListTrainings, NewTraining, Persistence, TrainingCursor,
+};
+use cohort_spec::progress::ProgressLine;
+use cohort_spec::TrainingConfig;
+
+const CONFIG: &str = r#"
+[model]
+d_in = 16
+[optim]
+batch_size = 8
+steps = 20
+[data.synthetic]
+num_samples = 256
+"#;
+
+fn new_training(request_id: Option<&str>) -> NewTraining {
+    NewTraining {
+        request_id: request_id.map(str::to_string),
+        display_name: "demo".into(),
+        config: TrainingConfig::from_toml(CONFIG).unwrap(),
+        gpu_request: GpuRequest {
+            selection: GpuSelection::Count { count: 2 },
+            queue: true,
+        },
+        priority: 0,
+        max_restarts: 3,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_apply_once_and_reopen() {
+    for t in common::databases().await {
+        assert!(
+            t.db.get_training("trn-none").await.unwrap().is_none(),
+            "{}",
+            t.name
+        );
+        // Reopening the same database finds nothing left to apply and keeps the data.
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        let again = Persistence::open(t.target.clone()).await.unwrap();
+        assert!(
+            again.get_training(&id).await.unwrap().is_some(),
+            "{}",
+            t.name
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_then_get() {
+    for t in common::databases().await {
+        let new = new_training(Some("req-1"));
+        let created = t.db.create_training(new.clone()).await.unwrap();
+        assert!(created.created, "{}", t.name);
+        let got =
+            t.db.get_training(&created.training.id)
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(got, created.training, "{}", t.name);
+        assert_eq!(got.state, JobState::Queued);
+        assert_eq!(got.config, new.config);
+        assert_eq!(got.gpu_request, new.gpu_request);
+        assert_eq!(got.request_id.as_deref(), Some("req-1"));
+        assert_eq!(got.max_restarts, 3);
+        assert_eq!(got.last_event_seq, 1);
+        assert!(got.start_time.is_none() && got.end_time.is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_is_idempotent_by_request_id() {
+    for t in common::databases().await {
+        let first =
+            t.db.create_training(new_training(Some("req-a")))
+                .await
+                .unwrap();
+        let second =
+            t.db.create_training(new_training(Some("req-a")))
+                .await
+                .unwrap();
+        assert!(first.created && !second.created, "{}", t.name);
+        assert_eq!(first.training.id, second.training.id);
+        assert_eq!(t.db.transitions(&first.training.id).await.unwrap().len(), 1);
+
+        // The same key with a different request is refused, and writes nothing.
+        let mut other = new_training(Some("req-a"));
+        other.gpu_request.selection = GpuSelection::Count { count: 4 };
+        match t.db.create_training(other).await {
+            Err(DatabaseError::RequestIdConflict { existing, .. }) => {
+                assert_eq!(existing, first.training.id)
+            }
+            other => panic!("{}: expected a conflict, got {other:?}", t.name),
+        }
+        let all = t.db.list_trainings(page(&[], 10, None)).await.unwrap();
+        assert_eq!(all.len(), 1, "{}", t.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_with_one_request_id_make_one_training() {
+    for t in common::databases().await {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let db = t.db.clone();
+                tokio::spawn(async move { db.create_training(new_training(Some("race"))).await })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        let mut created = 0;
+        for task in tasks {
+            let c = task.await.unwrap().unwrap();
+            created += usize::from(c.created);
+            ids.push(c.training.id);
+        }
+        ids.dedup();
+        assert_eq!((ids.len(), created), (1, 1), "{}", t.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transitions_are_recorded_with_events() {
+    for t in common::databases().await {
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        let steps = [
+            (JobState::Scheduled, "placed on 2 GPUs"),
+            (JobState::Running, "group formed"),
+            (JobState::Succeeded, "finished"),
+        ];
+        for (to, reason) in steps {
+            let after = t.db.transition(&id, to, reason).await.unwrap();
+            assert_eq!((after.state, after.state_reason.as_str()), (to, reason));
+        }
+        let done = t.db.get_training(&id).await.unwrap().unwrap();
+        assert!(
+            done.start_time.is_some() && done.end_time.is_some(),
+            "{}",
+            t.name
+        );
+
+        let history = t.db.transitions(&id).await.unwrap();
+        let pairs: Vec<_> = history.iter().map(|h| (h.from, h.to)).collect();
+        use JobState::*;
+        assert_eq!(
+            pairs,
+            [
+                (None, Queued),
+                (Some(Queued), Scheduled),
+                (Some(Scheduled), Running),
+                (Some(Running), Succeeded)
+            ],
+            "{}",
+            t.name
+        );
+        assert_eq!(history[2].reason, "group formed");
+
+        let events = t.db.events_after(&id, 0, 100).await.unwrap();
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4], "{}", t.name);
+        assert!(matches!(
+            &events[3].payload,
+            EventPayload::StateChange(c) if c.to == Succeeded && c.from == Some(Running)
+        ));
+        assert_eq!(t.db.events_after(&id, 2, 100).await.unwrap().len(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn illegal_transitions_are_refused_and_write_nothing() {
+    for t in common::databases().await {
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        let before = t.db.get_training(&id).await.unwrap().unwrap();
+        match t
+            .db
+            .transition(&id, JobState::Succeeded, "skip ahead")
+            .await
+        {
+            Err(DatabaseError::IllegalTransition { from, to, .. }) => {
+                assert_eq!((from, to), (JobState::Queued, JobState::Succeeded))
+            }
+            other => panic!("{}: expected an illegal transition, got {other:?}", t.name),
+        }
+        assert_eq!(t.db.get_training(&id).await.unwrap().unwrap(), before);
+        assert_eq!(t.db.transitions(&id).await.unwrap().len(), 1, "{}", t.name);
+        assert_eq!(t.db.events_after(&id, 0, 100).await.unwrap().len(), 1);
+
+        // A final state admits nothing, not even itself.
+        t.db.transition(&id, JobState::Cancelled, "user")
+            .await
+            .unwrap();
+        for to in JobState::ALL {
+            let err = t.db.transition(&id, to, "again").await.unwrap_err();
+            assert!(
+                matches!(err, DatabaseError::IllegalTransition { .. }),
+                "{err}"
+            );
+        }
+        assert_eq!(t.db.transitions(&id).await.unwrap().len(), 2, "{}", t.name);
+
+        let missing = t.db.transition("trn-missing", JobState::Running, "x").await;
+        assert!(matches!(missing, Err(DatabaseError::TrainingNotFound(_))));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rank_events_get_dense_sequence_numbers() {
+    for t in common::databases().await {
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        let line = ProgressLine::Progress {
+            step: 10,
+            total_steps: 20,
+            epoch: 0,
+            loss: 0.5,
+            mse: 0.4,
+            l1: 100.0,
+            samples_per_sec: 1000.0,
+            step_time_ms: 3.0,
+        };
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (db, id, line) = (t.db.clone(), id.clone(), line.clone());
+                tokio::spawn(async move { db.append_event(&id, 1, EventPayload::Rank(line)).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let events = t.db.events_after(&id, 1, 100).await.unwrap();
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [2, 3, 4, 5, 6, 7], "{}", t.name);
+        assert_eq!(events[0].payload, EventPayload::Rank(line.clone()));
+        assert_eq!(events[0].attempt, 1);
+
+        let missing =
+            t.db.append_event("trn-missing", 1, EventPayload::Rank(line))
+                .await;
+        assert!(matches!(missing, Err(DatabaseError::TrainingNotFound(_))));
+    }
+}
+
+fn page(states: &[JobState], limit: i64, after: Option<TrainingCursor>) -> ListTrainings {
+    ListTrainings {
+        states: states.to_vec(),
+        limit,
+        after,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_newest_first_and_filters_by_state() {
+    for t in common::databases().await {
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            ids.push(
+                t.db.create_training(new_training(None))
+                    .await
+                    .unwrap()
+                    .training
+                    .id,
+            );
+        }
+        t.db.transition(&ids[1], JobState::Cancelled, "x")
+            .await
+            .unwrap();
+        t.db.transition(&ids[3], JobState::Cancelled, "x")
+            .await
+            .unwrap();
+
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let batch =
+                t.db.list_trainings(page(&[], 2, after.clone()))
+                    .await
+                    .unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            after = batch.last().map(TrainingCursor::from);
+            seen.extend(batch.into_iter().map(|tr| tr.id));
+        }
+        let mut expected = ids.clone();
+        expected.reverse();
+        assert_eq!(seen, expected, "{}", t.name);
+
+        let cancelled =
+            t.db.list_trainings(page(&[JobState::Cancelled], 10, None))
+                .await
+                .unwrap();
+        let got: Vec<_> = cancelled.iter().map(|tr| tr.id.as_str()).collect();
+        assert_eq!(got, [ids[3].as_str(), ids[1].as_str()], "{}", t.name);
+    }
+}
