@@ -32,7 +32,13 @@ pub struct Args {
     #[arg(long, value_name = "N[:MEM]")]
     pub simulate_gpus: Option<SimSpec>,
 
-    /// How often to send heartbeats and GPU telemetry, e.g. `1s`, `500ms`.
+    /// The address other hosts' ranks reach this host by (MASTER_ADDR when
+    /// rank 0 runs here; default: the host name, as the coordinator sees fit).
+    #[arg(long)]
+    pub address: Option<String>,
+
+    /// How often to send heartbeats and GPU telemetry (when the coordinator
+    /// asks for other intervals on registration, its intervals win), e.g. `1s`, `500ms`.
     #[arg(long, default_value = INTERVAL_DEFAULT, value_parser = parse_duration)]
     pub interval: Duration,
 

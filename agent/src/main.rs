@@ -1,26 +1,20 @@
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
-use cohort_agent::cli::Args;
+use cohort_agent::cli::{host_name, Args};
+use cohort_agent::connect::{Agent, AgentConfig};
 use cohort_agent::probe;
+use cohort_agent::supervisor::default_rank_program;
 use cohort_agent::telemetry;
 
-fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,tower=warn,hyper=warn,tonic=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
+/// First reconnect delay; doubles per failure up to `BACKOFF_MAX`.
+const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -41,11 +35,22 @@ fn main() -> ExitCode {
     }
 }
 
+fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,tower=warn,hyper=warn,tonic=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.agent_name();
-
-    let probe = probe::open(args.simulate_gpus.as_ref(), &name)?;
-    let probe = telemetry::share(probe);
+    let probe = telemetry::share(probe::open(args.simulate_gpus.as_ref(), &name)?);
     let gpus = telemetry::inventory(&probe)
         .await
         .context("reading the gpu inventory")?;
@@ -59,29 +64,60 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "gpu found"
         );
     }
+
+    let rank_program = match &args.rank_binary {
+        Some(path) => path.clone(),
+        None => default_rank_program().context("locating cohort-rank next to cohort-agent")?,
+    };
+    if !rank_program.is_file() {
+        tracing::warn!(path = %rank_program.display(), "rank program not found; starting ranks will fail until it exists (see --rank-binary)");
+    }
+    let work_dir = args.work_dir();
+    std::fs::create_dir_all(&work_dir)
+        .with_context(|| format!("creating the work directory {}", work_dir.display()))?;
+
+    let config = AgentConfig {
+        coordinator: args.coordinator.clone(),
+        agent_name: name.clone(),
+        host_name: host_name(),
+        address: args.address.clone().unwrap_or_default(),
+        interval: args.interval,
+        work_dir: work_dir.clone(),
+        rank_program,
+        stop_grace: args.stop_grace,
+        backoff_initial: BACKOFF_INITIAL,
+        backoff_max: BACKOFF_MAX,
+    };
     tracing::info!(
         agent = %name,
-        coordinator = %args.coordinator,
+        coordinator = %config.coordinator,
         gpus = gpus.len(),
-        work_dir = %args.work_dir().display(),
+        work_dir = %work_dir.display(),
         "cohort-agent up"
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let telemetry = tokio::spawn(telemetry::log_loop(probe.clone(), args.interval, stop_rx));
+    let agent = tokio::spawn(Agent::new(config, probe, gpus).run(stop_rx));
     shutdown_signal().await;
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: stopping ranks");
     let _ = stop_tx.send(true);
-    let _ = telemetry.await;
+    agent.await.context("the agent task failed")?;
     Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGTERM handler; only Ctrl-C stops the agent");
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -1,9 +1,6 @@
-//! Sampling the probe from async code, and the local telemetry log.
+//! Sampling the probe from async code.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use tokio::sync::watch;
 
 use crate::probe::{GpuInfo, GpuProbe, GpuSample, ProbeError};
 
@@ -46,35 +43,4 @@ pub fn assign(probe: &SharedProbe, index: u32, pids: &[u32]) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .assign(index, pids);
-}
-
-/// Logs one line per GPU every `interval` until `shutdown` turns true.
-pub async fn log_loop(probe: SharedProbe, interval: Duration, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
-        match sample(&probe).await {
-            Ok(samples) => samples.iter().for_each(log_sample),
-            Err(e) => tracing::warn!(error = %e, "gpu sample failed"),
-        }
-    }
-}
-
-fn log_sample(s: &GpuSample) {
-    tracing::info!(
-        gpu = s.index,
-        uuid = %s.uuid,
-        simulated = s.simulated,
-        util_pct = ?s.utilization_gpu_pct,
-        mem_used_mib = s.memory_used_bytes >> 20,
-        mem_total_mib = s.memory_total_bytes >> 20,
-        temp_c = ?s.temperature_c,
-        power_w = ?s.power_draw_w,
-        processes = s.processes.len(),
-        "gpu sample"
-    );
 }

@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use process::RankHandle;
 
@@ -84,6 +83,33 @@ impl Supervisor {
             .map(|h| h.pid())
     }
 
+    /// Running ranks with their pids, in key order (for re-registration).
+    pub fn running_pids(&self) -> Vec<(RankKey, u32)> {
+        self.running()
+            .into_iter()
+            .filter_map(|k| self.pid(&k).map(|pid| (k, pid)))
+            .collect()
+    }
+
+    /// Stoppers for the ranks of `job_id` (one attempt, or all when `None`)
+    /// with their own grace period, to run from a spawned task.
+    pub fn stoppers(
+        &self,
+        job_id: &str,
+        attempt: Option<u32>,
+        grace: Duration,
+    ) -> Vec<RankStopper> {
+        let mut keys: Vec<&RankKey> = self
+            .ranks
+            .keys()
+            .filter(|k| k.job_id == job_id && attempt.is_none_or(|a| k.attempt == a))
+            .collect();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| RankStopper::new(k.clone(), self.ranks[k].clone(), grace))
+            .collect()
+    }
+
     /// A handle that stops one rank without borrowing the supervisor, for
     /// callers that stop ranks from a spawned task.
     pub fn stopper(&self, key: &RankKey) -> Option<RankStopper> {
@@ -121,21 +147,8 @@ impl Supervisor {
     }
 
     async fn stop_many(&self, keys: Vec<RankKey>) -> Vec<(RankKey, StopOutcome)> {
-        let mut set = JoinSet::new();
-        for key in keys {
-            if let Some(stopper) = self.stopper(&key) {
-                set.spawn(async move { (key, stopper.stop().await) });
-            }
-        }
-        let mut outcomes = Vec::new();
-        while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(e) => tracing::error!(error = %e, "rank stop task failed"),
-            }
-        }
-        outcomes.sort_by(|a, b| a.0.cmp(&b.0));
-        outcomes
+        let stoppers = keys.iter().filter_map(|k| self.stopper(k)).collect();
+        RankStopper::stop_all(stoppers).await
     }
 }
 

@@ -38,6 +38,27 @@ impl RankStopper {
         Self { key, handle, grace }
     }
 
+    pub fn key(&self) -> &RankKey {
+        &self.key
+    }
+
+    /// Stops all of `stoppers` at once; returns their outcomes in key order.
+    pub async fn stop_all(stoppers: Vec<RankStopper>) -> Vec<(RankKey, StopOutcome)> {
+        let mut set = tokio::task::JoinSet::new();
+        for stopper in stoppers {
+            set.spawn(async move { (stopper.key.clone(), stopper.stop().await) });
+        }
+        let mut outcomes = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => tracing::error!(error = %e, "rank stop task failed"),
+            }
+        }
+        outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+        outcomes
+    }
+
     /// Returns once the rank process is reaped and its group was sent SIGKILL
     /// (so nothing it forked survives), or when it is [`StopOutcome::Stuck`].
     pub async fn stop(self) -> StopOutcome {

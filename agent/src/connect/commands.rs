@@ -1,0 +1,211 @@
+//! The coordinator's commands: StartRanks and StopRanks.
+
+use std::path::PathBuf;
+
+use cohort_proto::v1;
+use cohort_proto::v1::coordinator_message::Message as In;
+
+use super::{convert, Agent};
+use crate::supervisor::{RankKey, RankSpec, RankStopper};
+
+/// Runs one command. Returns events to send at once (ranks that could not be
+/// started); everything else is reported through the supervisor's events.
+pub(super) fn handle(agent: &mut Agent, command: v1::CoordinatorMessage) -> Vec<v1::RankEvent> {
+    match command.message {
+        Some(In::StartRanks(start)) => start_ranks(agent, start),
+        Some(In::StopRanks(stop)) => {
+            stop_ranks(agent, stop);
+            Vec::new()
+        }
+        Some(In::Registered(_)) => {
+            tracing::warn!("ignoring a second Registered on the same session");
+            Vec::new()
+        }
+        None => {
+            tracing::warn!("ignoring an empty coordinator message");
+            Vec::new()
+        }
+    }
+}
+
+fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
+    let attempt = u32::try_from(cmd.attempt).unwrap_or(0);
+    let keys: Vec<RankKey> = cmd
+        .ranks
+        .iter()
+        .map(|r| {
+            RankKey::new(
+                &cmd.training_id,
+                attempt,
+                u32::try_from(r.rank).unwrap_or(0),
+            )
+        })
+        .collect();
+    tracing::info!(
+        training = %cmd.training_id,
+        attempt = cmd.attempt,
+        ranks = cmd.ranks.len(),
+        world_size = cmd.world_size,
+        master = %format!("{}:{}", cmd.master_addr, cmd.master_port),
+        "start ranks"
+    );
+    let fail_all = |message: String| {
+        tracing::warn!(training = %cmd.training_id, error = %message, "cannot start ranks");
+        keys.iter()
+            .map(|k| convert::start_failed(k, message.clone()))
+            .collect::<Vec<_>>()
+    };
+    if let Err(message) = validate(&cmd, agent.gpus.len()) {
+        return fail_all(message);
+    }
+    let (config_path, run_dir) = match prepare_dirs(agent, &cmd, attempt) {
+        Ok(paths) => paths,
+        Err(message) => return fail_all(message),
+    };
+
+    let mut failures = Vec::new();
+    for (assignment, key) in cmd.ranks.iter().zip(keys) {
+        let gpu_index = assignment.gpu_index as u32;
+        let simulated = agent.gpus[gpu_index as usize].simulated;
+        let spec = RankSpec {
+            key: key.clone(),
+            program: agent.config.rank_program.clone(),
+            config_path: config_path.clone(),
+            run_dir: run_dir.clone(),
+            world_size: cmd.world_size as u32,
+            local_rank: assignment.local_rank as u32,
+            local_world_size: assignment.local_world_size as u32,
+            master_addr: cmd.master_addr.clone(),
+            master_port: cmd.master_port as u16,
+            gpu_index,
+            // A simulated GPU has no device: the rank runs on the CPU.
+            cuda_visible_devices: if simulated {
+                String::new()
+            } else {
+                gpu_index.to_string()
+            },
+            extra_env: vec![],
+        };
+        if let Err(e) = agent.supervisor.start(spec) {
+            tracing::warn!(rank = %key, error = %e, "rank did not start");
+            failures.push(convert::start_failed(&key, e.to_string()));
+        }
+    }
+    failures
+}
+
+/// Checks a StartRanks before anything is written or started.
+fn validate(cmd: &v1::StartRanks, gpu_count: usize) -> Result<(), String> {
+    let id = &cmd.training_id;
+    let safe_id = !id.is_empty()
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !safe_id {
+        return Err(format!("training id {id:?} is not a safe name"));
+    }
+    if cmd.attempt < 0 {
+        return Err(format!("attempt {} is negative", cmd.attempt));
+    }
+    if cmd.ranks.is_empty() {
+        return Err("no ranks to start".into());
+    }
+    if cmd.world_size < 1 {
+        return Err(format!("world size {} is below 1", cmd.world_size));
+    }
+    if cmd.master_addr.is_empty() {
+        return Err("master_addr is empty".into());
+    }
+    if cmd.master_port == 0 || cmd.master_port > u32::from(u16::MAX) {
+        return Err(format!("master_port {} is not a port", cmd.master_port));
+    }
+    if cmd.config_json.trim().is_empty() {
+        return Err("config_json is empty".into());
+    }
+    for r in &cmd.ranks {
+        if r.rank < 0 || r.rank >= cmd.world_size {
+            return Err(format!(
+                "rank {} is outside world size {}",
+                r.rank, cmd.world_size
+            ));
+        }
+        if r.local_rank < 0 || r.local_rank >= r.local_world_size {
+            return Err(format!(
+                "local rank {} is outside local world size {}",
+                r.local_rank, r.local_world_size
+            ));
+        }
+        if r.gpu_index < 0 || r.gpu_index as usize >= gpu_count {
+            return Err(format!(
+                "gpu {} does not exist on this agent ({gpu_count} gpus)",
+                r.gpu_index
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the config to `<work>/trainings/<id>/attempt-<n>/config.json` and
+/// picks the run directory (the command's, relative to the work dir, or
+/// `<work>/trainings/<id>/run`).
+fn prepare_dirs(
+    agent: &Agent,
+    cmd: &v1::StartRanks,
+    attempt: u32,
+) -> Result<(PathBuf, PathBuf), String> {
+    let training_dir = agent
+        .config
+        .work_dir
+        .join("trainings")
+        .join(&cmd.training_id);
+    let attempt_dir = training_dir.join(format!("attempt-{attempt}"));
+    std::fs::create_dir_all(&attempt_dir)
+        .map_err(|e| format!("cannot create {}: {e}", attempt_dir.display()))?;
+    let config_path = attempt_dir.join("config.json");
+    std::fs::write(&config_path, &cmd.config_json)
+        .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
+    let run_dir = if cmd.run_dir.is_empty() {
+        training_dir.join("run")
+    } else {
+        agent.config.work_dir.join(&cmd.run_dir)
+    };
+    // The rank runs with the run dir as its working directory: make both
+    // paths absolute so they mean the same inside it.
+    Ok((absolute(config_path), absolute(run_dir)))
+}
+
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
+/// Stops in a spawned task so the session keeps serving during the grace period.
+fn stop_ranks(agent: &Agent, cmd: v1::StopRanks) {
+    let attempt = match cmd.attempt {
+        0 => None,
+        a if a > 0 => Some(a as u32),
+        a => {
+            tracing::warn!(training = %cmd.training_id, attempt = a, "ignoring StopRanks with a negative attempt");
+            return;
+        }
+    };
+    let grace =
+        convert::positive_duration(cmd.grace_period.as_ref()).unwrap_or(agent.config.stop_grace);
+    let stoppers = agent.supervisor.stoppers(&cmd.training_id, attempt, grace);
+    tracing::info!(
+        training = %cmd.training_id,
+        attempt = cmd.attempt,
+        ranks = stoppers.len(),
+        grace_ms = grace.as_millis() as u64,
+        reason = %cmd.reason,
+        "stop ranks"
+    );
+    if stoppers.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        for (key, outcome) in RankStopper::stop_all(stoppers).await {
+            tracing::info!(rank = %key, outcome = ?outcome, "rank stopped");
+        }
+    });
+}

@@ -1,0 +1,179 @@
+//! The agent's link to the coordinator: one `AgentService.Connect` stream at a
+//! time, re-dialled with backoff whenever it breaks. Ranks keep running while
+//! the coordinator is away; their events wait in an [`Outbox`] and the next
+//! Register reports the ranks still alive.
+
+mod backoff;
+mod commands;
+pub mod convert;
+mod outbox;
+mod session;
+
+pub use backoff::Backoff;
+pub use outbox::{Outbox, OUTBOX_CAPACITY};
+pub use session::SessionError;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::probe::GpuInfo;
+use crate::supervisor::{RankEvent, RankEventKind, RankKey, Supervisor};
+use crate::telemetry::{self, SharedProbe};
+
+/// Capacity of the supervisor's event channel.
+const EVENT_CHANNEL: usize = 1024;
+
+/// How the agent runs; built from the command line.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The coordinator's URL, e.g. `http://127.0.0.1:50051`.
+    pub coordinator: String,
+    pub agent_name: String,
+    pub host_name: String,
+    /// The address other hosts' ranks reach this host by; empty: the host name.
+    pub address: String,
+    /// Heartbeat and telemetry interval unless the coordinator sets its own.
+    pub interval: Duration,
+    /// Where job configs and run directories go.
+    pub work_dir: PathBuf,
+    /// The `cohort-rank` executable.
+    pub rank_program: PathBuf,
+    /// SIGTERM-to-SIGKILL grace when a StopRanks names none.
+    pub stop_grace: Duration,
+    /// First reconnect delay; doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+/// How the agent's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// The shutdown signal was given.
+    Requested,
+}
+
+/// The agent: probe, supervisor and the reconnecting session loop.
+pub struct Agent {
+    config: AgentConfig,
+    probe: SharedProbe,
+    gpus: Vec<GpuInfo>,
+    supervisor: Supervisor,
+    events: mpsc::Receiver<RankEvent>,
+    outbox: Outbox,
+    /// Which GPU and pid each running rank has (drives the simulated load).
+    placements: HashMap<RankKey, (u32, u32)>,
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+impl Agent {
+    pub fn new(config: AgentConfig, probe: SharedProbe, gpus: Vec<GpuInfo>) -> Self {
+        let (tx, events) = mpsc::channel(EVENT_CHANNEL);
+        let supervisor = Supervisor::new(tx, config.stop_grace);
+        Self {
+            config,
+            probe,
+            gpus,
+            supervisor,
+            events,
+            outbox: Outbox::default(),
+            placements: HashMap::new(),
+        }
+    }
+
+    /// Connects, serves sessions and reconnects until `shutdown` turns true;
+    /// then stops every rank (SIGTERM, SIGKILL after the grace).
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Shutdown {
+        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
+        let mut failures = 0u64;
+        loop {
+            match session::run(&mut self, &mut shutdown).await {
+                Ok(()) => break,
+                Err((registered, error)) => {
+                    if registered {
+                        backoff.reset();
+                        failures = 0;
+                    }
+                    failures += 1;
+                    let delay = backoff.next_delay();
+                    if failures <= 3 || failures.is_power_of_two() {
+                        tracing::warn!(
+                            coordinator = %self.config.coordinator,
+                            error = %error,
+                            retry_in_ms = delay.as_millis() as u64,
+                            failures,
+                            "coordinator session ended; reconnecting"
+                        );
+                    }
+                    if self.idle(delay, &mut shutdown).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.stop_everything().await;
+        Shutdown::Requested
+    }
+
+    /// Waits `delay` while keeping rank events flowing into the outbox.
+    /// `Err` when shutdown was requested meanwhile.
+    async fn idle(
+        &mut self,
+        delay: Duration,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), ()> {
+        let sleep = tokio::time::sleep(delay);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return Ok(()),
+                _ = stopped(shutdown) => return Err(()),
+                Some(event) = self.events.recv() => {
+                    let event = self.observe(event);
+                    self.outbox.push(event);
+                }
+            }
+        }
+    }
+
+    async fn stop_everything(&mut self) {
+        let outcomes = self.supervisor.shutdown().await;
+        if !outcomes.is_empty() {
+            tracing::info!(ranks = outcomes.len(), "stopped every rank on shutdown");
+        }
+    }
+
+    /// Notes what an event means for the GPUs, and converts it.
+    fn observe(&mut self, event: RankEvent) -> cohort_proto::v1::RankEvent {
+        match &event.kind {
+            RankEventKind::Started { pid } => {
+                self.placements
+                    .insert(event.key.clone(), (event.gpu_index, *pid));
+                self.reassign(event.gpu_index);
+            }
+            RankEventKind::Exited(_) => {
+                self.placements.remove(&event.key);
+                self.reassign(event.gpu_index);
+            }
+            RankEventKind::Progress(_) => {}
+        }
+        convert::rank_event(&event)
+    }
+
+    /// Tells the probe which pids now run on `gpu`.
+    fn reassign(&self, gpu: u32) {
+        let pids: Vec<u32> = self
+            .placements
+            .values()
+            .filter(|(g, _)| *g == gpu)
+            .map(|(_, pid)| *pid)
+            .collect();
+        telemetry::assign(&self.probe, gpu, &pids);
+    }
+}

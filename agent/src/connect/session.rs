@@ -1,0 +1,242 @@
+//! One session on the `AgentService.Connect` stream: Register, wait for
+//! Registered, then heartbeats, telemetry and rank events out, commands in.
+
+use std::time::{Duration, SystemTime};
+
+use cohort_proto::v1;
+use cohort_proto::v1::agent_message::Message as Out;
+use cohort_proto::v1::agent_service_client::AgentServiceClient;
+use cohort_proto::v1::coordinator_message::Message as In;
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::time::MissedTickBehavior;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::Streaming;
+
+use super::{commands, convert, stopped, Agent};
+use crate::telemetry;
+
+/// Messages queued for the stream before the sender waits.
+const OUTBOUND_CAPACITY: usize = 256;
+/// How long the coordinator has to answer Register.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a session ended (other than a requested shutdown).
+#[derive(Debug, Error)]
+pub enum SessionError {
+    #[error("cannot reach the coordinator: {0}")]
+    Connect(String),
+    #[error("the coordinator refused the session: {} ({:?})", .0.message(), .0.code())]
+    Refused(tonic::Status),
+    #[error("the stream broke: {} ({:?})", .0.message(), .0.code())]
+    Stream(tonic::Status),
+    #[error("the coordinator closed the stream")]
+    Closed,
+    #[error("no Registered answer within {0:?}")]
+    RegisterTimeout(Duration),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+/// A session end: whether Register was answered, and why it ended.
+pub(super) type Broken = (bool, SessionError);
+
+/// Runs one session; `Ok` when shutdown was requested.
+pub(super) async fn run(
+    agent: &mut Agent,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), Broken> {
+    let url = agent.config.coordinator.clone();
+    let channel = tokio::select! {
+        channel = cohort_proto::channel(&url) => channel.map_err(|e| (false, SessionError::Connect(chain(&e))))?,
+        _ = stopped(shutdown) => return Ok(()),
+    };
+    let mut client = AgentServiceClient::new(channel);
+    let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
+    tx.send(message(Out::Register(register(agent))))
+        .await
+        .map_err(|_| (false, SessionError::Closed))?;
+    let response = tokio::select! {
+        response = client.connect(ReceiverStream::new(rx)) => response.map_err(|s| (false, SessionError::Refused(s)))?,
+        _ = stopped(shutdown) => return Ok(()),
+    };
+    let mut inbound = response.into_inner();
+    let registered = tokio::select! {
+        first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()) => registered(first).map_err(|e| (false, e))?,
+        _ = stopped(shutdown) => return Ok(()),
+    };
+    let heartbeat_every = convert::positive_duration(registered.heartbeat_interval.as_ref())
+        .unwrap_or(agent.config.interval);
+    let telemetry_every = convert::positive_duration(registered.telemetry_interval.as_ref())
+        .unwrap_or(agent.config.interval);
+    tracing::info!(
+        agent_id = %registered.agent_id,
+        coordinator = %url,
+        heartbeat_ms = heartbeat_every.as_millis() as u64,
+        telemetry_ms = telemetry_every.as_millis() as u64,
+        pending_events = agent.outbox.len(),
+        "registered with the coordinator"
+    );
+    serve(
+        agent,
+        &tx,
+        &mut inbound,
+        shutdown,
+        heartbeat_every,
+        telemetry_every,
+    )
+    .await
+    .map_err(|e| (true, e))
+}
+
+/// The registered session's loop.
+async fn serve(
+    agent: &mut Agent,
+    tx: &mpsc::Sender<v1::AgentMessage>,
+    inbound: &mut Streaming<v1::CoordinatorMessage>,
+    shutdown: &mut watch::Receiver<bool>,
+    heartbeat_every: Duration,
+    telemetry_every: Duration,
+) -> Result<(), SessionError> {
+    flush_outbox(agent, tx).await?;
+    let mut heartbeat = tokio::time::interval(heartbeat_every);
+    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut telemetry_tick = tokio::time::interval(telemetry_every);
+    telemetry_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stopped(shutdown) => return Ok(()),
+            _ = heartbeat.tick() => {
+                let beat = v1::Heartbeat { time: Some(convert::timestamp(SystemTime::now())) };
+                send(tx, Out::Heartbeat(beat)).await?;
+            }
+            _ = telemetry_tick.tick() => send_telemetry(agent, tx).await?,
+            Some(event) = agent.events.recv() => {
+                let event = agent.observe(event);
+                if tx.send(message(Out::RankEvent(event.clone()))).await.is_err() {
+                    agent.outbox.push(event);
+                    return Err(SessionError::Closed);
+                }
+            }
+            received = inbound.message() => match received {
+                Ok(Some(command)) => {
+                    for event in commands::handle(agent, command) {
+                        send(tx, Out::RankEvent(event)).await?;
+                    }
+                }
+                Ok(None) => return Err(SessionError::Closed),
+                Err(status) => return Err(SessionError::Stream(status)),
+            },
+        }
+    }
+}
+
+/// Telemetry is best effort: a sample that does not fit the queue is dropped,
+/// never waited for.
+async fn send_telemetry(
+    agent: &Agent,
+    tx: &mpsc::Sender<v1::AgentMessage>,
+) -> Result<(), SessionError> {
+    let samples = match telemetry::sample(&agent.probe).await {
+        Ok(samples) => samples,
+        Err(e) => {
+            tracing::warn!(error = %e, "gpu sample failed");
+            return Ok(());
+        }
+    };
+    let batch = v1::TelemetrySamples {
+        samples: samples.iter().map(convert::gpu_sample).collect(),
+    };
+    match tx.try_send(message(Out::Telemetry(batch))) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::debug!("telemetry sample dropped: stream backed up");
+            Ok(())
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(SessionError::Closed),
+    }
+}
+
+async fn flush_outbox(
+    agent: &mut Agent,
+    tx: &mpsc::Sender<v1::AgentMessage>,
+) -> Result<(), SessionError> {
+    let pending = agent.outbox.take();
+    let mut pending = pending.into_iter();
+    while let Some(event) = pending.next() {
+        if tx
+            .send(message(Out::RankEvent(event.clone())))
+            .await
+            .is_err()
+        {
+            let mut rest = vec![event];
+            rest.extend(pending);
+            agent.outbox.restore(rest);
+            return Err(SessionError::Closed);
+        }
+    }
+    Ok(())
+}
+
+fn registered(
+    first: Result<
+        Result<Option<v1::CoordinatorMessage>, tonic::Status>,
+        tokio::time::error::Elapsed,
+    >,
+) -> Result<v1::Registered, SessionError> {
+    match first {
+        Err(_) => Err(SessionError::RegisterTimeout(REGISTER_TIMEOUT)),
+        Ok(Err(status)) => Err(SessionError::Refused(status)),
+        Ok(Ok(None)) => Err(SessionError::Closed),
+        Ok(Ok(Some(v1::CoordinatorMessage {
+            message: Some(In::Registered(registered)),
+        }))) => Ok(registered),
+        Ok(Ok(Some(other))) => Err(SessionError::Protocol(format!(
+            "expected Registered first, got {:?}",
+            other.message
+        ))),
+    }
+}
+
+fn register(agent: &Agent) -> v1::Register {
+    v1::Register {
+        host_name: agent.config.host_name.clone(),
+        agent_name: agent.config.agent_name.clone(),
+        gpus: agent.gpus.iter().map(convert::gpu_info).collect(),
+        address: agent.config.address.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        running_ranks: agent
+            .supervisor
+            .running_pids()
+            .into_iter()
+            .map(|(key, pid)| v1::RunningRank {
+                training_id: key.job_id,
+                attempt: key.attempt as i32,
+                rank: key.rank as i32,
+                pid,
+            })
+            .collect(),
+    }
+}
+
+async fn send(tx: &mpsc::Sender<v1::AgentMessage>, out: Out) -> Result<(), SessionError> {
+    tx.send(message(out))
+        .await
+        .map_err(|_| SessionError::Closed)
+}
+
+fn message(out: Out) -> v1::AgentMessage {
+    v1::AgentMessage { message: Some(out) }
+}
+
+/// An error with its sources, `a: b: c` (tonic's transport error alone says little).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,397 @@
+//! The agent's coordinator session against an in-process fake coordinator
+//! (a real tonic server on 127.0.0.1) and real rank processes (shell scripts).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use cohort_agent::connect::{Agent, AgentConfig};
+use cohort_agent::probe::{GpuProbe, SimulatedProbe};
+use cohort_agent::telemetry;
+use cohort_proto::v1;
+use cohort_proto::v1::agent_message::Message as Out;
+use cohort_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
+use cohort_proto::v1::coordinator_message::Message as In;
+use cohort_proto::v1::rank_event::Kind;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One Connect call as the fake coordinator sees it.
+struct Session {
+    inbound: mpsc::UnboundedReceiver<v1::AgentMessage>,
+    outbound: mpsc::Sender<Result<v1::CoordinatorMessage, Status>>,
+}
+
+impl Session {
+    async fn next(&mut self) -> v1::AgentMessage {
+        tokio::time::timeout(WAIT, self.inbound.recv())
+            .await
+            .expect("agent message in time")
+            .expect("agent stream open")
+    }
+
+    /// The next message matching `pick`, skipping others.
+    async fn next_matching<T>(&mut self, mut pick: impl FnMut(Out) -> Option<T>) -> T {
+        loop {
+            if let Some(message) = self.next().await.message {
+                if let Some(found) = pick(message) {
+                    return found;
+                }
+            }
+        }
+    }
+
+    async fn next_rank_event(&mut self) -> v1::RankEvent {
+        self.next_matching(|m| match m {
+            Out::RankEvent(e) => Some(e),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn send(&self, message: In) {
+        self.outbound
+            .send(Ok(v1::CoordinatorMessage {
+                message: Some(message),
+            }))
+            .await
+            .unwrap();
+    }
+
+    async fn register(&mut self) -> v1::Register {
+        let register = match self.next().await.message {
+            Some(Out::Register(r)) => r,
+            other => panic!("expected Register first, got {other:?}"),
+        };
+        self.send(In::Registered(v1::Registered {
+            agent_id: "agent-1".into(),
+            heartbeat_interval: Some(millis(100)),
+            telemetry_interval: Some(millis(100)),
+        }))
+        .await;
+        register
+    }
+}
+
+struct FakeCoordinator {
+    sessions: mpsc::UnboundedSender<Session>,
+}
+
+type CoordinatorStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentService for FakeCoordinator {
+    type ConnectStream = CoordinatorStream;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let mut incoming = request.into_inner();
+        let (in_tx, in_rx) = mpsc::unbounded_channel();
+        let (out_tx, out_rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = incoming.next().await {
+                if in_tx.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let _ = self.sessions.send(Session {
+            inbound: in_rx,
+            outbound: out_tx,
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
+    }
+
+    async fn list_agents(
+        &self,
+        _: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+}
+
+async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let service = AgentServiceServer::new(FakeCoordinator { sessions: tx });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    rx
+}
+
+async fn next_session(sessions: &mut mpsc::UnboundedReceiver<Session>) -> Session {
+    tokio::time::timeout(WAIT, sessions.recv())
+        .await
+        .expect("agent connected in time")
+        .expect("server running")
+}
+
+fn millis(ms: u64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+fn script(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("fake-rank.sh");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A rank that records its environment, reports progress and then trains "forever".
+const RANK_SCRIPT: &str = r#"
+echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT CUDA=[$CUDA_VISIBLE_DEVICES] CONFIG=$2" > "rank-$RANK.env"
+echo '{"event":"checkpoint","step":5,"path":"ckpt"}'
+sleep 1000 &
+wait
+"#;
+
+fn start_agent(
+    url: String,
+    work: &Path,
+    program: PathBuf,
+) -> (tokio::task::JoinHandle<()>, watch::Sender<bool>) {
+    let sim: SimulatedProbe = SimulatedProbe::new("test", &"2:16GiB".parse().unwrap());
+    let gpus = sim.inventory().unwrap();
+    let config = AgentConfig {
+        coordinator: url,
+        agent_name: "test".into(),
+        host_name: "test-host".into(),
+        address: "127.0.0.1".into(),
+        interval: Duration::from_millis(100),
+        work_dir: work.to_path_buf(),
+        rank_program: program,
+        stop_grace: Duration::from_secs(5),
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(300),
+    };
+    let agent = Agent::new(config, telemetry::share(Box::new(sim)), gpus);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        agent.run(stop_rx).await;
+    });
+    (task, stop_tx)
+}
+
+fn start_ranks(training: &str, gpus: &[(i32, i32)], world_size: i32) -> In {
+    In::StartRanks(v1::StartRanks {
+        training_id: training.into(),
+        attempt: 1,
+        config_json: "{\"model\":{}}".into(),
+        world_size,
+        master_addr: "127.0.0.1".into(),
+        master_port: 29555,
+        ranks: gpus
+            .iter()
+            .enumerate()
+            .map(|(local, &(rank, gpu))| v1::LocalRankAssignment {
+                rank,
+                local_rank: local as i32,
+                local_world_size: gpus.len() as i32,
+                gpu_index: gpu,
+                gpu_uuid: format!("GPU-SIM-test-{gpu}"),
+            })
+            .collect(),
+        run_dir: String::new(),
+    })
+}
+
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_streams_runs_commands_and_reconnects() {
+    let work = tempfile::tempdir().unwrap();
+    let program = script(work.path(), RANK_SCRIPT);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let mut sessions = serve(listener).await;
+    let (agent, stop) = start_agent(url, work.path(), program);
+
+    // Register: the simulated inventory, nothing running yet.
+    let mut session = next_session(&mut sessions).await;
+    let register = session.register().await;
+    assert_eq!(register.agent_name, "test");
+    assert_eq!(register.host_name, "test-host");
+    assert_eq!(register.address, "127.0.0.1");
+    assert_eq!(register.gpus.len(), 2);
+    assert_eq!(register.gpus[1].uuid, "GPU-SIM-test-1");
+    assert!(register.gpus.iter().all(|g| g.simulated));
+    assert_eq!(register.gpus[0].compute_capability, "8.0");
+    assert!(register.running_ranks.is_empty());
+
+    // Heartbeats and telemetry flow.
+    session
+        .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
+        .await;
+    let samples = session
+        .next_matching(|m| match m {
+            Out::Telemetry(t) => Some(t.samples),
+            _ => None,
+        })
+        .await;
+    assert_eq!(samples.len(), 2);
+    assert!(samples.iter().all(|s| s.simulated && s.time.is_some()));
+
+    // StartRanks: two ranks, one per GPU.
+    session
+        .send(start_ranks("job-1", &[(0, 0), (1, 1)], 2))
+        .await;
+    let mut pids = std::collections::HashMap::new();
+    let mut progress = 0;
+    while pids.len() < 2 || progress < 2 {
+        let event = session.next_rank_event().await;
+        assert_eq!(event.training_id, "job-1");
+        assert_eq!(event.attempt, 1);
+        match event.kind.unwrap() {
+            Kind::Started(s) => {
+                pids.insert(event.rank, s.pid);
+            }
+            Kind::Progress(p) => {
+                let line: serde_json::Value = serde_json::from_str(&p.json_line).unwrap();
+                assert_eq!(line["event"], "checkpoint");
+                progress += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let run_dir = work.path().join("trainings/job-1/run");
+    let config = work.path().join("trainings/job-1/attempt-1/config.json");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "{\"model\":{}}");
+    let env = std::fs::read_to_string(run_dir.join("rank-1.env")).unwrap();
+    assert_eq!(
+        env.trim(),
+        format!(
+            "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER=127.0.0.1:29555 CUDA=[] CONFIG={}",
+            std::path::absolute(&config).unwrap().display()
+        )
+    );
+
+    // The simulated GPUs feel the load.
+    let busy = async {
+        loop {
+            let samples = session
+                .next_matching(|m| match m {
+                    Out::Telemetry(t) => Some(t.samples),
+                    _ => None,
+                })
+                .await;
+            if samples
+                .iter()
+                .all(|s| s.utilization_gpu_percent.unwrap_or(0.0) > 30.0)
+            {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, busy)
+        .await
+        .expect("gpus got busy");
+
+    // A bad command is answered with a start failure, nothing started.
+    session.send(start_ranks("job-2", &[(0, 7)], 1)).await;
+    let failed = session.next_rank_event().await;
+    assert_eq!(failed.training_id, "job-2");
+    match failed.kind.unwrap() {
+        Kind::StartFailed(f) => assert!(f.message.contains("gpu 7"), "{}", f.message),
+        other => panic!("expected StartFailed, got {other:?}"),
+    }
+
+    // The coordinator goes away: the agent reconnects and reports its ranks.
+    drop(session);
+    let mut session = next_session(&mut sessions).await;
+    let register = session.register().await;
+    let mut running: Vec<(i32, u32)> = register
+        .running_ranks
+        .iter()
+        .map(|r| {
+            assert_eq!(r.training_id, "job-1");
+            (r.rank, r.pid)
+        })
+        .collect();
+    running.sort();
+    assert_eq!(running, vec![(0, pids[&0]), (1, pids[&1])]);
+
+    // StopRanks: both ranks end, reported as exits; no process is left.
+    session
+        .send(In::StopRanks(v1::StopRanks {
+            training_id: "job-1".into(),
+            attempt: 0,
+            grace_period: Some(millis(2000)),
+            reason: "cancelled".into(),
+        }))
+        .await;
+    let mut exited = 0;
+    while exited < 2 {
+        let event = session.next_rank_event().await;
+        if let Some(Kind::Exited(e)) = event.kind {
+            assert_eq!(
+                e.status,
+                Some(v1::rank_exited::Status::Signal(libc::SIGTERM))
+            );
+            exited += 1;
+        }
+    }
+    for pid in pids.values() {
+        assert!(is_dead(*pid), "rank {pid} is gone");
+    }
+
+    stop.send(true).unwrap();
+    tokio::time::timeout(WAIT, agent).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_a_late_coordinator_and_stops_ranks_on_shutdown() {
+    let work = tempfile::tempdir().unwrap();
+    let program = script(work.path(), RANK_SCRIPT);
+    // Reserve a port, free it, and start the agent before anything listens there.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (agent, stop) = start_agent(format!("http://{addr}"), work.path(), program);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let mut sessions = serve(TcpListener::bind(addr).await.unwrap()).await;
+    let mut session = next_session(&mut sessions).await;
+    session.register().await;
+    session.send(start_ranks("job-3", &[(0, 1)], 1)).await;
+    let pid = session
+        .next_matching(|m| match m {
+            Out::RankEvent(v1::RankEvent {
+                kind: Some(Kind::Started(s)),
+                ..
+            }) => Some(s.pid),
+            _ => None,
+        })
+        .await;
+    assert!(!is_dead(pid));
+
+    // Shutting the agent down stops its ranks.
+    stop.send(true).unwrap();
+    tokio::time::timeout(WAIT, agent).await.unwrap().unwrap();
+    let start = std::time::Instant::now();
+    while !is_dead(pid) && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(is_dead(pid), "rank {pid} stopped with the agent");
+}
