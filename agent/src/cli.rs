@@ -55,6 +55,11 @@ pub struct Args {
     #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
     pub stop_grace: Duration,
 
+    /// Print the GPU inventory and one telemetry sample as a table, then exit
+    /// (checks the probe without a coordinator).
+    #[arg(long)]
+    pub probe_once: bool,
+
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]
     pub log_json: bool,

@@ -54,6 +54,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let gpus = telemetry::inventory(&probe)
         .await
         .context("reading the gpu inventory")?;
+    if args.probe_once {
+        let samples = telemetry::sample(&probe)
+            .await
+            .context("sampling the gpus")?;
+        print!("{}", probe::report::render(&gpus, &samples));
+        return Ok(());
+    }
     for gpu in &gpus {
         tracing::info!(
             gpu = gpu.index,

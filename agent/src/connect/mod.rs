@@ -108,7 +108,7 @@ impl Agent {
                             error = %error,
                             retry_in_ms = delay.as_millis() as u64,
                             failures,
-                            "coordinator session ended; reconnecting"
+                            "no coordinator session; reconnecting"
                         );
                     }
                     if self.idle(delay, &mut shutdown).await.is_err() {

@@ -4,6 +4,7 @@
 
 mod error;
 mod nvml;
+pub mod report;
 mod sim_spec;
 mod simulated;
 mod types;
