@@ -1,0 +1,413 @@
+//! `cohort`: the command-line client of the cohort coordinator.
+//!
+//! A thin typed client over the `cohort.v1` gRPC API: every command is one or a
+//! few RPCs, shown as a table (default) or as the API's messages in JSON
+//! (`-o json`). Failures are printed in human words and end with an exit code
+//! from [`errors::exit`].
+
+mod client;
+mod commands;
+mod errors;
+mod render;
+
+use clap::{Args, Parser, Subcommand};
+use errors::CliError;
+use render::OutputFormat;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Where the coordinator listens unless `--coordinator` or `COHORT_COORDINATOR` says otherwise.
+pub const COORDINATOR_DEFAULT: &str = "http://127.0.0.1:50051";
+
+/// Control data-parallel GPU training on a cohort coordinator.
+#[derive(Debug, Parser)]
+#[command(name = "cohort", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The coordinator's gRPC address (`http://host:port`; `host:port` means http).
+    #[arg(
+        long,
+        global = true,
+        env = "COHORT_COORDINATOR",
+        default_value = COORDINATOR_DEFAULT,
+        value_name = "URL"
+    )]
+    pub coordinator: String,
+
+    /// How long to wait for the connection to the coordinator, in seconds.
+    #[arg(long, global = true, default_value = "5", value_name = "SECS", value_parser = parse_seconds)]
+    pub connect_timeout: Duration,
+
+    /// Output format: aligned tables for people, or the API's messages as JSON.
+    #[arg(short, long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every GPU of every agent: memory, utilization, temperature, holder, health.
+    Gpus(GpusArgs),
+    /// List the agents known to the coordinator.
+    Agents,
+    /// Submit, list, inspect, cancel and watch trainings.
+    #[command(subcommand)]
+    Train(TrainCommand),
+    /// Live GPU telemetry.
+    #[command(subcommand)]
+    Telemetry(TelemetryCommand),
+    /// List the complete checkpoints of a training, newest first.
+    Checkpoints {
+        /// The training id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GpusArgs {
+    /// Only the GPUs of this agent (its id).
+    #[arg(long, value_name = "AGENT_ID")]
+    pub agent: Option<String>,
+    /// Only GPUs that can take a rank now.
+    #[arg(long)]
+    pub available: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrainCommand {
+    /// Submit a training from a TOML or JSON config file; prints its id.
+    Submit(SubmitArgs),
+    /// List trainings, newest first.
+    List(ListArgs),
+    /// Show one training: state, pending reason, rank map and state transitions.
+    Get {
+        /// The training id.
+        id: String,
+        /// Do not read the state transitions from the training's history.
+        #[arg(long)]
+        no_history: bool,
+    },
+    /// Cancel a training: its ranks are stopped and its GPUs freed.
+    Cancel {
+        /// The training id.
+        id: String,
+        /// Why; recorded in the training's history.
+        #[arg(long, default_value = "cancelled from the cohort CLI")]
+        reason: String,
+    },
+    /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The training config (`.json` is read as JSON, anything else as TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Run on this many GPUs, chosen by the coordinator (default: as many as fit).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "gpu_ids")]
+    pub gpus: Option<i32>,
+    /// Run on exactly these GPUs (uuids from `cohort gpus`), in rank order.
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', num_args = 1..)]
+    pub gpu_ids: Vec<String>,
+    /// Scheduling priority: among queued trainings, higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Restarts allowed after rank crashes, lost agents or hangs (server default 3).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub max_restarts: Option<i32>,
+    /// Idempotency key: retrying with the same id returns the first training.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
+    /// A human-readable name for the training.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Fail instead of queueing when the GPUs are not free now.
+    #[arg(long)]
+    pub no_queue: bool,
+    /// After submitting, watch the training until it ends (like `train watch`).
+    #[arg(long)]
+    pub wait: bool,
+    /// Override `optim.steps` (and drop `optim.epochs`).
+    #[arg(long, value_name = "N")]
+    pub steps: Option<i64>,
+    /// Override `optim.epochs` (and drop `optim.steps`).
+    #[arg(long, value_name = "N", conflicts_with = "steps")]
+    pub epochs: Option<i64>,
+    /// Override `optim.batch_size` (per rank).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<i64>,
+    /// Override `optim.learning_rate`.
+    #[arg(long, value_name = "LR")]
+    pub learning_rate: Option<f64>,
+    /// Override `optim.seed`.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// A training state, as a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateArg {
+    Queued,
+    Scheduled,
+    Running,
+    Restarting,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only trainings in this state (repeat or comma-separate for several).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub state: Vec<StateArg>,
+    /// Trainings per page (1..=1000; the server's default when unset).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1000))]
+    pub page_size: Option<i32>,
+    /// Start at this page (the token a previous page printed).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "all")]
+    pub page_token: Option<String>,
+    /// Fetch every page, not just the first.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The training id.
+    pub id: String,
+    /// Only events after this sequence number (0: the whole history first).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub from_sequence: u64,
+    /// Also show every rank's step timing and memory.
+    #[arg(long)]
+    pub rank_stats: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TelemetryCommand {
+    /// A live table of GPU metrics (in `-o json`, one JSON object per update).
+    Watch(TelemetryWatchArgs),
+}
+
+/// How telemetry of several GPUs is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewArg {
+    /// One summary over all selected GPUs.
+    Aggregated,
+    /// One row per GPU.
+    PerGpu,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryWatchArgs {
+    /// Per GPU or one summary.
+    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
+    pub view: ViewArg,
+    /// Only GPUs of this agent (id or name; repeatable).
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Vec<String>,
+    /// Only this GPU (uuid; repeatable).
+    #[arg(long, value_name = "UUID")]
+    pub gpu: Vec<String>,
+    /// Only GPUs held by this training.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
+    /// Stop after this many updates (default: until interrupted).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+/// A duration in seconds, e.g. `5` or `0.5`.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{text:?} must be a positive number of seconds"))
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let coordinator = &client::Coordinator {
+        url: cli.coordinator,
+        connect_timeout: cli.connect_timeout,
+    };
+    let out = cli.output;
+    match cli.command {
+        Command::Gpus(args) => commands::gpus::list(coordinator, &args, out).await,
+        Command::Agents => commands::agents::list(coordinator, out).await,
+        Command::Checkpoints { id } => commands::train::checkpoints(coordinator, &id, out).await,
+        Command::Train(cmd) => match cmd {
+            TrainCommand::Submit(args) => commands::train::submit(coordinator, &args, out).await,
+            TrainCommand::List(args) => commands::train::list(coordinator, &args, out).await,
+            TrainCommand::Get { id, no_history } => {
+                commands::train::get(coordinator, &id, !no_history, out).await
+            }
+            TrainCommand::Cancel { id, reason } => {
+                commands::train::cancel(coordinator, &id, &reason, out).await
+            }
+            TrainCommand::Watch(args) => {
+                commands::watch::watch(
+                    coordinator,
+                    &args.id,
+                    args.from_sequence,
+                    args.rank_stats,
+                    out,
+                )
+                .await
+            }
+        },
+        Command::Telemetry(TelemetryCommand::Watch(args)) => {
+            commands::telemetry::watch(coordinator, &args, out).await
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: cannot start: {e}");
+            return ExitCode::from(errors::exit::GENERIC);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            if !matches!(err, CliError::BrokenPipe) {
+                let _ = writeln!(std::io::stderr(), "error: {err}");
+            }
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("cohort").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = parse(&["gpus"]).unwrap();
+        // The env var may be set where the tests run; the flag always wins.
+        if std::env::var_os("COHORT_COORDINATOR").is_none() {
+            assert_eq!(cli.coordinator, COORDINATOR_DEFAULT);
+        }
+        assert_eq!(cli.output, OutputFormat::Table);
+        assert_eq!(cli.connect_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn global_flags_anywhere() {
+        let cli = parse(&["train", "list", "-o", "json", "--coordinator", "h:1"]).unwrap();
+        assert_eq!(cli.output, OutputFormat::Json);
+        assert_eq!(cli.coordinator, "h:1");
+    }
+
+    #[test]
+    fn submit_flags() {
+        let cli = parse(&[
+            "train",
+            "submit",
+            "--config",
+            "job.toml",
+            "--gpu-ids",
+            "SIM-a,SIM-b",
+            "--priority",
+            "-2",
+            "--no-queue",
+            "--wait",
+            "--steps",
+            "50",
+        ])
+        .unwrap();
+        let Command::Train(TrainCommand::Submit(args)) = cli.command else {
+            panic!("not submit");
+        };
+        assert_eq!(args.gpu_ids, vec!["SIM-a", "SIM-b"]);
+        assert_eq!(args.priority, -2);
+        assert!(args.no_queue && args.wait);
+        assert_eq!(args.steps, Some(50));
+        assert_eq!(args.gpus, None);
+    }
+
+    #[test]
+    fn bad_usage_is_rejected() {
+        // --gpus and --gpu-ids exclude each other.
+        let err = parse(&[
+            "train",
+            "submit",
+            "--config",
+            "c",
+            "--gpus",
+            "2",
+            "--gpu-ids",
+            "x",
+        ])
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        // --gpus must be at least 1.
+        assert!(parse(&["train", "submit", "--config", "c", "--gpus", "0"]).is_err());
+        // --config is required.
+        assert!(parse(&["train", "submit"]).is_err());
+        assert!(parse(&["--connect-timeout", "-1", "gpus"]).is_err());
+        assert!(parse(&["-o", "yaml", "gpus"]).is_err());
+    }
+
+    #[test]
+    fn list_and_watch_flags() {
+        let cli = parse(&["train", "list", "--state", "queued,running", "--all"]).unwrap();
+        let Command::Train(TrainCommand::List(args)) = cli.command else {
+            panic!("not list");
+        };
+        assert_eq!(args.state, vec![StateArg::Queued, StateArg::Running]);
+        assert!(args.all);
+
+        let cli = parse(&["train", "watch", "t-1", "--from-sequence", "17"]).unwrap();
+        let Command::Train(TrainCommand::Watch(args)) = cli.command else {
+            panic!("not watch");
+        };
+        assert_eq!((args.id.as_str(), args.from_sequence), ("t-1", 17));
+
+        let cli = parse(&[
+            "telemetry",
+            "watch",
+            "--view",
+            "aggregated",
+            "--agent",
+            "a",
+            "--agent",
+            "b",
+            "--job",
+            "t-1",
+        ])
+        .unwrap();
+        let Command::Telemetry(TelemetryCommand::Watch(args)) = cli.command else {
+            panic!("not telemetry");
+        };
+        assert_eq!(args.view, ViewArg::Aggregated);
+        assert_eq!(args.agent, vec!["a", "b"]);
+        assert_eq!(args.job.as_deref(), Some("t-1"));
+    }
+}

@@ -1,0 +1,73 @@
+//! How results are shown: aligned tables for people ([`table`]), the API's
+//! messages as JSON for scripts ([`json`]), and the live progress bar ([`progress`]).
+
+pub mod json;
+pub mod progress;
+pub mod table;
+
+use crate::errors::CliError;
+use std::io::Write;
+
+/// The `-o/--output` choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned tables and progress bars for people.
+    Table,
+    /// The API's messages as JSON (one object per line for streams).
+    Json,
+}
+
+/// Writes `text` and a newline to stdout and flushes it.
+pub fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes one JSON value on one line.
+pub fn emit_json(value: &serde_json::Value) -> Result<(), CliError> {
+    emit(&value.to_string())
+}
+
+/// An enum value's proto name without its type prefix, lowercased:
+/// `("GPU_AVAILABILITY_BUSY", "GPU_AVAILABILITY_")` -> `"busy"`.
+pub fn short_name(name: &str, prefix: &str) -> String {
+    name.strip_prefix(prefix)
+        .unwrap_or(name)
+        .to_ascii_lowercase()
+}
+
+/// A timestamp as `2026-11-22T14:05:18Z` (whole seconds), or `-` when unset.
+pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
+    match ts {
+        Some(ts) => prost_types::Timestamp {
+            seconds: ts.seconds,
+            nanos: 0,
+        }
+        .to_string(),
+        None => "-".to_string(),
+    }
+}
+
+/// Bytes in GiB with one decimal.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// An optional number with a unit, `-` when unset.
+pub fn opt_num(value: Option<f64>, decimals: usize, unit: &str) -> String {
+    match value {
+        Some(v) => format!("{v:.decimals$}{unit}"),
+        None => "-".to_string(),
+    }
+}
+
+/// A loss or other small float: 4 significant digits.
+pub fn float(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e4).contains(&v.abs()) {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3e}")
+    }
+}

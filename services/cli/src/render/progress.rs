@@ -1,0 +1,102 @@
+//! The live progress line of `cohort train watch`: on a terminal one line
+//! redrawn in place (other messages print above it); elsewhere one plain line
+//! per progress event, so logs stay readable.
+
+use super::float;
+use crate::errors::CliError;
+use cohort_proto::v1::ProgressEvent;
+use std::io::{IsTerminal, Write};
+
+const BAR_WIDTH: usize = 30;
+
+pub struct ProgressLine {
+    live: bool,
+    drawn: bool,
+}
+
+impl ProgressLine {
+    /// A live bar when stdout is a terminal.
+    pub fn new() -> Self {
+        Self {
+            live: std::io::stdout().is_terminal(),
+            drawn: false,
+        }
+    }
+
+    /// Prints a message on its own line, keeping the bar below it.
+    pub fn message(&mut self, text: &str) -> Result<(), CliError> {
+        let mut out = std::io::stdout().lock();
+        if self.drawn {
+            write!(out, "\r\x1b[2K")?;
+            self.drawn = false;
+        }
+        writeln!(out, "{text}")?;
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Shows the newest progress.
+    pub fn update(&mut self, p: &ProgressEvent) -> Result<(), CliError> {
+        let text = progress_text(p);
+        let mut out = std::io::stdout().lock();
+        if self.live {
+            write!(out, "\r\x1b[2K{}", text)?;
+            self.drawn = true;
+        } else {
+            writeln!(out, "{text}")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    /// Ends the bar's line so later output starts on a fresh one.
+    pub fn finish(&mut self) -> Result<(), CliError> {
+        if self.drawn {
+            let mut out = std::io::stdout().lock();
+            writeln!(out)?;
+            out.flush()?;
+            self.drawn = false;
+        }
+        Ok(())
+    }
+}
+
+/// `[#########.....] 120/500  24%  loss 0.0123  1234 samples/s`
+pub fn progress_text(p: &ProgressEvent) -> String {
+    let fraction = if p.total_steps > 0 {
+        (p.step as f64 / p.total_steps as f64).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let filled = (fraction * BAR_WIDTH as f64).round() as usize;
+    format!(
+        "[{}{}] {}/{} {:>3.0}%  loss {}  {:.0} samples/s",
+        "#".repeat(filled),
+        "-".repeat(BAR_WIDTH - filled),
+        p.step,
+        p.total_steps,
+        fraction * 100.0,
+        float(p.loss),
+        p.samples_per_sec
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_text() {
+        let p = ProgressEvent {
+            step: 50,
+            total_steps: 200,
+            loss: 0.0123,
+            samples_per_sec: 1234.4,
+            ..Default::default()
+        };
+        assert_eq!(
+            progress_text(&p),
+            "[########----------------------] 50/200  25%  loss 0.0123  1234 samples/s"
+        );
+    }
+}
