@@ -16,7 +16,7 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    pub fn len(&self) -> i64 {
+    pub fn rows(&self) -> i64 {
         self.samples.size()[0]
     }
 

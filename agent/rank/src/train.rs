@@ -81,7 +81,7 @@ impl<'a> Trainer<'a> {
             (None, None) => unreachable!("validated config has a data source"),
         };
         let sampler = DistributedSampler {
-            num_samples: data.len(),
+            num_samples: data.rows(),
             world_size: launch.world_size,
             rank: launch.rank,
             seed: cfg.optim.seed,

