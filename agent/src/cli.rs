@@ -37,6 +37,11 @@ pub struct Args {
     #[arg(long)]
     pub address: Option<String>,
 
+    /// With --simulate-gpus: a file of `INDEX FIELD VALUE` lines (e.g.
+    /// `0 temperature_c 91`) pinning simulated values; re-read when it changes.
+    #[arg(long, value_name = "FILE", requires = "simulate_gpus")]
+    pub simulate_overrides: Option<PathBuf>,
+
     /// How often to send heartbeats and GPU telemetry (when the coordinator
     /// asks for other intervals on registration, its intervals win), e.g. `1s`, `500ms`.
     #[arg(long, default_value = INTERVAL_DEFAULT, value_parser = parse_duration)]

@@ -50,7 +50,11 @@ fn init_logging(json: bool) {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let name = args.agent_name();
-    let probe = telemetry::share(probe::open(args.simulate_gpus.as_ref(), &name)?);
+    let probe = telemetry::share(probe::open(
+        args.simulate_gpus.as_ref(),
+        &name,
+        args.simulate_overrides.as_deref(),
+    )?);
     let gpus = telemetry::inventory(&probe)
         .await
         .context("reading the gpu inventory")?;

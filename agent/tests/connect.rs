@@ -306,7 +306,11 @@ async fn registers_streams_runs_commands_and_reconnects() {
         .await
         .expect("gpus got busy");
 
-    // A bad command is answered with a start failure, nothing started.
+    // A repeated StartRanks is a no-op; a bad one is answered with a start
+    // failure (and is the next rank event: the repeat produced none).
+    session
+        .send(start_ranks("job-1", &[(0, 0), (1, 1)], 2))
+        .await;
     session.send(start_ranks("job-2", &[(0, 7)], 1)).await;
     let failed = session.next_rank_event().await;
     assert_eq!(failed.training_id, "job-2");

@@ -99,7 +99,7 @@ fn overrides_pin_values_until_cleared() {
 
 #[test]
 fn open_without_simulation_reports_missing_nvml_clearly() {
-    match probe::open(None, "h") {
+    match probe::open(None, "h", None) {
         // A machine with a driver: the real probe answers.
         Ok(p) => assert!(!p.is_simulated()),
         Err(e) => {
@@ -111,6 +111,36 @@ fn open_without_simulation_reports_missing_nvml_clearly() {
             assert!(msg.contains("--simulate-gpus"), "{msg}");
         }
     }
-    let p = probe::open(Some(&spec("3")), "h").unwrap();
+    let p = probe::open(Some(&spec("3")), "h", None).unwrap();
     assert_eq!(p.inventory().unwrap().len(), 3);
+}
+
+#[test]
+fn override_file_is_reread_when_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("overrides.txt");
+    let mut p = probe::open(Some(&spec("2:16GiB")), "h", Some(&path)).unwrap();
+    // No file yet: the simulation runs free.
+    assert!(p.sample().unwrap()[0].temperature_c.unwrap() < 60);
+
+    std::fs::write(
+        &path,
+        "0 temperature_c 93\n1 memory_used_bytes 18000000000\n",
+    )
+    .unwrap();
+    let s = p.sample().unwrap();
+    assert_eq!(s[0].temperature_c, Some(93));
+    assert_eq!(s[1].memory_used_bytes, 16 << 30, "clamped to the total");
+
+    // A malformed file keeps the previous overrides.
+    std::fs::write(&path, "0 temperature_c\n").unwrap();
+    assert_eq!(p.sample().unwrap()[0].temperature_c, Some(93));
+
+    // A line removed releases its field (the length differs, so the change is seen
+    // even within the file system's timestamp granularity).
+    std::fs::write(&path, "# cooled down\n1 ecc_uncorrected 2\n").unwrap();
+    let s = p.sample().unwrap();
+    assert!(s[0].temperature_c.unwrap() < 60);
+    assert_eq!(s[1].ecc_uncorrected, Some(2));
+    assert!(s[1].memory_used_bytes < 16 << 30);
 }

@@ -65,6 +65,11 @@ fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
 
     let mut failures = Vec::new();
     for (assignment, key) in cmd.ranks.iter().zip(keys) {
+        if let Some(pid) = agent.supervisor.pid(&key) {
+            // A repeated command (e.g. re-sent after a reconnect): already done.
+            tracing::info!(rank = %key, pid, "rank already running; start ignored");
+            continue;
+        }
         let gpu_index = assignment.gpu_index as u32;
         let simulated = agent.gpus[gpu_index as usize].simulated;
         let spec = RankSpec {

@@ -5,12 +5,14 @@
 mod error;
 mod nvml;
 pub mod report;
+mod sim_script;
 mod sim_spec;
 mod simulated;
 mod types;
 
 pub use error::ProbeError;
 pub use nvml::NvmlProbe;
+pub use sim_script::{parse_overrides, OverrideFile, SimScriptError};
 pub use sim_spec::{SimSpec, SimSpecError, DEFAULT_SIM_MEMORY_BYTES, MAX_SIM_GPUS};
 pub use simulated::{sim_uuid, SimControls, SimField, SimulatedProbe};
 pub use types::{ComputeCapability, GpuInfo, GpuProcess, GpuSample};
@@ -40,11 +42,22 @@ pub trait GpuProbe: Send {
 }
 
 /// Opens the probe the command line asks for: the simulated one when `simulate`
-/// is given, otherwise NVML (failing with [`ProbeError::NvmlUnavailable`] on a
-/// machine without the NVIDIA driver).
-pub fn open(simulate: Option<&SimSpec>, agent_name: &str) -> Result<Box<dyn GpuProbe>, ProbeError> {
+/// is given (pinned by `overrides` when a file is named), otherwise NVML
+/// (failing with [`ProbeError::NvmlUnavailable`] on a machine without the
+/// NVIDIA driver).
+pub fn open(
+    simulate: Option<&SimSpec>,
+    agent_name: &str,
+    overrides: Option<&std::path::Path>,
+) -> Result<Box<dyn GpuProbe>, ProbeError> {
     match simulate {
-        Some(spec) => Ok(Box::new(SimulatedProbe::new(agent_name, spec))),
+        Some(spec) => {
+            let mut probe = SimulatedProbe::new(agent_name, spec);
+            if let Some(path) = overrides {
+                probe = probe.with_override_file(path);
+            }
+            Ok(Box::new(probe))
+        }
         None => Ok(Box::new(NvmlProbe::init()?)),
     }
 }

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::types::now_ms;
-use super::{ComputeCapability, GpuInfo, GpuProbe, GpuProcess, GpuSample, ProbeError, SimSpec};
+use super::{
+    ComputeCapability, GpuInfo, GpuProbe, GpuProcess, GpuSample, OverrideFile, ProbeError, SimSpec,
+};
 
 const POWER_LIMIT_W: f64 = 300.0;
 const AMBIENT_C: f64 = 33.0;
@@ -222,6 +224,7 @@ pub struct SimulatedProbe {
     gpus: Vec<SimGpu>,
     controls: SimControls,
     last: Instant,
+    override_file: Option<OverrideFile>,
 }
 
 impl SimulatedProbe {
@@ -246,7 +249,15 @@ impl SimulatedProbe {
             gpus,
             controls: SimControls::default(),
             last: Instant::now(),
+            override_file: None,
         }
+    }
+
+    /// Reads overrides from `path` before every sample (see
+    /// [`OverrideFile`](super::OverrideFile) for the format).
+    pub fn with_override_file(mut self, path: &std::path::Path) -> Self {
+        self.override_file = Some(OverrideFile::new(path));
+        self
     }
 
     /// A handle to pin values; clones share the same overrides.
@@ -282,6 +293,9 @@ impl GpuProbe for SimulatedProbe {
         self.last = now;
         self.advance(dt);
         let controls = self.controls.clone();
+        if let Some(file) = &mut self.override_file {
+            file.refresh(&controls);
+        }
         Ok(self.gpus.iter_mut().map(|g| g.sample(&controls)).collect())
     }
 
