@@ -1,0 +1,106 @@
+//! The supervisor with the real `cohort-rank` (gloo on CPU, two ranks). Needs a
+//! built rank binary, so it runs only when `COHORT_RANK_BIN` names one, e.g.
+//! `COHORT_RANK_BIN=target/release/cohort-rank cargo test -p cohort-agent --test real_rank`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cohort_agent::supervisor::{RankEventKind, RankKey, RankSpec, Supervisor};
+use cohort_spec::progress::ProgressLine;
+use cohort_spec::ExitClass;
+use tokio::sync::mpsc;
+
+const CONFIG: &str = r#"
+[model]
+d_in = 16
+d_sae = 64
+[optim]
+batch_size = 64
+steps = 40
+seed = 3
+[checkpoint]
+every_steps = 20
+[data.synthetic]
+num_samples = 4096
+num_features = 32
+[runtime]
+log_every_steps = 10
+"#;
+
+fn rank_binary() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("COHORT_RANK_BIN")?);
+    // Relative paths are relative to the workspace root, like cargo's output.
+    let path = if path.is_relative() {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(path)
+    } else {
+        path
+    };
+    Some(path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_real_ranks_train_to_success() {
+    let Some(program) = rank_binary() else {
+        eprintln!("skipped: set COHORT_RANK_BIN to a built cohort-rank to run this test");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("config.toml");
+    std::fs::write(&config_path, CONFIG).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (tx, mut rx) = mpsc::channel(1024);
+    let mut supervisor = Supervisor::new(tx, Duration::from_secs(5));
+    for rank in 0..2 {
+        supervisor
+            .start(RankSpec {
+                key: RankKey::new("real", 1, rank),
+                program: program.clone(),
+                config_path: config_path.clone(),
+                run_dir: dir.path().join("run"),
+                world_size: 2,
+                local_rank: rank,
+                local_world_size: 2,
+                master_addr: "127.0.0.1".into(),
+                master_port: port,
+                gpu_index: rank,
+                cuda_visible_devices: String::new(),
+                extra_env: vec![],
+            })
+            .unwrap();
+    }
+
+    let mut losses = Vec::new();
+    let mut finished = false;
+    let mut exits = Vec::new();
+    while exits.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(120), rx.recv())
+            .await
+            .expect("ranks finish in time")
+            .unwrap();
+        match event.kind {
+            RankEventKind::Progress(ProgressLine::Progress { loss, .. }) => losses.push(loss),
+            RankEventKind::Progress(ProgressLine::Finished { .. }) => finished = true,
+            RankEventKind::Exited(exit) => exits.push((event.key.rank, exit)),
+            _ => {}
+        }
+    }
+    for (rank, exit) in &exits {
+        assert_eq!(
+            exit.class,
+            ExitClass::Success,
+            "rank {rank}: {:?}\n{}",
+            exit.code,
+            exit.stderr_tail.join("\n")
+        );
+    }
+    assert!(finished, "rank 0 reported finished");
+    assert!(losses.len() >= 2, "{losses:?}");
+    assert!(losses.last() < losses.first(), "loss falls: {losses:?}");
+    assert!(dir.path().join("run/checkpoints").is_dir());
+}
