@@ -214,3 +214,59 @@ fn stop_ranks(agent: &Agent, cmd: v1::StopRanks) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command() -> v1::StartRanks {
+        v1::StartRanks {
+            training_id: "t-1".into(),
+            attempt: 1,
+            config_json: "{}".into(),
+            world_size: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            ranks: vec![v1::LocalRankAssignment {
+                rank: 1,
+                local_rank: 0,
+                local_world_size: 1,
+                gpu_index: 1,
+                gpu_uuid: "GPU-SIM-a-1".into(),
+            }],
+            run_dir: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_sound_command_passes() {
+        assert_eq!(validate(&command(), 2), Ok(()));
+    }
+
+    #[test]
+    fn unsafe_or_inconsistent_commands_are_refused() {
+        type Mutation = Box<dyn Fn(&mut v1::StartRanks)>;
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("safe name", Box::new(|c| c.training_id = "../etc".into())),
+            ("safe name", Box::new(|c| c.training_id = String::new())),
+            ("safe name", Box::new(|c| c.training_id = ".hidden".into())),
+            ("negative", Box::new(|c| c.attempt = -1)),
+            ("no ranks", Box::new(|c| c.ranks.clear())),
+            ("not a port", Box::new(|c| c.master_port = 70_000)),
+            ("master_addr", Box::new(|c| c.master_addr.clear())),
+            ("config_json", Box::new(|c| c.config_json = " ".into())),
+            ("outside world size", Box::new(|c| c.ranks[0].rank = 2)),
+            ("local world size", Box::new(|c| c.ranks[0].local_rank = 1)),
+            ("does not exist", Box::new(|c| c.ranks[0].gpu_index = 2)),
+        ];
+        for (expected, mutate) in cases {
+            let mut c = command();
+            mutate(&mut c);
+            let err = validate(&c, 2).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+    }
+}
