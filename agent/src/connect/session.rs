@@ -18,6 +18,11 @@ use crate::telemetry;
 
 /// Messages queued for the stream before the sender waits.
 const OUTBOUND_CAPACITY: usize = 256;
+/// How long dialling the coordinator may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 pings on the session's connection, and how long one may go unanswered.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the coordinator has to answer Register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -48,7 +53,7 @@ pub(super) async fn run(
 ) -> Result<(), Broken> {
     let url = agent.config.coordinator.clone();
     let channel = tokio::select! {
-        channel = cohort_proto::channel(&url) => channel.map_err(|e| (false, SessionError::Connect(chain(&e))))?,
+        channel = dial(&url) => channel.map_err(|e| (false, SessionError::Connect(chain(&e))))?,
         _ = stopped(shutdown) => return Ok(()),
     };
     let mut client = AgentServiceClient::new(channel);
@@ -87,6 +92,19 @@ pub(super) async fn run(
     )
     .await
     .map_err(|e| (true, e))
+}
+
+/// Opens the channel. HTTP/2 keep-alives notice a coordinator that vanished
+/// without closing the connection (a dead host, a partition).
+async fn dial(url: &str) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::from_shared(url.to_string())?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .tcp_nodelay(true)
+        .connect()
+        .await
 }
 
 /// The registered session's loop.
