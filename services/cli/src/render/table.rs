@@ -299,9 +299,14 @@ pub fn state_changes(events: &[v1::TrainingEvent]) -> String {
     let mut t = Table::new(&["TIME", "FROM", "TO", "REASON"]);
     for e in events {
         if let Some(Event::StateChange(s)) = &e.event {
+            let from = if s.from == 0 {
+                "-".to_string()
+            } else {
+                state_name(s.from)
+            };
             t.row(vec![
                 time(e.time.as_ref()),
-                state_name(s.from),
+                from,
                 state_name(s.to),
                 dash(&s.reason),
             ]);
@@ -505,9 +510,6 @@ mod tests {
         assert!(text.contains("reason:       waiting for 4 GPUs, 2 free"));
         assert!(text.contains("RANK  LOCAL  HOST"));
         assert!(text.contains("code 0"));
-        assert!(
-            text.contains("STATE_UNSPECIFIED  QUEUED  created"),
-            "{text}"
-        );
+        assert!(text.contains("-     -     QUEUED  created"), "{text}");
     }
 }
