@@ -4,6 +4,9 @@ use crate::errors::{error_chain, CliError};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// A coordinator address as typed: `http://host:port`, or `host:port` (http assumed).
 pub fn normalize_url(url: &str) -> String {
     let url = url.trim();
@@ -37,7 +40,12 @@ pub async fn connect(url: &str, timeout: Duration) -> Result<Channel, CliError> 
             url: url.clone(),
             reason: error_chain(&e),
         })?
-        .connect_timeout(timeout);
+        .connect_timeout(timeout)
+        // Streams stay open for hours: notice a coordinator that vanished
+        // without closing the connection.
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
     tracing::debug!(%url, "connecting");
     match tokio::time::timeout(timeout, endpoint.connect()).await {
         Ok(Ok(channel)) => Ok(channel),

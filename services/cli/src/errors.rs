@@ -30,6 +30,8 @@ pub mod exit {
     pub const TRAINING_FAILED: u8 = 7;
     /// A watched training ended CANCELLED.
     pub const TRAINING_CANCELLED: u8 = 8;
+    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// A failed command.
@@ -58,6 +60,16 @@ pub enum CliError {
     /// A watch stream ended before its training did.
     #[error("the stream of training {id} closed while it was {state}; watch again to follow it")]
     WatchInterrupted { id: String, state: String },
+    /// A watch gave up reconnecting to a coordinator that went away.
+    #[error("lost the coordinator for {seconds} s: {reason}; {hint}")]
+    LostCoordinator {
+        seconds: u64,
+        reason: String,
+        hint: String,
+    },
+    /// Ctrl-C.
+    #[error("interrupted; {hint}")]
+    Interrupted { hint: String },
     /// Writing to stdout failed (other than a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(std::io::Error),
@@ -87,7 +99,10 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::BadUrl { .. } => exit::USAGE,
-            CliError::Unreachable { .. } | CliError::WatchInterrupted { .. } => exit::UNAVAILABLE,
+            CliError::Unreachable { .. }
+            | CliError::WatchInterrupted { .. }
+            | CliError::LostCoordinator { .. } => exit::UNAVAILABLE,
+            CliError::Interrupted { .. } => exit::INTERRUPTED,
             CliError::Rpc(status) => status_exit_code(status.code()),
             CliError::Config(_) => exit::INVALID,
             CliError::TrainingEnded { code, .. } => *code,

@@ -186,6 +186,9 @@ pub struct WatchArgs {
     /// Also show every rank's step timing and memory.
     #[arg(long)]
     pub rank_stats: bool,
+    /// How long to keep reconnecting when the coordinator goes away, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds)]
+    pub reconnect_timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -253,14 +256,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 commands::train::cancel(coordinator, &id, &reason, out).await
             }
             TrainCommand::Watch(args) => {
-                commands::watch::watch(
-                    coordinator,
-                    &args.id,
-                    args.from_sequence,
-                    args.rank_stats,
-                    out,
-                )
-                .await
+                let options = commands::watch::WatchOptions {
+                    from_sequence: args.from_sequence,
+                    rank_stats: args.rank_stats,
+                    reconnect_for: args.reconnect_timeout,
+                };
+                commands::watch::watch(coordinator, &args.id, &options, out).await
             }
         },
         Command::Telemetry(TelemetryCommand::Watch(args)) => {

@@ -11,13 +11,18 @@ use cohort_proto::v1::{
 };
 use std::pin::Pin;
 use std::process::Output;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status};
 
 type Reply<T> = Result<Response<T>, Status>;
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-struct Fake;
+/// The scripted coordinator. `hang`: "t-restart" streams its first two
+/// events and then nothing, like a coordinator about to be killed.
+#[derive(Clone, Copy)]
+struct Fake {
+    hang: bool,
+}
 
 fn gpu(index: i32) -> v1::Gpu {
     v1::Gpu {
@@ -206,9 +211,19 @@ impl TrainingService for Fake {
                 ),
             ];
         }
-        Ok(Response::new(Box::pin(tokio_stream::iter(
-            events.into_iter().map(Ok),
-        ))))
+        let mut items: Vec<Result<v1::TrainingEvent, Status>> =
+            events.into_iter().map(Ok).collect();
+        // "t-drop": the connection breaks after event 2 on the first try.
+        if req.id == "t-drop" && after == 0 {
+            items.truncate(2);
+            items.push(Err(Status::unavailable("connection reset")));
+        }
+        if req.id == "t-restart" && self.hang {
+            items.truncate(2);
+            let stalled = tokio_stream::iter(items).chain(tokio_stream::pending());
+            return Ok(Response::new(Box::pin(stalled)));
+        }
+        Ok(Response::new(Box::pin(tokio_stream::iter(items))))
     }
 
     async fn list_checkpoints(
@@ -343,24 +358,58 @@ impl AgentService for Fake {
     }
 }
 
-/// Starts the fake on 127.0.0.1 (a free port) and returns its URL.
-async fn serve() -> String {
+/// Serves `fake` on `listener` until the returned future is dropped.
+async fn serve_on(fake: Fake, listener: tokio::net::TcpListener) {
     use cohort_proto::v1::{
         agent_service_server::AgentServiceServer, gpu_service_server::GpuServiceServer,
         telemetry_service_server::TelemetryServiceServer,
         training_service_server::TrainingServiceServer,
     };
+    let _ = tonic::transport::Server::builder()
+        .add_service(TrainingServiceServer::new(fake))
+        .add_service(GpuServiceServer::new(fake))
+        .add_service(TelemetryServiceServer::new(fake))
+        .add_service(AgentServiceServer::new(fake))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await;
+}
+
+/// Starts the fake on 127.0.0.1 (a free port) and returns its URL.
+async fn serve() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TrainingServiceServer::new(Fake))
-            .add_service(GpuServiceServer::new(Fake))
-            .add_service(TelemetryServiceServer::new(Fake))
-            .add_service(AgentServiceServer::new(Fake))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    tokio::spawn(serve_on(Fake { hang: false }, listener));
     url
+}
+
+/// A fake in a runtime of its own: dropping it kills every connection at
+/// once, as `kill -9` of a coordinator would.
+struct Killable(tokio::runtime::Runtime);
+
+impl Killable {
+    fn start(fake: Fake, addr: std::net::SocketAddr) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt.block_on(async {
+            // The port may take a moment to be free again after a kill.
+            for _ in 0..50 {
+                if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
+                    return l;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            panic!("cannot bind {addr} again");
+        });
+        rt.spawn(serve_on(fake, listener));
+        Killable(rt)
+    }
+
+    fn kill(self) {
+        self.0.shutdown_background();
+    }
 }
 
 /// Runs `cohort --coordinator URL ARGS...` to completion.
@@ -521,6 +570,42 @@ async fn cli_against_a_scripted_coordinator() {
     assert_eq!(lines[1]["lagged"]["missed_events"], 3);
     assert_eq!(lines[5]["state_change"]["to"], "SUCCEEDED");
 
+    // watch: a broken stream is reopened after the last event seen.
+    let o = cohort(&url, &["train", "watch", "t-drop"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("lost the coordinator (connection reset); reconnecting for up to 120 s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reconnected; resuming after sequence 2"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("state RUNNING").count(),
+        1,
+        "no event twice: {text}"
+    );
+    assert!(
+        text.trim_end().ends_with("training t-drop SUCCEEDED"),
+        "{text}"
+    );
+    let o = cohort(&url, &["-o", "json", "train", "watch", "t-drop"]).await;
+    let seqs: Vec<u64> = stdout(&o)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["sequence"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+    assert!(
+        stderr(&o).contains("reconnected"),
+        "notices go to stderr in JSON mode"
+    );
+
     // watch from a sequence number.
     let o = cohort(
         &url,
@@ -591,4 +676,61 @@ async fn cli_against_a_scripted_coordinator() {
     assert_eq!(text.matches("GPU metrics at").count(), 2, "{text}");
     assert!(text.contains("SIM-0 *"), "{text}");
     let _ = std::fs::remove_file(config);
+}
+
+#[test]
+fn watch_resumes_after_the_coordinator_restarts() {
+    use std::io::{BufRead, BufReader};
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let first = Killable::start(Fake { hang: true }, addr);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["--coordinator", &format!("http://{addr}")])
+        .args(["train", "watch", "t-restart", "--reconnect-timeout", "30"])
+        .env_remove("COHORT_COORDINATOR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("[2] state RUNNING"))
+    {
+        seen.push(rx.recv_timeout(wait).expect("the first two events"));
+    }
+    first.kill();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = Killable::start(Fake { hang: false }, addr);
+    while let Ok(line) = rx.recv_timeout(wait) {
+        seen.push(line);
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let text = seen.join("\n");
+    if std::env::var_os("COHORT_TEST_SHOW").is_some() {
+        eprintln!("{text}\n{err}[exit {:?}]", status.code());
+    }
+    assert_eq!(status.code(), Some(0), "{text}\n{err}");
+    assert!(text.contains("lost the coordinator"), "{text}");
+    assert!(
+        text.contains("reconnected; resuming after sequence 2"),
+        "{text}"
+    );
+    assert_eq!(text.matches("state RUNNING").count(), 1, "{text}");
+    assert!(text.ends_with("training t-restart SUCCEEDED"), "{text}");
+    second.kill();
 }

@@ -1,6 +1,7 @@
 //! `cohort telemetry watch`: TelemetryService.WatchGpuMetrics as a refreshing
 //! table (redrawn in place on a terminal), or one JSON object per update.
 
+use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{emit, emit_json, json, table, OutputFormat};
@@ -38,7 +39,15 @@ pub async fn watch(
     let mut stream = client.watch_gpu_metrics(request(args)).await?.into_inner();
     let redraw = std::io::stdout().is_terminal();
     let mut shown = 0u64;
-    while let Some(update) = stream.message().await? {
+    loop {
+        let update = match interruptible(stream.message()).await {
+            // Ctrl-C is the usual way to stop watching: end quietly.
+            None => return Ok(()),
+            Some(next) => match next? {
+                Some(update) => update,
+                None => break,
+            },
+        };
         match out {
             OutputFormat::Json => emit_json(&json::metrics_update(&update))?,
             OutputFormat::Table => {

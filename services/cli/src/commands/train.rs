@@ -91,7 +91,12 @@ pub async fn submit(
         }
     }
     if args.wait {
-        watch::watch(coordinator, &training.id, 0, false, out).await
+        let options = watch::WatchOptions {
+            from_sequence: 0,
+            rank_stats: false,
+            reconnect_for: watch::RECONNECT_FOR_DEFAULT,
+        };
+        watch::watch(coordinator, &training.id, &options, out).await
     } else {
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! A lag notice is printed and the stream is reopened after the last event
 //! seen, so the missed events are replayed from the stored history.
 
+use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::{exit, CliError};
 use crate::render::progress::ProgressLine;
@@ -12,9 +13,19 @@ use cohort_proto::v1::{
     self, training::State, training_event::Event, training_service_client::TrainingServiceClient,
     GetTrainingRequest, WatchTrainingRequest,
 };
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
 
 /// How often a watch reopens its stream after lag notices before giving up on replay.
 const MAX_RESUMES: u32 = 20;
+/// The first and the longest pause between reconnection attempts.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(250);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long a watch keeps reconnecting by default.
+pub const RECONNECT_FOR_DEFAULT: Duration = Duration::from_secs(120);
 
 fn is_final(state: i32) -> bool {
     [State::Succeeded, State::Failed, State::Cancelled]
@@ -83,66 +94,47 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
     Some(format!("[{}] {text}", event.sequence))
 }
 
+/// How a watch follows its training.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// Only events after this sequence number.
+    pub from_sequence: u64,
+    /// Also ask for every rank's stats.
+    pub rank_stats: bool,
+    /// How long to keep reconnecting when the coordinator goes away.
+    pub reconnect_for: Duration,
+}
+
+/// A status that says the connection broke rather than the coordinator refused:
+/// the coordinator's own errors always carry an ErrorInfo.
+pub fn is_transient(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled
+    ) && status.get_details_error_info().is_none()
+}
+
+/// Follows a training until it ends, then returns as [`outcome`] does.
 pub async fn watch(
     coordinator: &Coordinator,
     id: &str,
-    from_sequence: u64,
-    rank_stats: bool,
+    options: &WatchOptions,
     out: OutputFormat,
 ) -> Result<(), CliError> {
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
-    let mut bar = ProgressLine::new();
-    let mut after = from_sequence;
-    let mut last_state: Option<(i32, String)> = None;
-    let mut resumes = 0;
-    'stream: loop {
-        let mut stream = client
-            .watch_training(WatchTrainingRequest {
-                id: id.to_string(),
-                after_sequence: after,
-                include_rank_stats: rank_stats,
-            })
-            .await?
-            .into_inner();
-        while let Some(event) = stream.message().await? {
-            if out == OutputFormat::Json {
-                emit_json(&json::training_event(&event))?;
-            }
-            match &event.event {
-                Some(Event::Lagged(l)) => {
-                    if out == OutputFormat::Table {
-                        if let Some(text) = describe(&event) {
-                            bar.message(&text)?;
-                        }
-                    }
-                    if l.first_missed_sequence > 0 && resumes < MAX_RESUMES {
-                        resumes += 1;
-                        after = l.first_missed_sequence - 1;
-                        continue 'stream;
-                    }
-                    continue;
-                }
-                Some(Event::StateChange(s)) => last_state = Some((s.to, s.reason.clone())),
-                _ => {}
-            }
-            after = after.max(event.sequence);
-            if out == OutputFormat::Table {
-                match &event.event {
-                    Some(Event::Progress(p)) => bar.update(p)?,
-                    _ => {
-                        if let Some(text) = describe(&event) {
-                            bar.message(&text)?;
-                        }
-                    }
-                }
-            }
-        }
-        break;
-    }
-    bar.finish()?;
+    let mut watcher = Watcher {
+        id: id.to_string(),
+        out,
+        bar: ProgressLine::new(),
+        after: options.from_sequence,
+        last_state: None,
+    };
+    let followed = watcher.follow(&mut client, options).await;
+    watcher.bar.finish()?;
+    followed?;
     // The stream ends after the final state change; if it ended otherwise
     // (e.g. the history started after it), ask for the state.
-    let (state, reason) = match last_state {
+    let (state, reason) = match watcher.last_state.take() {
         Some((state, reason)) if is_final(state) => (state, reason),
         _ => {
             let t = client
@@ -162,6 +154,166 @@ pub async fn watch(
         });
     }
     outcome(id, state, &reason)
+}
+
+struct Watcher {
+    id: String,
+    out: OutputFormat,
+    bar: ProgressLine,
+    /// The last sequence number shown.
+    after: u64,
+    last_state: Option<(i32, String)>,
+}
+
+impl Watcher {
+    /// A notice for people: above the bar, or on stderr beside JSON output.
+    fn notice(&mut self, text: &str) -> Result<(), CliError> {
+        match self.out {
+            OutputFormat::Table => self.bar.message(text),
+            OutputFormat::Json => {
+                let _ = writeln!(std::io::stderr(), "{text}");
+                Ok(())
+            }
+        }
+    }
+
+    fn interrupted(&self) -> CliError {
+        CliError::Interrupted {
+            hint: format!(
+                "resume with `cohort train watch {} --from-sequence {}`",
+                self.id, self.after
+            ),
+        }
+    }
+
+    /// Reads the stream until it ends, reopening it after lag notices (to
+    /// replay what was missed) and after lost connections (for a while).
+    async fn follow(
+        &mut self,
+        client: &mut TrainingServiceClient<Channel>,
+        options: &WatchOptions,
+    ) -> Result<(), CliError> {
+        let mut resumes = 0;
+        let mut outage: Option<Outage> = None;
+        'stream: loop {
+            let request = WatchTrainingRequest {
+                id: self.id.clone(),
+                after_sequence: self.after,
+                include_rank_stats: options.rank_stats,
+            };
+            let opened = interruptible(client.watch_training(request))
+                .await
+                .ok_or_else(|| self.interrupted())?;
+            let mut stream = match opened {
+                Ok(response) => response.into_inner(),
+                Err(status) => {
+                    self.wait_to_reconnect(status, &mut outage, options).await?;
+                    continue 'stream;
+                }
+            };
+            if outage.take().is_some() {
+                let text = format!("reconnected; resuming after sequence {}", self.after);
+                self.notice(&text)?;
+            }
+            loop {
+                let next = interruptible(stream.message())
+                    .await
+                    .ok_or_else(|| self.interrupted())?;
+                let event = match next {
+                    Ok(Some(event)) => event,
+                    Ok(None) => return Ok(()),
+                    Err(status) => {
+                        self.wait_to_reconnect(status, &mut outage, options).await?;
+                        continue 'stream;
+                    }
+                };
+                if self.out == OutputFormat::Json {
+                    emit_json(&json::training_event(&event))?;
+                }
+                if let Some(Event::Lagged(l)) = &event.event {
+                    if self.out == OutputFormat::Table {
+                        if let Some(text) = describe(&event) {
+                            self.bar.message(&text)?;
+                        }
+                    }
+                    if l.first_missed_sequence > 0 && resumes < MAX_RESUMES {
+                        resumes += 1;
+                        self.after = l.first_missed_sequence - 1;
+                        continue 'stream;
+                    }
+                    continue;
+                }
+                self.show(&event)?;
+            }
+        }
+    }
+
+    fn show(&mut self, event: &v1::TrainingEvent) -> Result<(), CliError> {
+        if let Some(Event::StateChange(s)) = &event.event {
+            self.last_state = Some((s.to, s.reason.clone()));
+        }
+        self.after = self.after.max(event.sequence);
+        if self.out == OutputFormat::Table {
+            match &event.event {
+                Some(Event::Progress(p)) => self.bar.update(p)?,
+                _ => {
+                    if let Some(text) = describe(event) {
+                        self.bar.message(&text)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After a broken stream: fails at once for real errors, else waits a
+    /// little (longer each time) unless the outage has lasted too long.
+    async fn wait_to_reconnect(
+        &mut self,
+        status: Status,
+        outage: &mut Option<Outage>,
+        options: &WatchOptions,
+    ) -> Result<(), CliError> {
+        if !is_transient(&status) {
+            return Err(status.into());
+        }
+        let current = match outage {
+            Some(current) => current,
+            None => {
+                let text = format!(
+                    "lost the coordinator ({}); reconnecting for up to {} s",
+                    status.message(),
+                    options.reconnect_for.as_secs()
+                );
+                self.notice(&text)?;
+                outage.insert(Outage {
+                    since: Instant::now(),
+                    backoff: RECONNECT_BACKOFF_MIN,
+                })
+            }
+        };
+        if current.since.elapsed() >= options.reconnect_for {
+            return Err(CliError::LostCoordinator {
+                seconds: current.since.elapsed().as_secs(),
+                reason: status.message().to_string(),
+                hint: format!(
+                    "watch again with `cohort train watch {} --from-sequence {}`",
+                    self.id, self.after
+                ),
+            });
+        }
+        let pause = current.backoff;
+        current.backoff = (current.backoff * 2).min(RECONNECT_BACKOFF_MAX);
+        interruptible(tokio::time::sleep(pause))
+            .await
+            .ok_or_else(|| self.interrupted())
+    }
+}
+
+/// A lost connection being retried.
+struct Outage {
+    since: Instant,
+    backoff: Duration,
 }
 
 #[cfg(test)]
