@@ -95,7 +95,7 @@ pub enum TrainCommand {
         /// The training id.
         id: String,
         /// Why; recorded in the training's history.
-        #[arg(long, default_value = "cancelled from the cohort CLI")]
+        #[arg(long, default_value = "requested with `cohort train cancel`")]
         reason: String,
     },
     /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
@@ -131,6 +131,9 @@ pub struct SubmitArgs {
     /// After submitting, watch the training until it ends (like `train watch`).
     #[arg(long)]
     pub wait: bool,
+    /// Print only the training id (for scripts: `ID=$(cohort train submit -q ...)`).
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Override `optim.steps` (and drop `optim.epochs`).
     #[arg(long, value_name = "N")]
     pub steps: Option<i64>,

@@ -518,6 +518,9 @@ async fn cli_against_a_scripted_coordinator() {
     );
     assert_eq!(v["config"]["optim"]["steps"], 7);
 
+    let o = cohort(&url, &["train", "submit", "-q", "--config", config]).await;
+    assert_eq!(stdout(&o), "t-1\n");
+
     // Server-side refusals arrive as human words and exit codes.
     let o = cohort(&url, &["train", "submit", "--config", config, "--no-queue"]).await;
     assert_eq!(o.status.code(), Some(6));

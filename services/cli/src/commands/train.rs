@@ -78,6 +78,7 @@ pub async fn submit(
     let training = client.create_training(request).await?.into_inner();
     match out {
         OutputFormat::Json => emit_json(&json::training(&training))?,
+        OutputFormat::Table if args.quiet => emit(&training.id)?,
         OutputFormat::Table => {
             let mut line = format!(
                 "submitted training {}: {}",
