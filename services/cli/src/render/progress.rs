@@ -11,7 +11,10 @@ const BAR_WIDTH: usize = 30;
 
 pub struct ProgressLine {
     live: bool,
+    /// Whether the bar is on screen (the cursor is at the end of its line).
     drawn: bool,
+    /// The bar's newest text, redrawn below each message.
+    last: Option<String>,
 }
 
 impl ProgressLine {
@@ -20,6 +23,7 @@ impl ProgressLine {
         Self {
             live: std::io::stdout().is_terminal(),
             drawn: false,
+            last: None,
         }
     }
 
@@ -31,6 +35,10 @@ impl ProgressLine {
             self.drawn = false;
         }
         writeln!(out, "{text}")?;
+        if let (true, Some(bar)) = (self.live, &self.last) {
+            write!(out, "{bar}")?;
+            self.drawn = true;
+        }
         out.flush()?;
         Ok(())
     }
@@ -40,8 +48,9 @@ impl ProgressLine {
         let text = progress_text(p);
         let mut out = std::io::stdout().lock();
         if self.live {
-            write!(out, "\r\x1b[2K{}", text)?;
+            write!(out, "\r\x1b[2K{text}")?;
             self.drawn = true;
+            self.last = Some(text);
         } else {
             writeln!(out, "{text}")?;
         }
