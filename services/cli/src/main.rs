@@ -7,6 +7,7 @@
 
 mod client;
 mod commands;
+mod config;
 mod errors;
 mod render;
 
@@ -78,8 +79,8 @@ pub struct GpusArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum TrainCommand {
-    /// Submit a training from a TOML or JSON config file; prints its id.
-    Submit(SubmitArgs),
+    /// Submit a training (a TOML or JSON config file, and/or config flags); prints its id.
+    Submit(Box<SubmitArgs>),
     /// List trainings, newest first.
     List(ListArgs),
     /// Show one training: state, pending reason, rank map and state transitions.
@@ -104,9 +105,10 @@ pub enum TrainCommand {
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
-    /// The training config (`.json` is read as JSON, anything else as TOML).
+    /// The training config (`.json` is read as JSON, anything else as TOML);
+    /// without it, the config flags below describe the whole config.
     #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Run on this many GPUs, chosen by the coordinator (default: as many as fit).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "gpu_ids")]
     pub gpus: Option<i32>,
@@ -134,21 +136,10 @@ pub struct SubmitArgs {
     /// Print only the training id (for scripts: `ID=$(cohort train submit -q ...)`).
     #[arg(short, long)]
     pub quiet: bool,
-    /// Override `optim.steps` (and drop `optim.epochs`).
-    #[arg(long, value_name = "N")]
-    pub steps: Option<i64>,
-    /// Override `optim.epochs` (and drop `optim.steps`).
-    #[arg(long, value_name = "N", conflicts_with = "steps")]
-    pub epochs: Option<i64>,
-    /// Override `optim.batch_size` (per rank).
-    #[arg(long, value_name = "N")]
-    pub batch_size: Option<i64>,
-    /// Override `optim.learning_rate`.
-    #[arg(long, value_name = "LR")]
-    pub learning_rate: Option<f64>,
-    /// Override `optim.seed`.
-    #[arg(long)]
-    pub seed: Option<u64>,
+    /// The config's fields as flags: the whole config without --config, or
+    /// overrides of the file's values.
+    #[command(flatten)]
+    pub fields: config::ConfigFlags,
 }
 
 /// A training state, as a filter.
@@ -352,7 +343,7 @@ mod tests {
         assert_eq!(args.gpu_ids, vec!["SIM-a", "SIM-b"]);
         assert_eq!(args.priority, -2);
         assert!(args.no_queue && args.wait);
-        assert_eq!(args.steps, Some(50));
+        assert_eq!(args.fields.steps, Some(50));
         assert_eq!(args.gpus, None);
     }
 
@@ -373,7 +364,7 @@ mod tests {
         assert_eq!(err.exit_code(), 2);
         // --gpus must be at least 1.
         assert!(parse(&["train", "submit", "--config", "c", "--gpus", "0"]).is_err());
-        // --config is required.
+        // Without --config, the config flags must describe a whole config.
         assert!(parse(&["train", "submit"]).is_err());
         assert!(parse(&["--connect-timeout", "-1", "gpus"]).is_err());
         assert!(parse(&["-o", "yaml", "gpus"]).is_err());

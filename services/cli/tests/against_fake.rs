@@ -520,6 +520,31 @@ async fn cli_against_a_scripted_coordinator() {
 
     let o = cohort(&url, &["train", "submit", "-q", "--config", config]).await;
     assert_eq!(stdout(&o), "t-1\n");
+    // A whole config from flags, no file.
+    let o = cohort(
+        &url,
+        &[
+            "-o",
+            "json",
+            "train",
+            "submit",
+            "--d-in",
+            "16",
+            "--expansion-factor",
+            "4",
+            "--batch-size",
+            "8",
+            "--steps",
+            "9",
+            "--synthetic-samples",
+            "256",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["config"]["model"]["expansion_factor"], 4);
+    assert_eq!(v["config"]["data"]["synthetic"]["num_samples"], 256);
 
     // Server-side refusals arrive as human words and exit codes.
     let o = cohort(&url, &["train", "submit", "--config", config, "--no-queue"]).await;

@@ -11,7 +11,6 @@ use cohort_proto::v1::{
     CancelTrainingRequest, CreateTrainingRequest, GetTrainingRequest, GpuRequest,
     ListCheckpointsRequest, ListTrainingsRequest, WatchTrainingRequest,
 };
-use cohort_spec::TrainingConfig;
 use serde_json::Value;
 use std::time::Duration;
 use tonic::transport::Channel;
@@ -20,30 +19,6 @@ use tonic::transport::Channel;
 const HISTORY_IDLE: Duration = Duration::from_millis(300);
 /// The longest `train get` spends reading history.
 const HISTORY_BUDGET: Duration = Duration::from_secs(5);
-
-/// The config file with the command line's overrides applied, validated.
-pub fn load_config(args: &SubmitArgs) -> Result<TrainingConfig, CliError> {
-    let mut config = TrainingConfig::from_file(&args.config).map_err(CliError::Config)?;
-    if let Some(steps) = args.steps {
-        config.optim.steps = Some(steps);
-        config.optim.epochs = None;
-    }
-    if let Some(epochs) = args.epochs {
-        config.optim.epochs = Some(epochs);
-        config.optim.steps = None;
-    }
-    if let Some(batch_size) = args.batch_size {
-        config.optim.batch_size = batch_size;
-    }
-    if let Some(lr) = args.learning_rate {
-        config.optim.learning_rate = lr;
-    }
-    if let Some(seed) = args.seed {
-        config.optim.seed = seed;
-    }
-    config.validate().map_err(CliError::Config)?;
-    Ok(config)
-}
 
 /// The GPU request the flags describe: explicit ids, a count, or auto.
 pub fn gpu_request(args: &SubmitArgs) -> GpuRequest {
@@ -65,7 +40,7 @@ pub async fn submit(
     args: &SubmitArgs,
     out: OutputFormat,
 ) -> Result<(), CliError> {
-    let config = load_config(args)?;
+    let config = crate::config::build(args.config.as_deref(), &args.fields)?;
     let request = CreateTrainingRequest {
         request_id: args.request_id.clone().unwrap_or_default(),
         config: Some(v1::TrainingConfig::from(&config)),
@@ -277,50 +252,9 @@ mod tests {
         argv.push(path);
         argv.extend_from_slice(extra);
         match crate::Cli::try_parse_from(argv).unwrap().command {
-            crate::Command::Train(crate::TrainCommand::Submit(args)) => args,
+            crate::Command::Train(crate::TrainCommand::Submit(args)) => *args,
             other => panic!("{other:?}"),
         }
-    }
-
-    fn config_file(name: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("cohort-cli-{}-{name}", std::process::id()));
-        std::fs::write(
-            &path,
-            "[model]\nd_in = 8\nd_sae = 16\n[optim]\nbatch_size = 4\nsteps = 10\n\
-             [data.synthetic]\nnum_samples = 64\n",
-        )
-        .unwrap();
-        path
-    }
-
-    #[test]
-    fn overrides_apply_and_are_validated() {
-        let path = config_file("ok.toml");
-        let config =
-            load_config(&submit_args(&["--epochs", "2", "--batch-size", "8"], &path)).unwrap();
-        assert_eq!(config.optim.epochs, Some(2));
-        assert_eq!(config.optim.steps, None);
-        assert_eq!(config.optim.batch_size, 8);
-
-        let err = load_config(&submit_args(&["--batch-size", "0"], &path)).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("the config is invalid: optim.batch_size"),
-            "{err}"
-        );
-        assert_eq!(err.exit_code(), crate::errors::exit::INVALID);
-        std::fs::remove_file(path).unwrap();
-    }
-
-    #[test]
-    fn missing_config_file_is_a_human_error() {
-        let path = std::path::Path::new("/nonexistent/job.toml");
-        let err = load_config(&submit_args(&[], path)).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("cannot read the config /nonexistent/job.toml"),
-            "{err}"
-        );
     }
 
     #[test]
