@@ -2,6 +2,16 @@
 //!
 //! - [`model`]: domain types (job and rank states, GPU requests, trainings).
 //! - [`persistence`]: the database (SQLite or PostgreSQL through diesel).
+//! - [`api`]: the `cohort.v1` gRPC services.
+//! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
+//! - [`jobs`]: the scheduler (gang placement) and the job runner.
+//! - [`session`]: one agent's Connect stream.
+//! - [`server`]: [`server::run`], the server with health and reflection.
 
+pub mod api;
+pub mod fleet;
+pub mod jobs;
 pub mod model;
 pub mod persistence;
+pub mod server;
+pub mod session;

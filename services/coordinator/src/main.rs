@@ -1,3 +1,85 @@
-fn main() {
-    println!("cohort-coordinator: not wired yet");
+//! `cohort-coordinator --listen 127.0.0.1:50051 --data-dir DIR [--database-url postgres://...]`
+
+use anyhow::Context as _;
+use clap::Parser;
+use cohort_coordinator::api::Context;
+use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tracing_subscriber::EnvFilter;
+
+const LISTEN_DEFAULT: &str = "127.0.0.1:50051";
+const DATA_DIR_DEFAULT: &str = ".cohort";
+/// The SQLite file under `--data-dir` when no `--database-url` is given.
+const SQLITE_FILE: &str = "coordinator.db";
+
+/// The cohort coordinator: gRPC API, scheduler and persistence.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = LISTEN_DEFAULT, env = "COHORT_LISTEN")]
+    listen: SocketAddr,
+    /// Directory for the coordinator's state (the SQLite database by default).
+    #[arg(long, default_value = DATA_DIR_DEFAULT, env = "COHORT_DATA_DIR")]
+    data_dir: PathBuf,
+    /// PostgreSQL URL (postgres://user@host/db); default: SQLite under --data-dir.
+    #[arg(long, env = "COHORT_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+fn init_tracing(json: bool) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,tower=warn,hyper=warn,tonic=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(args.log_json);
+    let target = match &args.database_url {
+        Some(url) => DatabaseTarget::from_url(url),
+        None => DatabaseTarget::Sqlite(args.data_dir.join(SQLITE_FILE)),
+    };
+    let db = Persistence::open(target)
+        .await
+        .context("opening the database")?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    cohort_coordinator::server::run(listener, Context::new(db), shutdown_signal())
+        .await
+        .context("serving")?;
+    Ok(())
 }

@@ -2,9 +2,11 @@
 //! generated protobuf messages (each side converts to and from these).
 
 mod gpu_request;
+mod placement;
 mod state;
 mod training;
 
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
+pub use placement::{AgentRecord, GpuRecord, Placement, RankRecord, RankSlot};
 pub use state::{JobState, RankState, UnknownState};
 pub use training::{EventPayload, StateChange, StateTransition, StoredEvent, Training};

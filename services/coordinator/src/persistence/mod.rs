@@ -11,12 +11,16 @@
 mod connection;
 mod error;
 pub mod events;
+pub mod fleet;
+pub mod placements;
 mod rows;
 pub mod schema;
 pub mod trainings;
 
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
 pub use error::DatabaseError;
+pub use fleet::AgentRegistration;
+pub use placements::CheckpointRecord;
 pub use trainings::{Created, ListTrainings, NewTraining, TrainingCursor};
 
 use connection::ConnectionManager;

@@ -1,0 +1,96 @@
+//! AgentService: the agents' Connect stream (see [`crate::session`]) and
+//! ListAgents (every agent ever registered, connected or not).
+
+use super::status::from_db;
+use super::Context;
+use cohort_proto::v1;
+use cohort_proto::v1::agent_service_server::AgentService;
+use std::pin::Pin;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[derive(Debug, Clone)]
+pub struct AgentApi {
+    ctx: Context,
+}
+
+impl AgentApi {
+    pub fn new(ctx: Context) -> Self {
+        Self { ctx }
+    }
+}
+
+fn timestamp(t: chrono::DateTime<chrono::Utc>) -> Option<prost_types::Timestamp> {
+    Some(prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    })
+}
+
+#[tonic::async_trait]
+impl AgentService for AgentApi {
+    type ConnectStream = BoxStream<v1::CoordinatorMessage>;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let ctx = self.ctx.clone();
+        let commands =
+            crate::session::accept(ctx.db, ctx.fleet, ctx.jobs, request.into_inner()).await?;
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(commands).map(Ok),
+        )))
+    }
+
+    async fn list_agents(
+        &self,
+        _request: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        let agents = self
+            .ctx
+            .db
+            .list_agents()
+            .await
+            .map_err(|e| from_db("list_agents", e))?;
+        let agents = agents
+            .into_iter()
+            .map(|a| {
+                let connected = self.ctx.fleet.is_connected(&a.id);
+                v1::Agent {
+                    state: if connected {
+                        v1::AgentState::Connected
+                    } else {
+                        v1::AgentState::Disconnected
+                    } as i32,
+                    gpus: a
+                        .gpus
+                        .iter()
+                        .map(|g| v1::GpuInfo {
+                            index: g.index,
+                            uuid: g.uuid.clone(),
+                            name: g.name.clone(),
+                            memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
+                            compute_capability: g.compute_capability.clone(),
+                            simulated: g.simulated,
+                        })
+                        .collect(),
+                    id: a.id,
+                    name: a.name,
+                    host_name: a.host_name,
+                    address: a.address,
+                    version: a.version,
+                    connect_time: timestamp(a.connect_time),
+                    last_seen_time: timestamp(a.last_seen_time),
+                }
+            })
+            .collect();
+        Ok(Response::new(v1::ListAgentsResponse {
+            agents,
+            next_page_token: String::new(),
+        }))
+    }
+}

@@ -1,0 +1,151 @@
+//! Domain -> `cohort.v1` messages.
+
+use crate::model::{EventPayload, StoredEvent, Training};
+use chrono::{DateTime, Utc};
+use cohort_proto::v1;
+use cohort_spec::progress::ProgressLine;
+
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+impl From<&Training> for v1::Training {
+    fn from(t: &Training) -> Self {
+        v1::Training {
+            id: t.id.clone(),
+            display_name: t.display_name.clone(),
+            config: Some((&t.config).into()),
+            gpu_request: Some((&t.gpu_request).into()),
+            state: v1::training::State::from(t.state) as i32,
+            state_reason: t.state_reason.clone(),
+            world_size: t.world_size,
+            attempt: t.attempt,
+            restart_count: t.restart_count,
+            max_restarts: t.max_restarts,
+            priority: t.priority,
+            // The rank map and latest progress are filled in by the caller
+            // when it has them (they live in other tables).
+            ranks: Vec::new(),
+            latest_progress: None,
+            request_id: t.request_id.clone().unwrap_or_default(),
+            create_time: Some(timestamp(t.create_time)),
+            update_time: Some(timestamp(t.update_time)),
+            start_time: t.start_time.map(timestamp),
+            end_time: t.end_time.map(timestamp),
+        }
+    }
+}
+
+/// The event as WatchTraining sends it; `None` for stored events the API
+/// does not expose.
+pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
+    use v1::training_event::Event;
+    let event = match &e.payload {
+        EventPayload::StateChange(c) => Event::StateChange(v1::StateChange {
+            from: c.from.map_or(v1::training::State::Unspecified, Into::into) as i32,
+            to: v1::training::State::from(c.to) as i32,
+            reason: c.reason.clone(),
+        }),
+        EventPayload::Rank(line) => match rank_event(line)? {
+            Event::Checkpoint(c) => Event::Checkpoint(v1::Checkpoint {
+                training_id: e.training_id.clone(),
+                attempt: e.attempt,
+                create_time: Some(timestamp(e.time)),
+                ..c
+            }),
+            other => other,
+        },
+    };
+    Some(v1::TrainingEvent {
+        sequence: e.seq as u64,
+        training_id: e.training_id.clone(),
+        attempt: e.attempt,
+        time: Some(timestamp(e.time)),
+        event: Some(event),
+    })
+}
+
+fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
+    use v1::training_event::Event;
+    Some(match line.clone() {
+        ProgressLine::Started {
+            world_size,
+            device,
+            total_steps,
+            start_step,
+            global_batch,
+            parameters,
+        } => Event::Started(v1::TrainingStarted {
+            world_size: world_size as i32,
+            device,
+            total_steps,
+            start_step,
+            global_batch,
+            parameters,
+        }),
+        ProgressLine::Progress {
+            step,
+            total_steps,
+            epoch,
+            loss,
+            mse,
+            l1,
+            samples_per_sec,
+            step_time_ms,
+        } => Event::Progress(v1::ProgressEvent {
+            step,
+            total_steps,
+            epoch,
+            loss,
+            mse,
+            l1,
+            samples_per_sec,
+            step_time_ms,
+        }),
+        ProgressLine::RankStats {
+            rank,
+            step,
+            step_time_ms,
+            compute_ms,
+            comm_ms,
+            memory_bytes,
+        } => Event::RankStats(v1::RankStats {
+            rank: rank as i32,
+            step,
+            step_time_ms,
+            compute_ms,
+            comm_ms,
+            memory_bytes,
+        }),
+        ProgressLine::Checkpoint { step, path } => Event::Checkpoint(v1::Checkpoint {
+            step,
+            path,
+            ..Default::default()
+        }),
+        ProgressLine::Finished {
+            step,
+            loss,
+            param_checksum,
+            wall_time_s,
+            mean_samples_per_sec,
+        } => Event::Finished(v1::TrainingFinished {
+            step,
+            loss,
+            param_checksum,
+            wall_time_s,
+            mean_samples_per_sec,
+        }),
+        ProgressLine::RankFinished {
+            rank,
+            step,
+            param_checksum,
+        } => Event::RankFinished(v1::RankFinished {
+            rank: rank as i32,
+            step,
+            param_checksum,
+        }),
+    })
+}

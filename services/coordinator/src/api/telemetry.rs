@@ -1,0 +1,82 @@
+//! TelemetryService. WatchGpuMetrics streams from the live fan-out: the
+//! PER_GPU view forwards each agent's samples as they arrive; the AGGREGATED
+//! view sends the aggregate of the latest samples once per interval. A
+//! watcher that falls behind is told how many batches it missed (`lagged`)
+//! and carries on; it never slows ingest or other watchers. History queries
+//! and alerts belong to the telemetry issue (issue 5) and answer
+//! UNIMPLEMENTED until then.
+
+use super::Context;
+use crate::fleet::ReadingFilter;
+use tokio_stream::wrappers::ReceiverStream;
+
+mod watch;
+use cohort_proto::v1;
+use cohort_proto::v1::telemetry_service_server::TelemetryService;
+use std::pin::Pin;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[derive(Debug, Clone)]
+pub struct TelemetryApi {
+    ctx: Context,
+}
+
+impl TelemetryApi {
+    pub fn new(ctx: Context) -> Self {
+        Self { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl TelemetryService for TelemetryApi {
+    type WatchGpuMetricsStream = BoxStream<v1::GpuMetricsUpdate>;
+    type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
+
+    async fn watch_gpu_metrics(
+        &self,
+        request: Request<v1::WatchGpuMetricsRequest>,
+    ) -> Result<Response<Self::WatchGpuMetricsStream>, Status> {
+        let req = request.into_inner();
+        let view = match v1::MetricsView::try_from(req.view) {
+            Ok(v1::MetricsView::Unspecified) | Ok(v1::MetricsView::PerGpu) => {
+                v1::MetricsView::PerGpu
+            }
+            Ok(v1::MetricsView::Aggregated) => v1::MetricsView::Aggregated,
+            Err(_) => {
+                return Err(cohort_proto::error::bad_field(
+                    cohort_proto::error::reason::INVALID_ARGUMENT,
+                    "view",
+                    format!("{} is not a metrics view", req.view),
+                ))
+            }
+        };
+        let filter = req.filter.unwrap_or_default();
+        let filter = ReadingFilter {
+            agents: filter.agents,
+            gpu_uuids: filter.gpu_uuids,
+            training_id: filter.training_id,
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(watch::run(self.ctx.fleet.clone(), view, filter, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn query_gpu_metrics(
+        &self,
+        _request: Request<v1::QueryGpuMetricsRequest>,
+    ) -> Result<Response<v1::QueryGpuMetricsResponse>, Status> {
+        Err(Status::unimplemented(
+            "QueryGpuMetrics is not implemented yet",
+        ))
+    }
+
+    async fn watch_alerts(
+        &self,
+        _request: Request<v1::WatchAlertsRequest>,
+    ) -> Result<Response<Self::WatchAlertsStream>, Status> {
+        Err(Status::unimplemented("WatchAlerts is not implemented yet"))
+    }
+}

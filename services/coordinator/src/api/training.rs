@@ -1,0 +1,417 @@
+//! TrainingService over persistence. Placement is not done here: a created
+//! training stays QUEUED until the scheduler (not written yet) places it.
+//! WatchTraining replays the stored history and then follows it by polling
+//! the database; the live fan-out hub can replace the polling later.
+
+use super::convert::training_event;
+use super::page_token::{decode_training_cursor, encode_training_cursor};
+use super::status::from_db;
+use super::Context;
+use crate::model::{EventPayload, GpuRequest, JobState, StoredEvent};
+use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
+use cohort_proto::error::{bad_field, invalid_config, reason};
+use cohort_proto::v1;
+use cohort_proto::v1::training_service_server::TrainingService;
+use cohort_spec::TrainingConfig;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+/// Restarts allowed when CreateTraining does not say.
+pub const DEFAULT_MAX_RESTARTS: i32 = 3;
+/// Longest accepted request_id.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+const DEFAULT_PAGE_SIZE: i64 = 100;
+const MAX_PAGE_SIZE: i64 = 1000;
+/// How often WatchTraining looks for new events.
+const WATCH_POLL: Duration = Duration::from_millis(250);
+/// Events read per query while watching.
+const WATCH_BATCH: i64 = 256;
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[derive(Debug, Clone)]
+pub struct TrainingApi {
+    ctx: Context,
+}
+
+impl TrainingApi {
+    pub fn new(ctx: Context) -> Self {
+        Self { ctx }
+    }
+}
+
+/// Checks a CreateTraining request; nothing is written when this fails.
+fn validate_create(req: v1::CreateTrainingRequest) -> Result<NewTraining, Status> {
+    if req.request_id.len() > MAX_REQUEST_ID_LEN {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "request_id",
+            format!("at most {MAX_REQUEST_ID_LEN} characters"),
+        ));
+    }
+    let config = req
+        .config
+        .ok_or_else(|| bad_field(reason::INVALID_CONFIG, "config", "required"))?;
+    let config = TrainingConfig::try_from(config).map_err(|e| invalid_config(&e, "config."))?;
+    let gpu_request = GpuRequest::try_from(req.gpus)
+        .map_err(|e| bad_field(reason::INVALID_ARGUMENT, e.field, e.reason))?;
+    let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
+    if max_restarts < 0 {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "max_restarts",
+            "must be >= 0",
+        ));
+    }
+    Ok(NewTraining {
+        request_id: Some(req.request_id).filter(|r| !r.is_empty()),
+        display_name: req.display_name,
+        config,
+        gpu_request,
+        priority: req.priority,
+        max_restarts,
+    })
+}
+
+fn required_id(id: &str) -> Result<(), Status> {
+    if id.is_empty() {
+        return Err(bad_field(reason::INVALID_ARGUMENT, "id", "required"));
+    }
+    Ok(())
+}
+
+fn page_size(raw: i32) -> Result<i64, Status> {
+    match raw {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n < 0 => Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "page_size",
+            "must be >= 0",
+        )),
+        n => Ok(i64::from(n).min(MAX_PAGE_SIZE)),
+    }
+}
+
+fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
+    raw.iter()
+        .map(|&n| {
+            v1::training::State::try_from(n)
+                .ok()
+                .and_then(|s| JobState::try_from(s).ok())
+                .ok_or_else(|| {
+                    bad_field(
+                        reason::INVALID_ARGUMENT,
+                        "states",
+                        format!("{n} is not a training state"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Whether a watcher that did not ask for per-rank events gets this one.
+fn is_per_rank(e: &StoredEvent) -> bool {
+    matches!(&e.payload, EventPayload::Rank(line) if matches!(
+        line,
+        cohort_spec::progress::ProgressLine::RankStats { .. }
+            | cohort_spec::progress::ProgressLine::RankFinished { .. }
+    ))
+}
+
+fn is_final_change(e: &StoredEvent) -> bool {
+    matches!(&e.payload, EventPayload::StateChange(c) if c.to.is_final())
+}
+
+impl TrainingApi {
+    /// Refuse, before anything is written, what can never be placed as asked:
+    /// GPU ids the coordinator has never seen (NOT_FOUND), and, when queueing
+    /// is off, a request that can't be placed right now (FAILED_PRECONDITION).
+    async fn check_placeable(&self, new: &NewTraining) -> Result<(), Status> {
+        use crate::jobs::placement::Unplaceable;
+        use cohort_proto::error::status;
+        if let crate::model::GpuSelection::Ids { ids } = &new.gpu_request.selection {
+            let agents = self
+                .ctx
+                .db
+                .list_agents()
+                .await
+                .map_err(|e| from_db("create_training", e))?;
+            let known: Vec<&str> = agents
+                .iter()
+                .flat_map(|a| a.gpus.iter().map(|g| g.uuid.as_str()))
+                .collect();
+            let unknown: Vec<&str> = ids
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !known.contains(id))
+                .collect();
+            if !unknown.is_empty() {
+                return Err(status(
+                    tonic::Code::NotFound,
+                    reason::GPU_NOT_FOUND,
+                    format!("no agent has GPU {}", unknown.join(", ")),
+                    [("gpu_ids".to_string(), unknown.join(","))],
+                ));
+            }
+        }
+        if new.gpu_request.queue {
+            return Ok(());
+        }
+        match self.ctx.jobs.plan(&new.gpu_request) {
+            Ok(_) => Ok(()),
+            Err(why) => {
+                let (reason, key, value) = match &why {
+                    Unplaceable::Busy(ids) => (reason::GPU_BUSY, "gpu_ids", ids.join(",")),
+                    Unplaceable::Unknown(ids) => (reason::GPU_NOT_FOUND, "gpu_ids", ids.join(",")),
+                    Unplaceable::InsufficientGpus { wanted, free } => (
+                        reason::INSUFFICIENT_GPUS,
+                        "missing",
+                        (wanted - free).to_string(),
+                    ),
+                    Unplaceable::NoAgents => (reason::INSUFFICIENT_GPUS, "agents", "0".to_string()),
+                };
+                let code = if matches!(why, Unplaceable::Unknown(_)) {
+                    tonic::Code::NotFound
+                } else {
+                    tonic::Code::FailedPrecondition
+                };
+                Err(status(
+                    code,
+                    reason,
+                    format!("cannot place the training now and queueing is off: {why}"),
+                    [(key.to_string(), value)],
+                ))
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl TrainingService for TrainingApi {
+    type WatchTrainingStream = BoxStream<v1::TrainingEvent>;
+
+    async fn create_training(
+        &self,
+        request: Request<v1::CreateTrainingRequest>,
+    ) -> Result<Response<v1::Training>, Status> {
+        let new = validate_create(request.into_inner())?;
+        self.check_placeable(&new).await?;
+        let created = self
+            .ctx
+            .db
+            .create_training(new)
+            .await
+            .map_err(|e| from_db("create_training", e))?;
+        let t = &created.training;
+        if created.created {
+            tracing::info!(training_id = %t.id, request_id = ?t.request_id, "training created");
+            self.ctx.jobs.kick();
+        } else {
+            tracing::info!(training_id = %t.id, request_id = ?t.request_id, "create replayed by request_id");
+        }
+        Ok(Response::new(t.into()))
+    }
+
+    async fn get_training(
+        &self,
+        request: Request<v1::GetTrainingRequest>,
+    ) -> Result<Response<v1::Training>, Status> {
+        let id = request.into_inner().id;
+        required_id(&id)?;
+        let training = self
+            .ctx
+            .db
+            .get_training(&id)
+            .await
+            .map_err(|e| from_db("get_training", e))?
+            .ok_or_else(|| from_db("get_training", DatabaseError::TrainingNotFound(id)))?;
+        Ok(Response::new((&training).into()))
+    }
+
+    async fn list_trainings(
+        &self,
+        request: Request<v1::ListTrainingsRequest>,
+    ) -> Result<Response<v1::ListTrainingsResponse>, Status> {
+        let req = request.into_inner();
+        let limit = page_size(req.page_size)?;
+        let page = ListTrainings {
+            states: state_filter(&req.states)?,
+            limit: limit + 1,
+            after: decode_training_cursor(&req.page_token)?,
+        };
+        let mut trainings = self
+            .ctx
+            .db
+            .list_trainings(page)
+            .await
+            .map_err(|e| from_db("list_trainings", e))?;
+        let more = trainings.len() as i64 > limit;
+        trainings.truncate(limit as usize);
+        let next_page_token = match trainings.last() {
+            Some(last) if more => encode_training_cursor(&TrainingCursor::from(last)),
+            _ => String::new(),
+        };
+        Ok(Response::new(v1::ListTrainingsResponse {
+            trainings: trainings.iter().map(Into::into).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn cancel_training(
+        &self,
+        request: Request<v1::CancelTrainingRequest>,
+    ) -> Result<Response<v1::Training>, Status> {
+        let req = request.into_inner();
+        required_id(&req.id)?;
+        let reason = if req.reason.is_empty() {
+            "cancelled by a client".to_string()
+        } else {
+            format!("cancelled: {}", req.reason)
+        };
+        let db = &self.ctx.db;
+        let training = match self.ctx.jobs.cancel(&req.id, &reason).await {
+            Ok(t) => t,
+            // Cancelling a cancelled training is a no-op, not an error.
+            Err(DatabaseError::IllegalTransition {
+                from: JobState::Cancelled,
+                ..
+            }) => db
+                .get_training(&req.id)
+                .await
+                .map_err(|e| from_db("cancel_training", e))?
+                .ok_or_else(|| {
+                    from_db("cancel_training", DatabaseError::TrainingNotFound(req.id))
+                })?,
+            Err(e) => return Err(from_db("cancel_training", e)),
+        };
+        Ok(Response::new((&training).into()))
+    }
+
+    async fn watch_training(
+        &self,
+        request: Request<v1::WatchTrainingRequest>,
+    ) -> Result<Response<Self::WatchTrainingStream>, Status> {
+        let req = request.into_inner();
+        required_id(&req.id)?;
+        let db = self.ctx.db.clone();
+        let training = db
+            .get_training(&req.id)
+            .await
+            .map_err(|e| from_db("watch_training", e))?
+            .ok_or_else(|| {
+                from_db(
+                    "watch_training",
+                    DatabaseError::TrainingNotFound(req.id.clone()),
+                )
+            })?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let mut after = i64::try_from(req.after_sequence).unwrap_or(i64::MAX);
+        let mut ended = training.state.is_final() && after >= training.last_event_seq;
+        tokio::spawn(async move {
+            while !ended {
+                let batch = match db.events_after(&req.id, after, WATCH_BATCH).await {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        let _ = tx.send(Err(from_db("watch_training", e))).await;
+                        return;
+                    }
+                };
+                if batch.is_empty() {
+                    tokio::time::sleep(WATCH_POLL).await;
+                    continue;
+                }
+                for event in batch {
+                    after = event.seq;
+                    ended = is_final_change(&event);
+                    if !req.include_rank_stats && is_per_rank(&event) {
+                        continue;
+                    }
+                    let Some(message) = training_event(&event) else {
+                        continue;
+                    };
+                    if tx.send(Ok(message)).await.is_err() {
+                        return; // the watcher went away
+                    }
+                    if ended {
+                        return; // the final state change is the last event
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn list_checkpoints(
+        &self,
+        request: Request<v1::ListCheckpointsRequest>,
+    ) -> Result<Response<v1::ListCheckpointsResponse>, Status> {
+        let req = request.into_inner();
+        if req.training_id.is_empty() {
+            return Err(bad_field(
+                reason::INVALID_ARGUMENT,
+                "training_id",
+                "required",
+            ));
+        }
+        let limit = page_size(req.page_size)? as usize;
+        let after: i64 = if req.page_token.is_empty() {
+            -1
+        } else {
+            req.page_token.parse().map_err(|_| {
+                bad_field(
+                    reason::INVALID_PAGE_TOKEN,
+                    "page_token",
+                    "not a token this server issued",
+                )
+            })?
+        };
+        let db = &self.ctx.db;
+        if db
+            .get_training(&req.training_id)
+            .await
+            .map_err(|e| from_db("list_checkpoints", e))?
+            .is_none()
+        {
+            return Err(from_db(
+                "list_checkpoints",
+                DatabaseError::TrainingNotFound(req.training_id),
+            ));
+        }
+        let all = db
+            .checkpoints(&req.training_id)
+            .await
+            .map_err(|e| from_db("list_checkpoints", e))?;
+        let page: Vec<_> = all
+            .iter()
+            .filter(|c| c.step > after)
+            .take(limit + 1)
+            .collect();
+        let next_page_token = if page.len() > limit {
+            page[limit - 1].step.to_string()
+        } else {
+            String::new()
+        };
+        let checkpoints = page
+            .into_iter()
+            .take(limit)
+            .map(|c| v1::Checkpoint {
+                training_id: c.training_id.clone(),
+                attempt: c.attempt,
+                step: c.step,
+                path: c.path.clone(),
+                agent_id: c.agent_id.clone(),
+                create_time: Some(prost_types::Timestamp {
+                    seconds: c.create_time.timestamp(),
+                    nanos: c.create_time.timestamp_subsec_nanos() as i32,
+                }),
+            })
+            .collect();
+        Ok(Response::new(v1::ListCheckpointsResponse {
+            checkpoints,
+            next_page_token,
+        }))
+    }
+}

@@ -1,0 +1,265 @@
+//! The live fleet: which agents are connected right now, their GPUs and latest
+//! samples, which GPU each training holds, and the fan-out of telemetry to
+//! watchers. In memory only; the database keeps the durable part.
+
+mod telemetry;
+
+pub use telemetry::{aggregate, Aggregate, GpuReading, ReadingFilter, TelemetryBatch};
+
+use cohort_proto::v1;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{broadcast, mpsc};
+
+/// Telemetry batches buffered per watcher before it is told it lagged.
+pub const TELEMETRY_BUFFER: usize = 1024;
+
+/// Who holds a GPU: a rank of an attempt of a training.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub training_id: String,
+    pub attempt: i32,
+    pub rank: i32,
+}
+
+/// A connected agent's session.
+#[derive(Debug, Clone)]
+pub struct LiveAgent {
+    pub id: String,
+    pub name: String,
+    pub host_name: String,
+    /// Where other hosts' ranks reach this host (MASTER_ADDR when it hosts rank 0).
+    pub address: String,
+    pub gpus: Vec<v1::GpuInfo>,
+    pub session: u64,
+    pub commands: mpsc::Sender<v1::CoordinatorMessage>,
+    pub last_seen: Instant,
+}
+
+/// A GPU free to place a rank on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreeGpu {
+    pub agent_id: String,
+    pub uuid: String,
+    pub index: i32,
+    pub memory_total_bytes: u64,
+}
+
+#[derive(Default)]
+struct State {
+    agents: HashMap<String, LiveAgent>,
+    /// Latest sample per GPU uuid.
+    latest: HashMap<String, v1::GpuSample>,
+    holds: HashMap<String, Hold>,
+}
+
+/// Shared by every service; cheap to clone.
+#[derive(Clone)]
+pub struct Fleet {
+    state: Arc<Mutex<State>>,
+    sessions: Arc<AtomicU64>,
+    telemetry: broadcast::Sender<Arc<TelemetryBatch>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet").finish_non_exhaustive()
+    }
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fleet {
+    pub fn new() -> Self {
+        Self {
+            state: Arc::default(),
+            sessions: Arc::new(AtomicU64::new(1)),
+            telemetry: broadcast::channel(TELEMETRY_BUFFER).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds (or replaces) an agent's session; returns the session number that
+    /// [`Fleet::disconnect`] must present, so a stale session can't remove a new one.
+    pub fn connect(&self, mut agent: LiveAgent) -> u64 {
+        let session = self.sessions.fetch_add(1, Ordering::Relaxed);
+        agent.session = session;
+        self.lock().agents.insert(agent.id.clone(), agent);
+        session
+    }
+
+    /// Removes the agent if `session` is still its current one.
+    pub fn disconnect(&self, agent_id: &str, session: u64) -> bool {
+        let mut state = self.lock();
+        if state
+            .agents
+            .get(agent_id)
+            .is_some_and(|a| a.session == session)
+        {
+            let agent = state.agents.remove(agent_id).expect("present");
+            for gpu in agent.gpus {
+                state.latest.remove(&gpu.uuid);
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn touch(&self, agent_id: &str) {
+        if let Some(a) = self.lock().agents.get_mut(agent_id) {
+            a.last_seen = Instant::now();
+        }
+    }
+
+    pub fn agent(&self, agent_id: &str) -> Option<LiveAgent> {
+        self.lock().agents.get(agent_id).cloned()
+    }
+
+    pub fn agents(&self) -> Vec<LiveAgent> {
+        let mut all: Vec<LiveAgent> = self.lock().agents.values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    pub fn is_connected(&self, agent_id: &str) -> bool {
+        self.lock().agents.contains_key(agent_id)
+    }
+
+    /// Sends a command to an agent; false when it is not connected.
+    pub fn send(&self, agent_id: &str, message: v1::CoordinatorMessage) -> bool {
+        let Some(tx) = self.lock().agents.get(agent_id).map(|a| a.commands.clone()) else {
+            return false;
+        };
+        tx.try_send(message).is_ok()
+    }
+
+    /// Connected GPUs no training holds, agent by agent in index order.
+    pub fn free_gpus(&self) -> Vec<FreeGpu> {
+        let state = self.lock();
+        let mut free: Vec<FreeGpu> = state
+            .agents
+            .values()
+            .flat_map(|a| {
+                a.gpus.iter().map(move |g| FreeGpu {
+                    agent_id: a.id.clone(),
+                    uuid: g.uuid.clone(),
+                    index: g.index,
+                    memory_total_bytes: g.memory_total_bytes,
+                })
+            })
+            .filter(|g| !state.holds.contains_key(&g.uuid))
+            .collect();
+        free.sort_by(|a, b| (&a.agent_id, a.index).cmp(&(&b.agent_id, b.index)));
+        free
+    }
+
+    /// Every connected GPU, with its agent.
+    pub fn all_gpus(&self) -> Vec<(LiveAgent, v1::GpuInfo)> {
+        let state = self.lock();
+        let mut all: Vec<(LiveAgent, v1::GpuInfo)> = state
+            .agents
+            .values()
+            .flat_map(|a| a.gpus.iter().map(move |g| (a.clone(), g.clone())))
+            .collect();
+        all.sort_by(|a, b| (&a.0.name, a.1.index).cmp(&(&b.0.name, b.1.index)));
+        all
+    }
+
+    /// Marks GPUs held by a training's attempt (all of them, atomically).
+    /// Fails, holding nothing, if any of them is already held by another training.
+    pub fn hold(&self, holds: Vec<(String, Hold)>) -> Result<(), String> {
+        let mut state = self.lock();
+        for (uuid, hold) in &holds {
+            if let Some(other) = state.holds.get(uuid) {
+                if other.training_id != hold.training_id {
+                    return Err(uuid.clone());
+                }
+            }
+        }
+        state.holds.extend(holds);
+        Ok(())
+    }
+
+    /// Frees every GPU a training holds.
+    pub fn release(&self, training_id: &str) {
+        self.lock()
+            .holds
+            .retain(|_, h| h.training_id != training_id);
+    }
+
+    pub fn holder(&self, uuid: &str) -> Option<Hold> {
+        self.lock().holds.get(uuid).cloned()
+    }
+
+    /// The latest sample of a GPU.
+    pub fn latest(&self, uuid: &str) -> Option<v1::GpuSample> {
+        self.lock().latest.get(uuid).cloned()
+    }
+
+    /// The latest reading of every connected GPU, with its holder.
+    pub fn snapshot(&self) -> Vec<GpuReading> {
+        let state = self.lock();
+        let mut readings: Vec<GpuReading> = state
+            .agents
+            .values()
+            .flat_map(|a| {
+                a.gpus.iter().filter_map(|g| {
+                    state.latest.get(&g.uuid).map(|sample| GpuReading {
+                        agent_id: a.id.clone(),
+                        agent_name: a.name.clone(),
+                        hold: state.holds.get(&g.uuid).cloned(),
+                        sample: sample.clone(),
+                    })
+                })
+            })
+            .collect();
+        readings
+            .sort_by(|a, b| (&a.agent_name, a.sample.index).cmp(&(&b.agent_name, b.sample.index)));
+        readings
+    }
+
+    /// Takes an agent's samples: keeps the latest per GPU and fans the batch
+    /// out to watchers, each reading joined to the training holding its GPU.
+    pub fn ingest(&self, agent_id: &str, samples: Vec<v1::GpuSample>) {
+        let batch = {
+            let mut state = self.lock();
+            let agent_name = state
+                .agents
+                .get(agent_id)
+                .map(|a| a.name.clone())
+                .unwrap_or_default();
+            let readings = samples
+                .into_iter()
+                .map(|sample| {
+                    state.latest.insert(sample.gpu_uuid.clone(), sample.clone());
+                    GpuReading {
+                        agent_id: agent_id.to_string(),
+                        agent_name: agent_name.clone(),
+                        hold: state.holds.get(&sample.gpu_uuid).cloned(),
+                        sample,
+                    }
+                })
+                .collect();
+            TelemetryBatch {
+                received: Instant::now(),
+                readings,
+            }
+        };
+        // No watcher is not an error.
+        let _ = self.telemetry.send(Arc::new(batch));
+    }
+
+    pub fn subscribe_telemetry(&self) -> broadcast::Receiver<Arc<TelemetryBatch>> {
+        self.telemetry.subscribe()
+    }
+}

@@ -1,0 +1,119 @@
+//! The commands the job runner sends down agents' streams.
+
+use crate::fleet::Fleet;
+use crate::model::{Placement, RankRecord, Training};
+use cohort_proto::v1;
+use cohort_proto::v1::coordinator_message::Message;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn grace(d: Duration) -> Option<prost_types::Duration> {
+    prost_types::Duration::try_from(d).ok()
+}
+
+/// Send each agent a StartRanks with its share of the placement. Returns the
+/// first agent that could not be reached.
+pub(super) fn start_ranks(
+    fleet: &Fleet,
+    training: &Training,
+    placement: &Placement,
+) -> Result<(), String> {
+    let mut by_agent: BTreeMap<&str, Vec<v1::LocalRankAssignment>> = BTreeMap::new();
+    for s in &placement.slots {
+        by_agent
+            .entry(&s.agent_id)
+            .or_default()
+            .push(v1::LocalRankAssignment {
+                rank: s.rank,
+                local_rank: s.local_rank,
+                local_world_size: s.local_world_size,
+                gpu_index: s.gpu_index,
+                gpu_uuid: s.gpu_uuid.clone(),
+            });
+    }
+    let config_json = training.config.to_json();
+    for (agent_id, ranks) in by_agent {
+        let message = v1::CoordinatorMessage {
+            message: Some(Message::StartRanks(v1::StartRanks {
+                training_id: training.id.clone(),
+                attempt: training.attempt,
+                config_json: config_json.clone(),
+                world_size: placement.slots.len() as i32,
+                master_addr: placement.master_addr.clone(),
+                master_port: u32::from(placement.master_port),
+                ranks,
+                // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
+                run_dir: String::new(),
+            })),
+        };
+        if !fleet.send(agent_id, message) {
+            return Err(agent_id.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// Tell every agent holding a live rank of the attempt to stop it.
+pub(super) fn stop_ranks(
+    fleet: &Fleet,
+    training: &Training,
+    ranks: &[RankRecord],
+    grace_period: Duration,
+    reason: &str,
+) {
+    let mut agents: Vec<&str> = ranks
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.state,
+                crate::model::RankState::Pending | crate::model::RankState::Running
+            )
+        })
+        .map(|r| r.slot.agent_id.as_str())
+        .collect();
+    agents.sort_unstable();
+    agents.dedup();
+    for agent_id in agents {
+        let sent = fleet.send(
+            agent_id,
+            stop_message(&training.id, training.attempt, grace_period, reason),
+        );
+        if !sent {
+            tracing::warn!(agent_id, training_id = %training.id, "cannot reach agent to stop ranks; it stops them when it reconnects");
+        }
+    }
+}
+
+/// Stop a rank an agent reported that belongs to no live attempt.
+pub(super) fn stop_stale(
+    fleet: &Fleet,
+    agent_id: &str,
+    rank: &v1::RunningRank,
+    grace_period: Duration,
+) {
+    fleet.send(
+        agent_id,
+        stop_message(
+            &rank.training_id,
+            rank.attempt,
+            grace_period,
+            "stale attempt",
+        ),
+    );
+}
+
+fn stop_message(
+    training_id: &str,
+    attempt: i32,
+    grace_period: Duration,
+    reason: &str,
+) -> v1::CoordinatorMessage {
+    v1::CoordinatorMessage {
+        message: Some(Message::StopRanks(v1::StopRanks {
+            training_id: training_id.to_string(),
+            attempt,
+            grace_period: grace(grace_period),
+            reason: reason.to_string(),
+        })),
+    }
+}

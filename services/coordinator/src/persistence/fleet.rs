@@ -1,0 +1,187 @@
+//! Agents and their GPUs: written when an agent registers (one transaction:
+//! the agent row and exactly the GPUs it reported) and when it goes away.
+
+use super::rows::{now, to_db_time};
+use super::schema::{agents, gpus};
+use super::{DatabaseError, DbConnection, Persistence};
+use crate::model::{AgentRecord, GpuRecord};
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+/// What an agent says about itself when it registers.
+#[derive(Debug, Clone)]
+pub struct AgentRegistration {
+    pub name: String,
+    pub host_name: String,
+    pub address: String,
+    pub version: String,
+    pub gpus: Vec<GpuRecord>,
+}
+
+#[derive(Queryable)]
+struct AgentRow {
+    id: String,
+    name: String,
+    host_name: String,
+    address: String,
+    version: String,
+    connected: bool,
+    connect_time: NaiveDateTime,
+    last_seen_time: NaiveDateTime,
+}
+
+#[derive(Queryable)]
+struct GpuRow {
+    uuid: String,
+    agent_id: String,
+    gpu_index: i32,
+    name: String,
+    memory_total_bytes: i64,
+    compute_capability: String,
+    simulated: bool,
+    #[allow(dead_code)]
+    last_seen_time: NaiveDateTime,
+}
+
+fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<String, DatabaseError> {
+    let at = to_db_time(now());
+    let existing: Option<String> = agents::table
+        .filter(agents::name.eq(&reg.name))
+        .select(agents::id)
+        .first(conn)
+        .optional()?;
+    let id = match existing {
+        Some(id) => {
+            diesel::update(agents::table.find(&id))
+                .set((
+                    agents::host_name.eq(&reg.host_name),
+                    agents::address.eq(&reg.address),
+                    agents::version.eq(&reg.version),
+                    agents::connected.eq(true),
+                    agents::connect_time.eq(at),
+                    agents::last_seen_time.eq(at),
+                ))
+                .execute(conn)?;
+            id
+        }
+        None => {
+            let id = format!("agt-{}", uuid::Uuid::new_v4().simple());
+            diesel::insert_into(agents::table)
+                .values((
+                    agents::id.eq(&id),
+                    agents::name.eq(&reg.name),
+                    agents::host_name.eq(&reg.host_name),
+                    agents::address.eq(&reg.address),
+                    agents::version.eq(&reg.version),
+                    agents::connected.eq(true),
+                    agents::connect_time.eq(at),
+                    agents::last_seen_time.eq(at),
+                ))
+                .execute(conn)?;
+            id
+        }
+    };
+    // Exactly the GPUs reported now: drop the agent's others, upsert these.
+    let uuids: Vec<&str> = reg.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    diesel::delete(
+        gpus::table
+            .filter(gpus::agent_id.eq(&id))
+            .filter(gpus::uuid.ne_all(&uuids)),
+    )
+    .execute(conn)?;
+    for g in &reg.gpus {
+        diesel::delete(gpus::table.find(&g.uuid)).execute(conn)?;
+        // an index freed by a GPU swap may still be held by another uuid
+        diesel::delete(
+            gpus::table
+                .filter(gpus::agent_id.eq(&id))
+                .filter(gpus::gpu_index.eq(g.index)),
+        )
+        .execute(conn)?;
+        diesel::insert_into(gpus::table)
+            .values((
+                gpus::uuid.eq(&g.uuid),
+                gpus::agent_id.eq(&id),
+                gpus::gpu_index.eq(g.index),
+                gpus::name.eq(&g.name),
+                gpus::memory_total_bytes.eq(g.memory_total_bytes),
+                gpus::compute_capability.eq(&g.compute_capability),
+                gpus::simulated.eq(g.simulated),
+                gpus::last_seen_time.eq(at),
+            ))
+            .execute(conn)?;
+    }
+    Ok(id)
+}
+
+fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
+    let rows: Vec<AgentRow> = agents::table.order(agents::name.asc()).load(conn)?;
+    let gpu_rows: Vec<GpuRow> = gpus::table
+        .order((gpus::agent_id.asc(), gpus::gpu_index.asc()))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|a| AgentRecord {
+            gpus: gpu_rows
+                .iter()
+                .filter(|g| g.agent_id == a.id)
+                .map(|g| GpuRecord {
+                    uuid: g.uuid.clone(),
+                    index: g.gpu_index,
+                    name: g.name.clone(),
+                    memory_total_bytes: g.memory_total_bytes,
+                    compute_capability: g.compute_capability.clone(),
+                    simulated: g.simulated,
+                })
+                .collect(),
+            id: a.id,
+            name: a.name,
+            host_name: a.host_name,
+            address: a.address,
+            version: a.version,
+            connected: a.connected,
+            connect_time: a.connect_time.and_utc(),
+            last_seen_time: a.last_seen_time.and_utc(),
+        })
+        .collect())
+}
+
+impl Persistence {
+    /// Records an agent's (re)registration and its GPUs; returns its stable id
+    /// (the same agent name keeps its id across reconnects).
+    pub async fn register_agent(&self, reg: AgentRegistration) -> Result<String, DatabaseError> {
+        self.transaction("register_agent", move |c| register_in(c, &reg))
+            .await
+    }
+
+    /// Marks an agent disconnected (its rows stay for history).
+    pub async fn agent_disconnected(&self, agent_id: &str) -> Result<(), DatabaseError> {
+        let id = agent_id.to_string();
+        self.transaction("agent_disconnected", move |c| {
+            diesel::update(agents::table.find(&id))
+                .set((
+                    agents::connected.eq(false),
+                    agents::last_seen_time.eq(to_db_time(now())),
+                ))
+                .execute(c)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Marks every agent disconnected: at start-up no session is open yet.
+    pub async fn disconnect_all_agents(&self) -> Result<(), DatabaseError> {
+        self.transaction("disconnect_all_agents", |c| {
+            diesel::update(agents::table)
+                .set(agents::connected.eq(false))
+                .execute(c)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every known agent with its GPUs, by name.
+    pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, DatabaseError> {
+        self.transaction("list_agents", list_in).await
+    }
+}

@@ -1,0 +1,77 @@
+//! The gRPC server: every `cohort.v1` service plus grpc.health.v1 (Check and
+//! Watch, per service) and server reflection v1 and v1alpha.
+//!
+//! [`run`] takes a bound listener and a shutdown future, so tests can bind
+//! `127.0.0.1:0` and drive the real server.
+
+use crate::api::agent::AgentApi;
+use crate::api::gpu::GpuApi;
+use crate::api::telemetry::TelemetryApi;
+use crate::api::training::TrainingApi;
+use crate::api::Context;
+use cohort_proto::v1::agent_service_server::AgentServiceServer;
+use cohort_proto::v1::gpu_service_server::GpuServiceServer;
+use cohort_proto::v1::telemetry_service_server::TelemetryServiceServer;
+use cohort_proto::v1::training_service_server::TrainingServiceServer;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves until `shutdown` completes, then drains in-flight calls and returns.
+pub async fn run(
+    listener: TcpListener,
+    ctx: Context,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<TrainingServiceServer<TrainingApi>>()
+        .await;
+    health.set_serving::<GpuServiceServer<GpuApi>>().await;
+    health
+        .set_serving::<TelemetryServiceServer<TelemetryApi>>()
+        .await;
+    health.set_serving::<AgentServiceServer<AgentApi>>().await;
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(cohort_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    if let Err(e) = ctx.jobs.adopt().await {
+        tracing::warn!(error = %e, "cannot adopt placed trainings");
+    }
+    if let Err(e) = ctx.db.disconnect_all_agents().await {
+        tracing::warn!(error = %e, "cannot reset agent connection states");
+    }
+    let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
+    let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped));
+
+    let addr = listener.local_addr().ok();
+    tracing::info!(addr = ?addr, "serving gRPC");
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(TrainingServiceServer::new(TrainingApi::new(ctx.clone())))
+        .add_service(GpuServiceServer::new(GpuApi::new(ctx.clone())))
+        .add_service(TelemetryServiceServer::new(TelemetryApi::new(ctx.clone())))
+        .add_service(AgentServiceServer::new(AgentApi::new(ctx)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    let _ = stop_jobs.send(true);
+    let _ = scheduler.await;
+    tracing::info!("gRPC server stopped");
+    Ok(())
+}
