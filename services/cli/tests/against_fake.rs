@@ -1,466 +1,15 @@
 //! The real `cohort` binary against a scripted in-process gRPC server that
-//! speaks `cohort.v1` (the same generated server code the coordinator uses):
-//! paging, streams, lag replay, error details over the wire, exit codes.
-//! End-to-end tests against the real coordinator live in integration-tests.
+//! speaks `cohort.v1`: paging, streams, lag replay, a restarted server, error
+//! details over the wire, exit codes. End-to-end tests against the real
+//! coordinator live in integration-tests.
 
-use cohort_proto::error::{reason, status};
-use cohort_proto::v1::{
-    self, agent_service_server::AgentService, gpu_service_server::GpuService,
-    telemetry_service_server::TelemetryService, training::State, training_event::Event,
-    training_service_server::TrainingService,
-};
-use std::pin::Pin;
-use std::process::Output;
-use tokio_stream::{Stream, StreamExt};
-use tonic::{Code, Request, Response, Status};
+mod fake;
 
-type Reply<T> = Result<Response<T>, Status>;
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-/// The scripted coordinator. `hang`: "t-restart" streams its first two
-/// events and then nothing, like a coordinator about to be killed.
-#[derive(Clone, Copy)]
-struct Fake {
-    hang: bool,
-}
-
-fn gpu(index: i32) -> v1::Gpu {
-    v1::Gpu {
-        info: Some(v1::GpuInfo {
-            index,
-            uuid: format!("SIM-{index}"),
-            name: "Simulated GPU".into(),
-            memory_total_bytes: 16 << 30,
-            compute_capability: "8.0".into(),
-            simulated: true,
-        }),
-        agent_id: "a-1".into(),
-        agent_name: "node1".into(),
-        availability: v1::GpuAvailability::Available as i32,
-        ..Default::default()
-    }
-}
-
-fn training(id: &str, state: State) -> v1::Training {
-    v1::Training {
-        id: id.into(),
-        state: state as i32,
-        state_reason: if state == State::Queued {
-            "waiting for 2 GPUs".into()
-        } else {
-            String::new()
-        },
-        world_size: 2,
-        ..Default::default()
-    }
-}
-
-fn change(seq: u64, id: &str, from: State, to: State, why: &str) -> v1::TrainingEvent {
-    event(
-        seq,
-        id,
-        Event::StateChange(v1::StateChange {
-            from: from as i32,
-            to: to as i32,
-            reason: why.into(),
-        }),
-    )
-}
-
-fn event(seq: u64, id: &str, event: Event) -> v1::TrainingEvent {
-    v1::TrainingEvent {
-        sequence: seq,
-        training_id: id.into(),
-        attempt: 1,
-        time: Some(prost_types::Timestamp {
-            seconds: 1_795_000_000 + seq as i64,
-            nanos: 0,
-        }),
-        event: Some(event),
-    }
-}
-
-fn progress(step: i64, loss: f64) -> Event {
-    Event::Progress(v1::ProgressEvent {
-        step,
-        total_steps: 20,
-        loss,
-        samples_per_sec: 1000.0,
-        ..Default::default()
-    })
-}
-
-/// The stored history of each scripted training.
-fn history(id: &str) -> Vec<v1::TrainingEvent> {
-    let ending = match id {
-        "t-fail" => (State::Failed, "rank 1 exited with code 11"),
-        _ => (State::Succeeded, "all 20 steps done"),
-    };
-    vec![
-        change(1, id, State::Unspecified, State::Queued, "created"),
-        change(2, id, State::Queued, State::Running, "placed on 2 GPUs"),
-        event(3, id, progress(10, 0.5)),
-        event(4, id, progress(20, 0.25)),
-        change(5, id, State::Running, ending.0, ending.1),
-    ]
-}
-
-#[tonic::async_trait]
-impl TrainingService for Fake {
-    async fn create_training(
-        &self,
-        req: Request<v1::CreateTrainingRequest>,
-    ) -> Reply<v1::Training> {
-        let req = req.into_inner();
-        let gpus = req.gpus.unwrap_or_default();
-        if req.request_id == "bad-config" {
-            return Err(cohort_proto::error::bad_field(
-                reason::INVALID_CONFIG,
-                "config.model.d_in",
-                "must be in 1..=65536",
-            ));
-        }
-        if gpus.queue == Some(false) {
-            return Err(status(
-                Code::FailedPrecondition,
-                reason::INSUFFICIENT_GPUS,
-                "2 GPUs requested, 1 free",
-                [],
-            ));
-        }
-        let config = req
-            .config
-            .ok_or_else(|| Status::invalid_argument("config"))?;
-        let steps = config.optim.as_ref().and_then(|o| o.steps);
-        let mut t = training("t-1", State::Queued);
-        t.display_name = format!("steps={}", steps.unwrap_or(0));
-        t.config = Some(config);
-        Ok(Response::new(t))
-    }
-
-    async fn get_training(&self, req: Request<v1::GetTrainingRequest>) -> Reply<v1::Training> {
-        match req.into_inner().id.as_str() {
-            "t-1" => Ok(Response::new(training("t-1", State::Succeeded))),
-            other => Err(status(
-                Code::NotFound,
-                reason::TRAINING_NOT_FOUND,
-                format!("no training {other}"),
-                [],
-            )),
-        }
-    }
-
-    async fn list_trainings(
-        &self,
-        req: Request<v1::ListTrainingsRequest>,
-    ) -> Reply<v1::ListTrainingsResponse> {
-        let (ids, next) = match req.into_inner().page_token.as_str() {
-            "" => (vec!["t-3", "t-2"], "p2"),
-            "p2" => (vec!["t-1"], ""),
-            _ => {
-                return Err(status(
-                    Code::InvalidArgument,
-                    reason::INVALID_PAGE_TOKEN,
-                    "bad token",
-                    [],
-                ))
-            }
-        };
-        Ok(Response::new(v1::ListTrainingsResponse {
-            trainings: ids
-                .into_iter()
-                .map(|id| training(id, State::Running))
-                .collect(),
-            next_page_token: next.into(),
-        }))
-    }
-
-    async fn cancel_training(
-        &self,
-        req: Request<v1::CancelTrainingRequest>,
-    ) -> Reply<v1::Training> {
-        Ok(Response::new(training(
-            &req.into_inner().id,
-            State::Cancelled,
-        )))
-    }
-
-    type WatchTrainingStream = BoxStream<v1::TrainingEvent>;
-
-    async fn watch_training(
-        &self,
-        req: Request<v1::WatchTrainingRequest>,
-    ) -> Reply<Self::WatchTrainingStream> {
-        let req = req.into_inner();
-        let after = req.after_sequence;
-        let mut events: Vec<v1::TrainingEvent> = history(&req.id)
-            .into_iter()
-            .filter(|e| e.sequence > after)
-            .collect();
-        // "t-lag": a first reader from the start misses events 2..=4.
-        if req.id == "t-lag" && after == 0 {
-            events = vec![
-                events[0].clone(),
-                event(
-                    0,
-                    "t-lag",
-                    Event::Lagged(v1::Lagged {
-                        missed_events: 3,
-                        first_missed_sequence: 2,
-                    }),
-                ),
-            ];
-        }
-        let mut items: Vec<Result<v1::TrainingEvent, Status>> =
-            events.into_iter().map(Ok).collect();
-        // "t-drop": the connection breaks after event 2 on the first try.
-        if req.id == "t-drop" && after == 0 {
-            items.truncate(2);
-            items.push(Err(Status::unavailable("connection reset")));
-        }
-        if req.id == "t-restart" && self.hang {
-            items.truncate(2);
-            let stalled = tokio_stream::iter(items).chain(tokio_stream::pending());
-            return Ok(Response::new(Box::pin(stalled)));
-        }
-        Ok(Response::new(Box::pin(tokio_stream::iter(items))))
-    }
-
-    async fn list_checkpoints(
-        &self,
-        _req: Request<v1::ListCheckpointsRequest>,
-    ) -> Reply<v1::ListCheckpointsResponse> {
-        Ok(Response::new(v1::ListCheckpointsResponse {
-            checkpoints: vec![v1::Checkpoint {
-                training_id: "t-1".into(),
-                attempt: 1,
-                step: 20,
-                path: "/runs/t-1/ckpt-20".into(),
-                agent_id: "a-1".into(),
-                create_time: None,
-            }],
-            next_page_token: String::new(),
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl GpuService for Fake {
-    async fn list_gpus(&self, req: Request<v1::ListGpusRequest>) -> Reply<v1::ListGpusResponse> {
-        // Two pages, so the CLI has to follow the token.
-        let (gpus, next) = match req.into_inner().page_token.as_str() {
-            "" => (vec![gpu(0)], "next"),
-            _ => (vec![gpu(1)], ""),
-        };
-        Ok(Response::new(v1::ListGpusResponse {
-            gpus,
-            next_page_token: next.into(),
-        }))
-    }
-    async fn recommend_gpus(
-        &self,
-        _: Request<v1::RecommendGpusRequest>,
-    ) -> Reply<v1::RecommendGpusResponse> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-    async fn validate_gpu_selection(
-        &self,
-        _: Request<v1::ValidateGpuSelectionRequest>,
-    ) -> Reply<v1::ValidateGpuSelectionResponse> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-    async fn estimate_memory(
-        &self,
-        _: Request<v1::EstimateMemoryRequest>,
-    ) -> Reply<v1::MemoryEstimate> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-}
-
-#[tonic::async_trait]
-impl TelemetryService for Fake {
-    type WatchGpuMetricsStream = BoxStream<v1::GpuMetricsUpdate>;
-    async fn watch_gpu_metrics(
-        &self,
-        req: Request<v1::WatchGpuMetricsRequest>,
-    ) -> Reply<Self::WatchGpuMetricsStream> {
-        let view = req.into_inner().view;
-        // An endless stream: the CLI must stop by itself after --count updates.
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            for i in 0.. {
-                let update = v1::GpuMetricsUpdate {
-                    time: Some(prost_types::Timestamp {
-                        seconds: 1_795_000_000 + i,
-                        nanos: 0,
-                    }),
-                    view,
-                    gpus: vec![v1::GpuMetrics {
-                        sample: Some(v1::GpuSample {
-                            gpu_uuid: "SIM-0".into(),
-                            utilization_gpu_percent: Some(50.0),
-                            simulated: true,
-                            ..Default::default()
-                        }),
-                        agent_name: "node1".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                };
-                if tx.send(Ok(update)).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-        });
-        let updates = tokio_stream::wrappers::ReceiverStream::new(rx);
-        Ok(Response::new(Box::pin(updates)))
-    }
-    async fn query_gpu_metrics(
-        &self,
-        _: Request<v1::QueryGpuMetricsRequest>,
-    ) -> Reply<v1::QueryGpuMetricsResponse> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-    type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
-    async fn watch_alerts(
-        &self,
-        _: Request<v1::WatchAlertsRequest>,
-    ) -> Reply<Self::WatchAlertsStream> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-}
-
-#[tonic::async_trait]
-impl AgentService for Fake {
-    type ConnectStream = BoxStream<v1::CoordinatorMessage>;
-    async fn connect(
-        &self,
-        _: Request<tonic::Streaming<v1::AgentMessage>>,
-    ) -> Reply<Self::ConnectStream> {
-        Err(Status::unimplemented("not in the fake"))
-    }
-    async fn list_agents(
-        &self,
-        _: Request<v1::ListAgentsRequest>,
-    ) -> Reply<v1::ListAgentsResponse> {
-        Ok(Response::new(v1::ListAgentsResponse {
-            agents: vec![v1::Agent {
-                id: "a-1".into(),
-                name: "node1".into(),
-                host_name: "node1".into(),
-                state: v1::AgentState::Connected as i32,
-                gpus: vec![gpu(0).info.unwrap(), gpu(1).info.unwrap()],
-                ..Default::default()
-            }],
-            next_page_token: String::new(),
-        }))
-    }
-}
-
-/// Serves `fake` on `listener` until the returned future is dropped.
-async fn serve_on(fake: Fake, listener: tokio::net::TcpListener) {
-    use cohort_proto::v1::{
-        agent_service_server::AgentServiceServer, gpu_service_server::GpuServiceServer,
-        telemetry_service_server::TelemetryServiceServer,
-        training_service_server::TrainingServiceServer,
-    };
-    let _ = tonic::transport::Server::builder()
-        .add_service(TrainingServiceServer::new(fake))
-        .add_service(GpuServiceServer::new(fake))
-        .add_service(TelemetryServiceServer::new(fake))
-        .add_service(AgentServiceServer::new(fake))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-        .await;
-}
-
-/// Starts the fake on 127.0.0.1 (a free port) and returns its URL.
-async fn serve() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(serve_on(Fake { hang: false }, listener));
-    url
-}
-
-/// A fake in a runtime of its own: dropping it kills every connection at
-/// once, as `kill -9` of a coordinator would.
-struct Killable(tokio::runtime::Runtime);
-
-impl Killable {
-    fn start(fake: Fake, addr: std::net::SocketAddr) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt.block_on(async {
-            // The port may take a moment to be free again after a kill.
-            for _ in 0..50 {
-                if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
-                    return l;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            panic!("cannot bind {addr} again");
-        });
-        rt.spawn(serve_on(fake, listener));
-        Killable(rt)
-    }
-
-    fn kill(self) {
-        self.0.shutdown_background();
-    }
-}
-
-/// Runs `cohort --coordinator URL ARGS...` to completion.
-async fn cohort(url: &str, args: &[&str]) -> Output {
-    let running = tokio::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .arg("--coordinator")
-        .arg(url)
-        .args(args)
-        .env_remove("COHORT_COORDINATOR")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(30), running)
-        .await
-        .expect("cohort finished in time")
-        .unwrap();
-    // COHORT_TEST_SHOW=1 prints what a person would see.
-    if std::env::var_os("COHORT_TEST_SHOW").is_some() {
-        eprintln!(
-            "$ cohort {}\n{}{}[exit {:?}]\n",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-            output.status.code()
-        );
-    }
-    output
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn config_file() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("cohort-cli-fake-{}.toml", std::process::id()));
-    std::fs::write(
-        &path,
-        "[model]\nd_in = 8\nd_sae = 16\n[optim]\nbatch_size = 4\nsteps = 10\n\
-         [data.synthetic]\nnum_samples = 64\n",
-    )
-    .unwrap();
-    path
-}
+use fake::{cohort, config_file, serve, stderr, stdout, Fake, Killable};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cli_against_a_scripted_coordinator() {
+async fn lists_follow_every_page() {
     let url = serve().await;
-
     // gpus: every page, as a table and as JSON.
     let o = cohort(&url, &["gpus"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
@@ -478,9 +27,13 @@ async fn cli_against_a_scripted_coordinator() {
     let o = cohort(&url, &["agents"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("2 (2 simulated)"), "{}", stdout(&o));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_from_file_or_flags_and_wait() {
+    let url = serve().await;
     // submit with an override, then --wait follows it to SUCCEEDED.
-    let config = config_file();
+    let config = config_file("submit_from_file_or_flags_and_wait");
     let config = config.to_str().unwrap();
     let o = cohort(
         &url,
@@ -545,7 +98,14 @@ async fn cli_against_a_scripted_coordinator() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["config"]["model"]["expansion_factor"], 4);
     assert_eq!(v["config"]["data"]["synthetic"]["num_samples"], 256);
+    let _ = std::fs::remove_file(config);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_human_words_with_exit_codes() {
+    let url = serve().await;
+    let config = config_file("refusals_are_human_words_with_exit_codes");
+    let config = config.to_str().unwrap();
     // Server-side refusals arrive as human words and exit codes.
     let o = cohort(&url, &["train", "submit", "--config", config, "--no-queue"]).await;
     assert_eq!(o.status.code(), Some(6));
@@ -574,7 +134,12 @@ async fn cli_against_a_scripted_coordinator() {
     let o = cohort(&url, &["train", "get", "t-404"]).await;
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(stderr(&o), "error: no such training: no training t-404\n");
+    let _ = std::fs::remove_file(config);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_ends_with_the_final_state_and_replays_what_it_missed() {
+    let url = serve().await;
     // watch: a failure ends non-zero with the reason.
     let o = cohort(&url, &["train", "watch", "t-fail"]).await;
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
@@ -649,7 +214,11 @@ async fn cli_against_a_scripted_coordinator() {
     )
     .await;
     assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_list_cancel_and_checkpoints() {
+    let url = serve().await;
     // get: details and the transitions from the history.
     let o = cohort(&url, &["train", "get", "t-1"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
@@ -677,7 +246,11 @@ async fn cli_against_a_scripted_coordinator() {
     assert_eq!(stdout(&o), "training t-2: CANCELLED\n");
     let o = cohort(&url, &["checkpoints", "t-1"]).await;
     assert!(stdout(&o).contains("/runs/t-1/ckpt-20"), "{}", stdout(&o));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_watch_stops_after_count() {
+    let url = serve().await;
     // telemetry: an endless stream, stopped after --count updates.
     let o = cohort(
         &url,
@@ -703,7 +276,6 @@ async fn cli_against_a_scripted_coordinator() {
     let text = stdout(&o);
     assert_eq!(text.matches("GPU metrics at").count(), 2, "{text}");
     assert!(text.contains("SIM-0 *"), "{text}");
-    let _ = std::fs::remove_file(config);
 }
 
 #[test]
