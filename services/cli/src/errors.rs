@@ -6,6 +6,7 @@
 
 use cohort_proto::error::reason;
 use cohort_spec::ConfigError;
+use serde_json::{json, Value};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -109,6 +110,63 @@ impl CliError {
             CliError::Output(_) => exit::GENERIC,
             CliError::BrokenPipe => exit::OK,
         }
+    }
+}
+
+impl CliError {
+    /// The error as one JSON object for `-o json`: the human message, the exit
+    /// code and, when the coordinator sent them, the gRPC code, the ErrorInfo
+    /// reason and metadata, and the BadRequest field violations.
+    pub fn to_json(&self) -> Value {
+        let mut error = json!({
+            "message": self.to_string(),
+            "exit_code": self.exit_code(),
+        });
+        match self {
+            CliError::Rpc(status) => {
+                error["grpc_code"] = code_name(status.code()).into();
+                if let Some(info) = status.get_details_error_info() {
+                    error["reason"] = info.reason.into();
+                    error["metadata"] = json!(info.metadata);
+                }
+                if let Some(bad) = status.get_details_bad_request() {
+                    error["field_violations"] = bad
+                        .field_violations
+                        .iter()
+                        .map(|v| json!({ "field": v.field, "description": v.description }))
+                        .collect();
+                }
+            }
+            CliError::Config(ConfigError::Invalid { field, reason }) => {
+                error["reason"] = reason::INVALID_CONFIG.into();
+                error["field_violations"] = json!([{ "field": field, "description": reason }]);
+            }
+            _ => {}
+        }
+        json!({ "error": error })
+    }
+}
+
+/// A status code's canonical name, e.g. `NOT_FOUND`.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
@@ -310,6 +368,30 @@ mod tests {
             "the config is invalid: model.d_in: must be > 0"
         );
         assert_eq!(err.exit_code(), exit::INVALID);
+    }
+
+    #[test]
+    fn errors_as_json_carry_code_reason_and_fields() {
+        let s = bad_field(reason::INVALID_CONFIG, "config.optim.steps", "must be > 0");
+        let v = CliError::from(s).to_json();
+        assert_eq!(v["error"]["grpc_code"], "INVALID_ARGUMENT");
+        assert_eq!(v["error"]["reason"], "INVALID_CONFIG");
+        assert_eq!(v["error"]["exit_code"], 4);
+        assert_eq!(
+            v["error"]["field_violations"][0]["field"],
+            "config.optim.steps"
+        );
+        assert_eq!(
+            v["error"]["message"],
+            "the config is invalid: optim.steps: must be > 0"
+        );
+        let v = CliError::Unreachable {
+            url: "http://x:1".into(),
+            reason: "refused".into(),
+        }
+        .to_json();
+        assert_eq!(v["error"]["exit_code"], 5);
+        assert_eq!(v["error"].get("reason"), None);
     }
 
     #[test]

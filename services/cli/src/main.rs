@@ -283,12 +283,16 @@ fn main() -> ExitCode {
             return ExitCode::from(errors::exit::GENERIC);
         }
     };
+    let output = cli.output;
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            if !matches!(err, CliError::BrokenPipe) {
-                let _ = writeln!(std::io::stderr(), "error: {err}");
-            }
+            let mut stderr = std::io::stderr();
+            let _ = match (&err, output) {
+                (CliError::BrokenPipe, _) => Ok(()),
+                (_, OutputFormat::Json) => writeln!(stderr, "{}", err.to_json()),
+                (_, OutputFormat::Table) => writeln!(stderr, "error: {err}"),
+            };
             ExitCode::from(err.exit_code())
         }
     }

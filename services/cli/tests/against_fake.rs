@@ -131,6 +131,11 @@ async fn refusals_are_human_words_with_exit_codes() {
         stderr(&o),
         "error: the config is invalid: model.d_in: must be in 1..=65536\n"
     );
+    let o = cohort(&url, &["-o", "json", "train", "get", "t-404"]).await;
+    assert_eq!(o.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(v["error"]["grpc_code"], "NOT_FOUND");
+    assert_eq!(v["error"]["reason"], "TRAINING_NOT_FOUND");
     let o = cohort(&url, &["train", "get", "t-404"]).await;
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(stderr(&o), "error: no such training: no training t-404\n");

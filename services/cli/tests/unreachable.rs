@@ -10,7 +10,7 @@ fn free_port() -> u16 {
 #[test]
 fn unreachable_coordinator_is_a_human_error_with_exit_code_5() {
     let url = format!("http://127.0.0.1:{}", free_port());
-    for args in [&["gpus"][..], &["train", "list"], &["-o", "json", "agents"]] {
+    for args in [&["gpus"][..], &["train", "list"], &["agents"]] {
         let output = Command::new(env!("CARGO_BIN_EXE_cohort"))
             .args(["--coordinator", &url, "--connect-timeout", "3"])
             .args(args)
@@ -26,6 +26,23 @@ fn unreachable_coordinator_is_a_human_error_with_exit_code_5() {
         assert_eq!(stderr.lines().count(), 1, "one line, no dump: {stderr}");
         assert!(output.stdout.is_empty());
     }
+}
+
+#[test]
+fn json_mode_reports_errors_as_json() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let output = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["-o", "json", "--coordinator", &url, "agents"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5));
+    let v: serde_json::Value = serde_json::from_slice(&output.stderr).unwrap();
+    assert_eq!(v["error"]["exit_code"], 5);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("cannot reach the coordinator at"),
+        "{message}"
+    );
 }
 
 #[test]
