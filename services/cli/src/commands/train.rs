@@ -176,8 +176,14 @@ async fn history(
     let deadline = tokio::time::Instant::now() + HISTORY_BUDGET;
     let mut events = Vec::new();
     loop {
-        let idle = tokio::time::Instant::now() + HISTORY_IDLE;
-        match tokio::time::timeout_at(idle.min(deadline), stream.message()).await {
+        // Every training has at least its creation event: wait for the first
+        // one as long as the budget allows, then only while events keep coming.
+        let until = if events.is_empty() {
+            deadline
+        } else {
+            deadline.min(tokio::time::Instant::now() + HISTORY_IDLE)
+        };
+        match tokio::time::timeout_at(until, stream.message()).await {
             Ok(Ok(Some(event))) => events.push(event),
             Ok(Ok(None)) | Err(_) => break,
             Ok(Err(status)) => return Err(status.into()),

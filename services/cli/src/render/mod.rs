@@ -50,6 +50,24 @@ pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
     }
 }
 
+/// How long before `now` a timestamp was, e.g. `3s ago`, `5m ago`; `-` when unset.
+pub fn ago(ts: Option<&prost_types::Timestamp>, now: std::time::SystemTime) -> String {
+    let Some(ts) = ts else {
+        return "-".to_string();
+    };
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let secs = now.saturating_sub(ts.seconds).max(0);
+    match secs {
+        0..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86400),
+    }
+}
+
 /// Bytes in GiB with one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
@@ -69,5 +87,26 @@ pub fn float(v: f64) -> String {
         format!("{v:.4}")
     } else {
         format!("{v:.3e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn ages() {
+        let now = UNIX_EPOCH + Duration::from_secs(100_000);
+        let at = |secs| prost_types::Timestamp {
+            seconds: secs,
+            nanos: 0,
+        };
+        assert_eq!(ago(Some(&at(99_997)), now), "3s ago");
+        assert_eq!(ago(Some(&at(99_000)), now), "16m ago");
+        assert_eq!(ago(Some(&at(90_000)), now), "2h ago");
+        assert_eq!(ago(Some(&at(0)), now), "1d ago");
+        assert_eq!(ago(Some(&at(200_000)), now), "0s ago");
+        assert_eq!(ago(None, now), "-");
     }
 }

@@ -142,6 +142,7 @@ pub fn agents(agents: &[v1::Agent]) -> String {
     if agents.is_empty() {
         return "no agents".to_string();
     }
+    let now = std::time::SystemTime::now();
     let mut t = Table::new(&[
         "NAME",
         "ID",
@@ -170,7 +171,7 @@ pub fn agents(agents: &[v1::Agent]) -> String {
             gpus,
             dash(&a.version),
             time(a.connect_time.as_ref()),
-            time(a.last_seen_time.as_ref()),
+            super::ago(a.last_seen_time.as_ref(), now),
         ]);
     }
     t.render()
