@@ -204,6 +204,23 @@ async fn watch_ends_with_the_final_state_and_replays_what_it_missed() {
         "notices go to stderr in JSON mode"
     );
 
+    // watch: a stream that ends before the training is reopened too.
+    let o = cohort(&url, &["train", "watch", "t-early"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("lost the coordinator (the stream ended while the training was RUNNING)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reconnected; resuming after sequence 2"),
+        "{text}"
+    );
+    assert!(
+        text.trim_end().ends_with("training t-early SUCCEEDED"),
+        "{text}"
+    );
+
     // watch from a sequence number.
     let o = cohort(
         &url,

@@ -132,26 +132,15 @@ pub async fn watch(
     let followed = watcher.follow(&mut client, options).await;
     watcher.bar.finish()?;
     followed?;
-    // The stream ends after the final state change; if it ended otherwise
-    // (e.g. the history started after it), ask for the state.
-    let (state, reason) = match watcher.last_state.take() {
-        Some((state, reason)) if is_final(state) => (state, reason),
-        _ => {
-            let t = client
-                .get_training(GetTrainingRequest { id: id.to_string() })
-                .await?
-                .into_inner();
-            (t.state, t.state_reason)
-        }
+    // `follow` returns once the training reached a final state.
+    let Some((state, reason)) = watcher.last_state.take().filter(|(s, _)| is_final(*s)) else {
+        return Err(CliError::WatchInterrupted {
+            id: id.to_string(),
+            state: "not finished".to_string(),
+        });
     };
     if out == OutputFormat::Table && State::try_from(state) == Ok(State::Succeeded) {
         crate::render::emit(&format!("training {id} SUCCEEDED"))?;
-    }
-    if !is_final(state) {
-        return Err(CliError::WatchInterrupted {
-            id: id.to_string(),
-            state: table::state_name(state),
-        });
     }
     outcome(id, state, &reason)
 }
@@ -221,7 +210,25 @@ impl Watcher {
                     .ok_or_else(|| self.interrupted())?;
                 let event = match next {
                     Ok(Some(event)) => event,
-                    Ok(None) => return Ok(()),
+                    Ok(None) => match self.ended(client).await {
+                        Ok(true) => return Ok(()),
+                        // A stream that ends before its training (a coordinator
+                        // shutting down) is a broken stream: reconnect.
+                        Ok(false) => {
+                            let status = Status::unavailable(format!(
+                                "the stream ended while the training was {}",
+                                self.last_state
+                                    .as_ref()
+                                    .map_or("running".to_string(), |(s, _)| table::state_name(*s))
+                            ));
+                            self.wait_to_reconnect(status, &mut outage, options).await?;
+                            continue 'stream;
+                        }
+                        Err(status) => {
+                            self.wait_to_reconnect(status, &mut outage, options).await?;
+                            continue 'stream;
+                        }
+                    },
                     Err(status) => {
                         self.wait_to_reconnect(status, &mut outage, options).await?;
                         continue 'stream;
@@ -246,6 +253,25 @@ impl Watcher {
                 self.show(&event)?;
             }
         }
+    }
+
+    /// Whether the training has ended, asking the coordinator when the stream
+    /// did not say (e.g. a watch that started after the final event).
+    async fn ended(&mut self, client: &mut TrainingServiceClient<Channel>) -> Result<bool, Status> {
+        if self.last_state.as_ref().is_some_and(|(s, _)| is_final(*s)) {
+            return Ok(true);
+        }
+        let t = client
+            .get_training(GetTrainingRequest {
+                id: self.id.clone(),
+            })
+            .await?
+            .into_inner();
+        if is_final(t.state) {
+            self.last_state = Some((t.state, t.state_reason));
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     fn show(&mut self, event: &v1::TrainingEvent) -> Result<(), CliError> {

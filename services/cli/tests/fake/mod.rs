@@ -139,6 +139,7 @@ impl TrainingService for Fake {
     async fn get_training(&self, req: Request<v1::GetTrainingRequest>) -> Reply<v1::Training> {
         match req.into_inner().id.as_str() {
             "t-1" => Ok(Response::new(training("t-1", State::Succeeded))),
+            "t-early" => Ok(Response::new(training("t-early", State::Running))),
             other => Err(status(
                 Code::NotFound,
                 reason::TRAINING_NOT_FOUND,
@@ -215,6 +216,11 @@ impl TrainingService for Fake {
         if req.id == "t-drop" && after == 0 {
             items.truncate(2);
             items.push(Err(Status::unavailable("connection reset")));
+        }
+        // "t-early": the first stream ends cleanly after event 2, as a
+        // coordinator shutting down would end it.
+        if req.id == "t-early" && after == 0 {
+            items.truncate(2);
         }
         if req.id == "t-restart" && self.hang {
             items.truncate(2);
