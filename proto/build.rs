@@ -15,9 +15,16 @@ const PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=cohort");
+    println!("cargo:rerun-if-changed=google");
     let fds = protox::compile(PROTOS, ["."])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out_dir.join("cohort_descriptor.bin"), fds.encode_to_vec())?;
+    // Served by reflection only (no Rust generated: tonic-types has the types).
+    let details = protox::compile(["google/rpc/error_details.proto"], ["."])?;
+    std::fs::write(
+        out_dir.join("error_details_descriptor.bin"),
+        details.encode_to_vec(),
+    )?;
     // No generated `Client::connect(url)` constructor: it would clash with the
     // `AgentService.Connect` RPC's method. Clients use `cohort_proto::channel`.
     tonic_prost_build::configure()

@@ -34,6 +34,11 @@ pub async fn channel(url: &str) -> Result<tonic::transport::Channel, tonic::tran
 /// well-known types they import), for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("cohort_descriptor");
 
+/// `google/rpc/error_details.proto` (ErrorInfo, BadRequest), for reflection, so
+/// clients such as grpcurl can decode the details of cohort's errors.
+pub const ERROR_DETAILS_DESCRIPTOR_SET: &[u8] =
+    tonic::include_file_descriptor_set!("error_details_descriptor");
+
 #[cfg(test)]
 mod tests {
     use super::*;

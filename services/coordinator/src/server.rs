@@ -44,6 +44,7 @@ pub async fn run(
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(cohort_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(cohort_proto::ERROR_DETAILS_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1()?;
@@ -58,6 +59,11 @@ pub async fn run(
     let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
     let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped));
 
+    let streams = ctx.clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.stop_streams();
+    };
     let addr = listener.local_addr().ok();
     tracing::info!(addr = ?addr, "serving gRPC");
     tonic::transport::Server::builder()

@@ -39,11 +39,16 @@ impl AgentService for AgentApi {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let ctx = self.ctx.clone();
-        let commands =
-            crate::session::accept(ctx.db, ctx.fleet, ctx.jobs, request.into_inner()).await?;
-        Ok(Response::new(Box::pin(
-            ReceiverStream::new(commands).map(Ok),
-        )))
+        let commands = crate::session::accept(
+            ctx.db.clone(),
+            ctx.fleet.clone(),
+            ctx.jobs.clone(),
+            request.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(
+            ctx.until_stopping(ReceiverStream::new(commands).map(Ok)),
+        ))
     }
 
     async fn list_agents(

@@ -16,6 +16,9 @@ pub mod telemetry;
 pub mod training;
 
 use crate::fleet::Fleet;
+
+/// A boxed response stream.
+pub type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = T> + Send + 'static>>;
 use crate::jobs::{JobSettings, Jobs};
 use crate::persistence::Persistence;
 
@@ -27,6 +30,9 @@ pub struct Context {
     pub fleet: Fleet,
     /// The scheduler and job runner.
     pub jobs: Jobs,
+    /// Turns true when the server stops: every long-lived stream ends then,
+    /// so a graceful shutdown is not held open by agents and watchers.
+    stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Context {
@@ -37,6 +43,50 @@ impl Context {
     pub fn with_settings(db: Persistence, settings: JobSettings) -> Self {
         let fleet = Fleet::new();
         let jobs = Jobs::new(db.clone(), fleet.clone(), settings);
-        Self { db, fleet, jobs }
+        let stopping = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
+        Self {
+            db,
+            fleet,
+            jobs,
+            stopping,
+        }
+    }
+
+    /// End every long-lived stream (the server is stopping).
+    pub fn stop_streams(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// `stream`, ended when the server stops.
+    pub fn until_stopping<S>(&self, stream: S) -> BoxStream<S::Item>
+    where
+        S: tokio_stream::Stream + Send + 'static,
+        S::Item: Send,
+    {
+        use tokio_stream::StreamExt;
+        let mut stopping = self.stopping.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let stopped = async move {
+                while !*stopping.borrow_and_update() {
+                    if stopping.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            tokio::pin!(stream);
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    _ = tx.closed() => return,
+                    item = stream.next() => match item {
+                        Some(item) => if tx.send(item).await.is_err() { return },
+                        None => return,
+                    },
+                }
+            }
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
     }
 }

@@ -61,7 +61,9 @@ impl TelemetryService for TelemetryApi {
         };
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(watch::run(self.ctx.fleet.clone(), view, filter, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(
+            self.ctx.until_stopping(ReceiverStream::new(rx)),
+        ))
     }
 
     async fn query_gpu_metrics(

@@ -341,7 +341,9 @@ impl TrainingService for TrainingApi {
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(
+            self.ctx.until_stopping(ReceiverStream::new(rx)),
+        ))
     }
 
     async fn list_checkpoints(

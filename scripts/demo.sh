@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The first command: set up, build, start a coordinator (embedded SQLite under
+# .cohort/) and a local agent (NVML GPUs when the driver is there, else two
+# simulated GPUs), submit the demo SAE job and watch it train.
+#   ./scripts/demo.sh            keeps the coordinator and agent running afterwards (Ctrl-C stops them)
+#   ./scripts/demo.sh --once     stops everything when the demo job ends
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ONCE=0; [ "${1:-}" = "--once" ] && ONCE=1
+bash scripts/setup.sh
+source scripts/env.sh
+echo "demo: building (the first build takes several minutes)"
+cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli -p cohort-rank
+BIN="$PWD/target/release"
+PORT="${COHORT_DEMO_PORT:-50051}"
+URL="http://127.0.0.1:$PORT"
+STATE="$PWD/.cohort"
+mkdir -p "$STATE/logs"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+"$BIN/cohort-coordinator" --listen "127.0.0.1:$PORT" --data-dir "$STATE/coordinator" > "$STATE/logs/coordinator.log" 2>&1 &
+pids+=($!)
+gpus=()
+if ! "$BIN/cohort-agent" --probe-once >/dev/null 2>&1; then
+  echo "demo: no NVIDIA driver here: the agent simulates 2 GPUs (marked simulated everywhere)"
+  gpus=(--simulate-gpus 2:16GiB)
+fi
+"$BIN/cohort-agent" --coordinator "$URL" --name "$(hostname)" --address 127.0.0.1 \
+  --work-dir "$STATE/agent" --rank-binary "$BIN/cohort-rank" "${gpus[@]}" > "$STATE/logs/agent.log" 2>&1 &
+pids+=($!)
+
+export COHORT_COORDINATOR="$URL"
+for _ in $(seq 1 50); do "$BIN/cohort" gpus >/dev/null 2>&1 && break; sleep 0.2; done
+"$BIN/cohort" agents
+"$BIN/cohort" gpus
+echo
+echo "demo: submitting examples/sae.toml on 2 GPUs (2 DDP ranks, gloo on CPU)"
+"$BIN/cohort" train submit --config examples/sae.toml --gpus 2 --wait
+echo
+"$BIN/cohort" train list
+if [ "$ONCE" = 1 ]; then exit 0; fi
+cat <<MSG
+
+The coordinator ($URL) and the agent keep running; logs in $STATE/logs/. Try:
+  $BIN/cohort gpus
+  $BIN/cohort telemetry watch --view per-gpu
+  $BIN/cohort train submit --config examples/sae.toml --gpus 1 --wait
+  .venv/bin/grpcurl -plaintext 127.0.0.1:$PORT list
+Ctrl-C stops them.
+MSG
+wait
