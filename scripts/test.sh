@@ -8,4 +8,6 @@ bash scripts/setup.sh
 source scripts/env.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The integration tests run the real binaries: build them all first.
+cargo build --workspace --locked --bins
 cargo test --workspace --locked

@@ -1,6 +1,6 @@
 //! Domain -> `cohort.v1` messages.
 
-use crate::model::{EventPayload, StoredEvent, Training};
+use crate::model::{EventPayload, RankRecord, StoredEvent, Training};
 use chrono::{DateTime, Utc};
 use cohort_proto::v1;
 use cohort_spec::progress::ProgressLine;
@@ -148,4 +148,29 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             param_checksum,
         }),
     })
+}
+
+/// One rank of the rank map, as GetTraining shows it.
+pub fn rank_assignment(r: &RankRecord, host_name: &str) -> v1::RankAssignment {
+    v1::RankAssignment {
+        rank: r.slot.rank,
+        local_rank: r.slot.local_rank,
+        local_world_size: r.slot.local_world_size,
+        agent_id: r.slot.agent_id.clone(),
+        host_name: host_name.to_string(),
+        gpu_index: r.slot.gpu_index,
+        gpu_uuid: r.slot.gpu_uuid.clone(),
+        state: v1::RankState::from(r.state) as i32,
+        pid: r.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        exit_code: r.exit_code,
+        signal: r.signal,
+    }
+}
+
+/// The latest job-level progress as the Training message carries it.
+pub fn latest_progress(e: &StoredEvent) -> Option<v1::ProgressEvent> {
+    match training_event(e)?.event? {
+        v1::training_event::Event::Progress(p) => Some(p),
+        _ => None,
+    }
 }

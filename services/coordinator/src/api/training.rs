@@ -126,6 +126,40 @@ fn is_final_change(e: &StoredEvent) -> bool {
 }
 
 impl TrainingApi {
+    /// The full Training message: the row plus the current attempt's rank map
+    /// and the latest progress.
+    async fn describe(&self, training: &crate::model::Training) -> Result<v1::Training, Status> {
+        let db = &self.ctx.db;
+        let mut message = v1::Training::from(training);
+        if training.attempt > 0 {
+            let ranks = db
+                .ranks(&training.id, training.attempt)
+                .await
+                .map_err(|e| from_db("get_training", e))?;
+            let agents = db
+                .list_agents()
+                .await
+                .map_err(|e| from_db("get_training", e))?;
+            message.ranks = ranks
+                .iter()
+                .map(|r| {
+                    let host = agents
+                        .iter()
+                        .find(|a| a.id == r.slot.agent_id)
+                        .map_or("", |a| a.host_name.as_str());
+                    super::convert::rank_assignment(r, host)
+                })
+                .collect();
+        }
+        message.latest_progress = db
+            .latest_progress(&training.id)
+            .await
+            .map_err(|e| from_db("get_training", e))?
+            .as_ref()
+            .and_then(super::convert::latest_progress);
+        Ok(message)
+    }
+
     /// Refuse, before anything is written, what can never be placed as asked:
     /// GPU ids the coordinator has never seen (NOT_FOUND), and, when queueing
     /// is off, a request that can't be placed right now (FAILED_PRECONDITION).
@@ -228,7 +262,7 @@ impl TrainingService for TrainingApi {
             .await
             .map_err(|e| from_db("get_training", e))?
             .ok_or_else(|| from_db("get_training", DatabaseError::TrainingNotFound(id)))?;
-        Ok(Response::new((&training).into()))
+        Ok(Response::new(self.describe(&training).await?))
     }
 
     async fn list_trainings(
@@ -255,7 +289,13 @@ impl TrainingService for TrainingApi {
             _ => String::new(),
         };
         Ok(Response::new(v1::ListTrainingsResponse {
-            trainings: trainings.iter().map(Into::into).collect(),
+            trainings: {
+                let mut out = Vec::with_capacity(trainings.len());
+                for t in &trainings {
+                    out.push(self.describe(t).await?);
+                }
+                out
+            },
             next_page_token,
         }))
     }

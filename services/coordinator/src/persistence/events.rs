@@ -76,4 +76,24 @@ impl Persistence {
         })
         .await
     }
+
+    /// The newest job-level progress event of a training, if any.
+    pub async fn latest_progress(
+        &self,
+        training_id: &str,
+    ) -> Result<Option<StoredEvent>, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("latest_progress", move |c| {
+            training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::kind.eq("progress"))
+                .order(training_events::seq.desc())
+                .select(EventRow::as_select())
+                .first(c)
+                .optional()?
+                .map(StoredEvent::try_from)
+                .transpose()
+        })
+        .await
+    }
 }
