@@ -71,6 +71,12 @@ pub enum CliError {
     /// Ctrl-C.
     #[error("interrupted; {hint}")]
     Interrupted { hint: String },
+    /// A flag combination clap cannot check.
+    #[error("{0}")]
+    Usage(String),
+    /// The command printed its own findings; exit with this code, print nothing.
+    #[error("exit code {0}")]
+    Silent(u8),
     /// Writing to stdout failed (other than a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(std::io::Error),
@@ -99,7 +105,8 @@ impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::BadUrl { .. } => exit::USAGE,
+            CliError::BadUrl { .. } | CliError::Usage(_) => exit::USAGE,
+            CliError::Silent(code) => *code,
             CliError::Unreachable { .. }
             | CliError::WatchInterrupted { .. }
             | CliError::LostCoordinator { .. } => exit::UNAVAILABLE,

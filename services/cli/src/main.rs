@@ -50,7 +50,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List every GPU of every agent: memory, utilization, temperature, holder, health.
+    /// List every GPU of every agent: memory, utilization, temperature, holder,
+    /// health. Subcommands recommend GPUs, check a selection, estimate memory.
+    #[command(args_conflicts_with_subcommands = true)]
     Gpus(GpusArgs),
     /// List the agents known to the coordinator.
     Agents,
@@ -75,6 +77,42 @@ pub struct GpusArgs {
     /// Only GPUs that can take a rank now.
     #[arg(long)]
     pub available: bool,
+    #[command(subcommand)]
+    pub command: Option<GpusCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpusCommand {
+    /// Recommend free GPUs for a training config or a memory need, best first.
+    Recommend {
+        /// The training config whose memory estimate is the need.
+        #[arg(long, value_name = "FILE", required_unless_present = "memory_gib")]
+        config: Option<PathBuf>,
+        /// The device memory each GPU must have free, in GiB.
+        #[arg(long = "memory", value_name = "GIB", conflicts_with = "config")]
+        memory_gib: Option<f64>,
+        /// How many GPUs (default: as many as are suitable).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+        count: Option<i32>,
+        /// Only GPUs of one host.
+        #[arg(long)]
+        single_host: bool,
+    },
+    /// Check that these GPUs could run a training now; exit code 6 if not.
+    Validate {
+        /// GPU uuids, in rank order.
+        #[arg(value_name = "UUID", value_delimiter = ',', num_args = 1.., required = true)]
+        ids: Vec<String>,
+        /// Also check each GPU has memory for this training config.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Estimate the device memory one rank of a training config needs.
+    Estimate {
+        /// The training config.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -237,7 +275,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     };
     let out = cli.output;
     match cli.command {
-        Command::Gpus(args) => commands::gpus::list(coordinator, &args, out).await,
+        Command::Gpus(args) => match &args.command {
+            None => commands::gpus::list(coordinator, &args, out).await,
+            Some(cmd) => commands::gpus::advise(coordinator, cmd, out).await,
+        },
         Command::Agents => commands::agents::list(coordinator, out).await,
         Command::Checkpoints { id } => commands::train::checkpoints(coordinator, &id, out).await,
         Command::Train(cmd) => match cmd {
@@ -289,7 +330,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let mut stderr = std::io::stderr();
             let _ = match (&err, output) {
-                (CliError::BrokenPipe, _) => Ok(()),
+                (CliError::BrokenPipe | CliError::Silent(_), _) => Ok(()),
                 (_, OutputFormat::Json) => writeln!(stderr, "{}", err.to_json()),
                 (_, OutputFormat::Table) => writeln!(stderr, "error: {err}"),
             };
@@ -372,6 +413,40 @@ mod tests {
         assert!(parse(&["train", "submit"]).is_err());
         assert!(parse(&["--connect-timeout", "-1", "gpus"]).is_err());
         assert!(parse(&["-o", "yaml", "gpus"]).is_err());
+    }
+
+    #[test]
+    fn gpus_lists_or_advises() {
+        let cli = parse(&["gpus", "--available"]).unwrap();
+        let Command::Gpus(args) = cli.command else {
+            panic!("not gpus");
+        };
+        assert!(args.available && args.command.is_none());
+        let cli = parse(&["gpus", "recommend", "--memory", "8", "--count", "2"]).unwrap();
+        let Command::Gpus(GpusArgs {
+            command:
+                Some(GpusCommand::Recommend {
+                    memory_gib, count, ..
+                }),
+            ..
+        }) = cli.command
+        else {
+            panic!("not recommend");
+        };
+        assert_eq!((memory_gib, count), (Some(8.0), Some(2)));
+        // recommend needs a config or a memory size, not both.
+        assert!(parse(&["gpus", "recommend"]).is_err());
+        assert!(parse(&["gpus", "recommend", "--memory", "1", "--config", "c"]).is_err());
+        let cli = parse(&["gpus", "validate", "a,b", "c"]).unwrap();
+        let Command::Gpus(GpusArgs {
+            command: Some(GpusCommand::Validate { ids, .. }),
+            ..
+        }) = cli.command
+        else {
+            panic!("not validate");
+        };
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert!(parse(&["gpus", "validate"]).is_err());
     }
 
     #[test]

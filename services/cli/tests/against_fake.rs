@@ -23,6 +23,45 @@ async fn lists_follow_every_page() {
     assert_eq!(v["gpus"][1]["info"]["uuid"], "SIM-1");
     assert_eq!(v["gpus"][0]["availability"], "GPU_AVAILABILITY_AVAILABLE");
 
+    // gpus recommend / validate / estimate.
+    let config = config_file("lists_follow_every_page");
+    let config = config.to_str().unwrap();
+    let o = cohort(
+        &url,
+        &["gpus", "recommend", "--config", config, "--count", "2"],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("each GPU needs 515.3 MiB free\nAGENT"),
+        "{text}"
+    );
+    assert!(text.contains("SIM-1") && !text.contains("SIM-0"), "{text}");
+    assert!(
+        text.ends_with("fewer than asked: only 1 GPU is free\n"),
+        "{text}"
+    );
+    let o = cohort(&url, &["gpus", "validate", "SIM-0,GPU-x"]).await;
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("GPU-x  GPU_NOT_FOUND  no agent has GPU GPU-x"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let o = cohort(&url, &["-o", "json", "gpus", "validate", "SIM-0", "SIM-1"]).await;
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+    let o = cohort(&url, &["gpus", "estimate", "--config", config]).await;
+    assert!(
+        stdout(&o).contains("total per GPU    515.3 MiB"),
+        "{}",
+        stdout(&o)
+    );
+    let _ = std::fs::remove_file(config);
+
     // agents.
     let o = cohort(&url, &["agents"]).await;
     assert!(o.status.success(), "{}", stderr(&o));

@@ -272,6 +272,40 @@ pub fn metrics_update(u: &v1::GpuMetricsUpdate) -> Value {
     })
 }
 
+pub fn memory_estimate(e: &v1::MemoryEstimate) -> Value {
+    json!({
+        "parameter_count": e.parameter_count,
+        "parameters_bytes": e.parameters_bytes,
+        "gradients_bytes": e.gradients_bytes,
+        "optimizer_bytes": e.optimizer_bytes,
+        "activations_bytes": e.activations_bytes,
+        "data_bytes": e.data_bytes,
+        "overhead_bytes": e.overhead_bytes,
+        "total_bytes": e.total_bytes,
+    })
+}
+
+pub fn recommendation(r: &v1::RecommendGpusResponse) -> Value {
+    json!({
+        "gpus": r.gpus.iter().map(gpu).collect::<Vec<_>>(),
+        "estimate": r.estimate.as_ref().map_or(Value::Null, memory_estimate),
+        "shortfall_reason": r.shortfall_reason,
+    })
+}
+
+pub fn validation(r: &v1::ValidateGpuSelectionResponse) -> Value {
+    let problems: Vec<Value> = r
+        .problems
+        .iter()
+        .map(|p| json!({ "gpu_id": p.gpu_id, "reason": p.reason, "message": p.message }))
+        .collect();
+    json!({
+        "valid": r.valid,
+        "problems": problems,
+        "estimate": r.estimate.as_ref().map_or(Value::Null, memory_estimate),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

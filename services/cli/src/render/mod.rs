@@ -73,6 +73,22 @@ pub fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// Bytes in the largest binary unit that keeps the number >= 1, e.g. `1.5 GiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// An optional number with a unit, `-` when unset.
 pub fn opt_num(value: Option<f64>, decimals: usize, unit: &str) -> String {
     match value {
@@ -108,5 +124,12 @@ mod tests {
         assert_eq!(ago(Some(&at(0)), now), "1d ago");
         assert_eq!(ago(Some(&at(200_000)), now), "0s ago");
         assert_eq!(ago(None, now), "-");
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
     }
 }

@@ -1,6 +1,6 @@
 //! Aligned plain-text tables of the `cohort.v1` messages, for people.
 
-use super::{float, gib, opt_num, short_name, time};
+use super::{bytes, float, gib, opt_num, short_name, time};
 use cohort_proto::v1;
 use std::fmt::Write;
 
@@ -335,6 +335,57 @@ pub fn checkpoints(checkpoints: &[v1::Checkpoint]) -> String {
         ]);
     }
     t.render()
+}
+
+/// A memory estimate, by component.
+pub fn memory_estimate(e: &v1::MemoryEstimate) -> String {
+    let mut t = Table::new(&["COMPONENT", "MEMORY"]);
+    for (name, n) in [
+        ("parameters", e.parameters_bytes),
+        ("gradients", e.gradients_bytes),
+        ("optimizer state", e.optimizer_bytes),
+        ("activations", e.activations_bytes),
+        ("data", e.data_bytes),
+        ("overhead", e.overhead_bytes),
+        ("total per GPU", e.total_bytes),
+    ] {
+        t.row(vec![name.to_string(), bytes(n)]);
+    }
+    format!("{} trainable parameters\n{}", e.parameter_count, t.render())
+}
+
+pub fn recommendation(r: &v1::RecommendGpusResponse) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.estimate {
+        let _ = writeln!(out, "each GPU needs {} free", bytes(e.total_bytes));
+    }
+    if r.gpus.is_empty() {
+        out.push_str("no suitable GPUs");
+    } else {
+        out.push_str(&gpus(&r.gpus));
+    }
+    if !r.shortfall_reason.is_empty() {
+        let _ = write!(out, "\nfewer than asked: {}", r.shortfall_reason);
+    }
+    out
+}
+
+pub fn validation(r: &v1::ValidateGpuSelectionResponse) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.estimate {
+        let _ = writeln!(out, "each GPU needs {} free", bytes(e.total_bytes));
+    }
+    if r.valid {
+        out.push_str("valid: the training could run on these GPUs now");
+        return out;
+    }
+    let mut t = Table::new(&["GPU", "PROBLEM", "DETAILS"]);
+    for p in &r.problems {
+        t.row(vec![p.gpu_id.clone(), p.reason.clone(), p.message.clone()]);
+    }
+    out.push_str("not valid:\n");
+    out.push_str(&t.render());
+    out
 }
 
 /// One telemetry update: a row per GPU, or the aggregate.

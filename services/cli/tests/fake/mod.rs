@@ -263,21 +263,63 @@ impl GpuService for Fake {
     }
     async fn recommend_gpus(
         &self,
-        _: Request<v1::RecommendGpusRequest>,
+        req: Request<v1::RecommendGpusRequest>,
     ) -> Reply<v1::RecommendGpusResponse> {
-        Err(Status::unimplemented("not in the fake"))
+        use v1::recommend_gpus_request::Need;
+        let req = req.into_inner();
+        let estimate = match req.need {
+            Some(Need::Config(_)) => Some(estimate()),
+            _ => None,
+        };
+        Ok(Response::new(v1::RecommendGpusResponse {
+            gpus: vec![gpu(1)],
+            estimate,
+            shortfall_reason: if req.count > 1 {
+                "only 1 GPU is free".into()
+            } else {
+                String::new()
+            },
+        }))
     }
     async fn validate_gpu_selection(
         &self,
-        _: Request<v1::ValidateGpuSelectionRequest>,
+        req: Request<v1::ValidateGpuSelectionRequest>,
     ) -> Reply<v1::ValidateGpuSelectionResponse> {
-        Err(Status::unimplemented("not in the fake"))
+        let problems: Vec<v1::GpuSelectionProblem> = req
+            .into_inner()
+            .gpu_ids
+            .into_iter()
+            .filter(|id| !id.starts_with("SIM-"))
+            .map(|id| v1::GpuSelectionProblem {
+                message: format!("no agent has GPU {id}"),
+                gpu_id: id,
+                reason: reason::GPU_NOT_FOUND.into(),
+            })
+            .collect();
+        Ok(Response::new(v1::ValidateGpuSelectionResponse {
+            valid: problems.is_empty(),
+            problems,
+            estimate: None,
+        }))
     }
     async fn estimate_memory(
         &self,
         _: Request<v1::EstimateMemoryRequest>,
     ) -> Reply<v1::MemoryEstimate> {
-        Err(Status::unimplemented("not in the fake"))
+        Ok(Response::new(estimate()))
+    }
+}
+
+fn estimate() -> v1::MemoryEstimate {
+    v1::MemoryEstimate {
+        parameter_count: 66_112,
+        parameters_bytes: 264_448,
+        gradients_bytes: 528_896,
+        optimizer_bytes: 528_896,
+        activations_bytes: 1 << 20,
+        data_bytes: 1 << 20,
+        overhead_bytes: 512 << 20,
+        total_bytes: (512 << 20) + (2 << 20) + 1_322_240,
     }
 }
 
