@@ -62,6 +62,9 @@ pub enum Command {
     /// Live GPU telemetry.
     #[command(subcommand)]
     Telemetry(TelemetryCommand),
+    /// Alerts the coordinator raises and resolves.
+    #[command(subcommand)]
+    Alerts(AlertsCommand),
     /// List the complete checkpoints of a training, newest first.
     Checkpoints {
         /// The training id.
@@ -227,6 +230,8 @@ pub struct WatchArgs {
 pub enum TelemetryCommand {
     /// A live table of GPU metrics (in `-o json`, one JSON object per update).
     Watch(TelemetryWatchArgs),
+    /// Stored GPU metrics over a past time range, downsampled into buckets.
+    Query(TelemetryQueryArgs),
 }
 
 /// How telemetry of several GPUs is shown.
@@ -238,11 +243,9 @@ pub enum ViewArg {
     PerGpu,
 }
 
-#[derive(Debug, Args)]
-pub struct TelemetryWatchArgs {
-    /// Per GPU or one summary.
-    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
-    pub view: ViewArg,
+/// Which GPUs a telemetry or alerts command concerns (conditions combine with AND).
+#[derive(Debug, Clone, Args)]
+pub struct MetricsFilterArgs {
     /// Only GPUs of this agent (id or name; repeatable).
     #[arg(long, value_name = "AGENT")]
     pub agent: Vec<String>,
@@ -252,9 +255,86 @@ pub struct TelemetryWatchArgs {
     /// Only GPUs held by this training.
     #[arg(long, value_name = "ID")]
     pub job: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryWatchArgs {
+    /// Per GPU or one summary.
+    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
+    pub view: ViewArg,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
     /// Stop after this many updates (default: until interrupted).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryQueryArgs {
+    /// Per GPU or one summary per bucket.
+    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
+    pub view: ViewArg,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// How far back to look, e.g. `90s`, `10m`, `2h`, `1d`.
+    #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_span)]
+    pub since: Duration,
+    /// Bucket width, e.g. `30s` (default: the range / 100, at least 1 s).
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub step: Option<Duration>,
+}
+
+/// Alert severities, as a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SeverityArg {
+    Info,
+    Warning,
+    Critical,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Follow alerts as they are raised and resolved (overheating, ECC errors,
+    /// lost agents, hung trainings).
+    Watch(AlertsWatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AlertsWatchArgs {
+    /// Only alerts at least this severe.
+    #[arg(long, value_enum)]
+    pub min_severity: Option<SeverityArg>,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// First show the alerts active now.
+    #[arg(long)]
+    pub active: bool,
+    /// Stop after this many alerts (default: until interrupted).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+/// A time span: a number with `s`, `m`, `h` or `d` (seconds without a unit).
+fn parse_span(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a time span like 90s, 10m or 2h"))?;
+    Duration::try_from_secs_f64(value * scale)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{text:?} must be a positive time span"))
 }
 
 /// A duration in seconds, e.g. `5` or `0.5`.
@@ -301,6 +381,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         },
         Command::Telemetry(TelemetryCommand::Watch(args)) => {
             commands::telemetry::watch(coordinator, &args, out).await
+        }
+        Command::Telemetry(TelemetryCommand::Query(args)) => {
+            commands::telemetry::query(coordinator, &args, out).await
+        }
+        Command::Alerts(AlertsCommand::Watch(args)) => {
+            commands::alerts::watch(coordinator, &args, out).await
         }
     }
 }
@@ -416,6 +502,23 @@ mod tests {
     }
 
     #[test]
+    fn spans() {
+        assert_eq!(parse_span("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_span("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_span("30"), Ok(Duration::from_secs(30)));
+        assert!(parse_span("10y").is_err());
+        assert!(parse_span("0s").is_err());
+        assert!(parse_span("-1m").is_err());
+        let cli = parse(&["telemetry", "query", "--since", "1h", "--step", "1m"]).unwrap();
+        let Command::Telemetry(TelemetryCommand::Query(args)) = cli.command else {
+            panic!("not query");
+        };
+        assert_eq!(args.since, Duration::from_secs(3600));
+        assert_eq!(args.step, Some(Duration::from_secs(60)));
+    }
+
+    #[test]
     fn gpus_lists_or_advises() {
         let cli = parse(&["gpus", "--available"]).unwrap();
         let Command::Gpus(args) = cli.command else {
@@ -481,7 +584,7 @@ mod tests {
             panic!("not telemetry");
         };
         assert_eq!(args.view, ViewArg::Aggregated);
-        assert_eq!(args.agent, vec!["a", "b"]);
-        assert_eq!(args.job.as_deref(), Some("t-1"));
+        assert_eq!(args.filter.agent, vec!["a", "b"]);
+        assert_eq!(args.filter.job.as_deref(), Some("t-1"));
     }
 }

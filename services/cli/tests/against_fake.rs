@@ -310,7 +310,7 @@ async fn get_list_cancel_and_checkpoints() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn telemetry_watch_stops_after_count() {
+async fn telemetry_and_alerts() {
     let url = serve().await;
     // telemetry: an endless stream, stopped after --count updates.
     let o = cohort(
@@ -333,6 +333,49 @@ async fn telemetry_watch_stops_after_count() {
     let v: serde_json::Value = serde_json::from_str(&lines[2]).unwrap();
     assert_eq!(v["view"], "METRICS_VIEW_PER_GPU");
     assert_eq!(v["gpus"][0]["sample"]["utilization_gpu_percent"], 50.0);
+    // query: every page, aggregated buckets.
+    let o = cohort(
+        &url,
+        &[
+            "telemetry",
+            "query",
+            "--view",
+            "aggregated",
+            "--since",
+            "1h",
+            "--step",
+            "1m",
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("TIME                  GPUS  BUSY"),
+        "{text}"
+    );
+    assert!(text.contains("40%") && text.contains("41%"), "{text}");
+    let o = cohort(&url, &["-o", "json", "telemetry", "query"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["updates"].as_array().unwrap().len(), 2);
+
+    // alerts: the active one first, then live ones, stopped after --count.
+    let o = cohort(&url, &["alerts", "watch", "--active", "--count", "2"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with(
+            "2026-11-18T11:06:40Z  WARNING   raised    GPU_TEMPERATURE_HIGH: GPU SIM-0 is at 91 C \
+             (agent a-1, gpu SIM-0)\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("resolved"), "{text}");
+    let o = cohort(&url, &["-o", "json", "alerts", "watch", "--count", "1"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["alert"]["severity"], "ALERT_SEVERITY_WARNING");
+    assert_eq!(v["alert"]["threshold"], 85.0);
+
     let o = cohort(&url, &["telemetry", "watch", "--count", "2"]).await;
     let text = stdout(&o);
     assert_eq!(text.matches("GPU metrics at").count(), 2, "{text}");

@@ -2,6 +2,7 @@
 //! and prints the result in the chosen format.
 
 pub mod agents;
+pub mod alerts;
 pub mod gpus;
 pub mod telemetry;
 pub mod train;

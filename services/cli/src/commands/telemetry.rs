@@ -1,32 +1,95 @@
 //! `cohort telemetry watch`: TelemetryService.WatchGpuMetrics as a refreshing
-//! table (redrawn in place on a terminal), or one JSON object per update.
+//! table (redrawn in place on a terminal), or one JSON object per update; and
+//! `cohort telemetry query`: QueryGpuMetrics, every page.
 
 use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::{TelemetryWatchArgs, ViewArg};
+use crate::{MetricsFilterArgs, TelemetryQueryArgs, TelemetryWatchArgs, ViewArg};
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, GpuMetricsFilter, MetricsView,
-    WatchGpuMetricsRequest,
+    QueryGpuMetricsRequest, WatchGpuMetricsRequest,
 };
+use serde_json::Value;
 use std::io::IsTerminal;
+use std::time::SystemTime;
 
 /// Clears the terminal and moves the cursor home.
 const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 
+/// The filter the flags describe.
+pub fn filter(args: &MetricsFilterArgs) -> GpuMetricsFilter {
+    GpuMetricsFilter {
+        agents: args.agent.clone(),
+        gpu_uuids: args.gpu.clone(),
+        training_id: args.job.clone().unwrap_or_default(),
+    }
+}
+
+fn view(view: ViewArg) -> i32 {
+    let view = match view {
+        ViewArg::Aggregated => MetricsView::Aggregated,
+        ViewArg::PerGpu => MetricsView::PerGpu,
+    };
+    view as i32
+}
+
 /// The request the flags describe.
 pub fn request(args: &TelemetryWatchArgs) -> WatchGpuMetricsRequest {
     WatchGpuMetricsRequest {
-        view: match args.view {
-            ViewArg::Aggregated => MetricsView::Aggregated,
-            ViewArg::PerGpu => MetricsView::PerGpu,
-        } as i32,
-        filter: Some(GpuMetricsFilter {
-            agents: args.agent.clone(),
-            gpu_uuids: args.gpu.clone(),
-            training_id: args.job.clone().unwrap_or_default(),
-        }),
+        view: view(args.view),
+        filter: Some(filter(&args.filter)),
+    }
+}
+
+fn timestamp(t: SystemTime) -> prost_types::Timestamp {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+pub async fn query(
+    coordinator: &Coordinator,
+    args: &TelemetryQueryArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    let start = SystemTime::now()
+        .checked_sub(args.since)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let step = args.step.map(|d| prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    });
+    let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
+    let mut updates = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .query_gpu_metrics(QueryGpuMetricsRequest {
+                filter: Some(filter(&args.filter)),
+                view: view(args.view),
+                start_time: Some(timestamp(start)),
+                end_time: None,
+                step,
+                page_size: 0,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        updates.extend(page.updates);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    match out {
+        OutputFormat::Json => emit_json(&serde_json::json!({
+            "updates": updates.iter().map(json::metrics_update).collect::<Vec<Value>>(),
+        })),
+        OutputFormat::Table => emit(&table::metrics_history(&updates)),
     }
 }
 

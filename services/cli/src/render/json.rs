@@ -272,6 +272,31 @@ pub fn metrics_update(u: &v1::GpuMetricsUpdate) -> Value {
     })
 }
 
+pub fn alert(a: &v1::Alert) -> Value {
+    json!({
+        "id": a.id,
+        "severity": enum_value(a.severity, |e: v1::AlertSeverity| e.as_str_name()),
+        "kind": a.kind,
+        "message": a.message,
+        "agent_id": a.agent_id,
+        "gpu_uuid": a.gpu_uuid,
+        "training_id": a.training_id,
+        "value": opt(a.value),
+        "threshold": opt(a.threshold),
+        "raise_time": time(a.raise_time.as_ref()),
+        "resolve_time": time(a.resolve_time.as_ref()),
+    })
+}
+
+pub fn alerts_response(r: &v1::WatchAlertsResponse) -> Value {
+    use v1::watch_alerts_response::Event;
+    match &r.event {
+        Some(Event::Alert(a)) => json!({ "alert": alert(a) }),
+        Some(Event::Lagged(l)) => json!({ "lagged": lagged(l) }),
+        None => json!({}),
+    }
+}
+
 pub fn memory_estimate(e: &v1::MemoryEstimate) -> Value {
     json!({
         "parameter_count": e.parameter_count,

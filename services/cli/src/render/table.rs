@@ -388,30 +388,88 @@ pub fn validation(r: &v1::ValidateGpuSelectionResponse) -> String {
     out
 }
 
+const AGGREGATE_HEADERS: [&str; 8] = [
+    "GPUS",
+    "BUSY",
+    "SIMULATED",
+    "UTIL",
+    "MEM UTIL",
+    "MEMORY GiB",
+    "MAX TEMP",
+    "POWER",
+];
+
+fn aggregate_row(a: &v1::AggregatedGpuMetrics) -> Vec<String> {
+    vec![
+        a.gpu_count.to_string(),
+        a.busy_count.to_string(),
+        a.simulated_count.to_string(),
+        format!("{:.0}%", a.mean_utilization_gpu_percent),
+        format!("{:.0}%", a.mean_utilization_memory_percent),
+        format!("{}/{}", gib(a.memory_used_bytes), gib(a.memory_total_bytes)),
+        format!("{:.0}C", a.max_temperature_celsius),
+        format!("{:.0}W", a.power_draw_watts),
+    ]
+}
+
+const GPU_METRICS_HEADERS: [&str; 11] = [
+    "AGENT",
+    "IDX",
+    "UUID",
+    "UTIL",
+    "MEM UTIL",
+    "MEMORY GiB",
+    "TEMP",
+    "POWER",
+    "SM MHz",
+    "JOB",
+    "THROTTLE",
+];
+
+fn gpu_metrics_row(m: &v1::GpuMetrics) -> Vec<String> {
+    let s = m.sample.clone().unwrap_or_default();
+    let job = if m.training_id.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{} (rank {})", m.training_id, m.rank)
+    };
+    vec![
+        dash(&m.agent_name),
+        s.index.to_string(),
+        if s.simulated {
+            format!("{} *", s.gpu_uuid)
+        } else {
+            dash(&s.gpu_uuid)
+        },
+        opt_num(s.utilization_gpu_percent, 0, "%"),
+        opt_num(s.utilization_memory_percent, 0, "%"),
+        format!("{}/{}", gib(s.memory_used_bytes), gib(s.memory_total_bytes)),
+        opt_num(s.temperature_celsius, 0, "C"),
+        opt_num(s.power_draw_watts, 0, "W"),
+        opt_num(s.sm_clock_mhz.map(f64::from), 0, ""),
+        job,
+        if s.throttle_reasons.is_empty() {
+            "-".to_string()
+        } else {
+            s.throttle_reasons.join(",")
+        },
+    ]
+}
+
+fn any_simulated(updates: &[v1::GpuMetricsUpdate]) -> bool {
+    updates.iter().any(|u| {
+        u.gpus
+            .iter()
+            .any(|m| m.sample.as_ref().is_some_and(|s| s.simulated))
+    })
+}
+
 /// One telemetry update: a row per GPU, or the aggregate.
 pub fn metrics(u: &v1::GpuMetricsUpdate) -> String {
     let mut out = format!("GPU metrics at {}\n", time(u.time.as_ref()));
     if let Some(a) = &u.aggregate {
-        let mut t = Table::new(&[
-            "GPUS",
-            "BUSY",
-            "SIMULATED",
-            "UTIL",
-            "MEM UTIL",
-            "MEMORY GiB",
-            "MAX TEMP",
-            "POWER",
-        ]);
-        t.row(vec![
-            a.gpu_count.to_string(),
-            a.busy_count.to_string(),
-            a.simulated_count.to_string(),
-            format!("{:.0}%", a.mean_utilization_gpu_percent),
-            format!("{:.0}%", a.mean_utilization_memory_percent),
-            format!("{}/{}", gib(a.memory_used_bytes), gib(a.memory_total_bytes)),
-            format!("{:.0}C", a.max_temperature_celsius),
-            format!("{:.0}W", a.power_draw_watts),
-        ]);
+        let mut t = Table::new(&AGGREGATE_HEADERS);
+        t.row(aggregate_row(a));
         out.push_str(&t.render());
         return out;
     }
@@ -419,55 +477,80 @@ pub fn metrics(u: &v1::GpuMetricsUpdate) -> String {
         out.push_str("no GPUs match");
         return out;
     }
-    let mut t = Table::new(&[
-        "AGENT",
-        "IDX",
-        "UUID",
-        "UTIL",
-        "MEM UTIL",
-        "MEMORY GiB",
-        "TEMP",
-        "POWER",
-        "SM MHz",
-        "JOB",
-        "THROTTLE",
-    ]);
-    let mut any_simulated = false;
+    let mut t = Table::new(&GPU_METRICS_HEADERS);
     for m in &u.gpus {
-        let s = m.sample.clone().unwrap_or_default();
-        any_simulated |= s.simulated;
-        let job = if m.training_id.is_empty() {
-            "-".to_string()
-        } else {
-            format!("{} (rank {})", m.training_id, m.rank)
-        };
-        t.row(vec![
-            dash(&m.agent_name),
-            s.index.to_string(),
-            if s.simulated {
-                format!("{} *", s.gpu_uuid)
-            } else {
-                dash(&s.gpu_uuid)
-            },
-            opt_num(s.utilization_gpu_percent, 0, "%"),
-            opt_num(s.utilization_memory_percent, 0, "%"),
-            format!("{}/{}", gib(s.memory_used_bytes), gib(s.memory_total_bytes)),
-            opt_num(s.temperature_celsius, 0, "C"),
-            opt_num(s.power_draw_watts, 0, "W"),
-            opt_num(s.sm_clock_mhz.map(f64::from), 0, ""),
-            job,
-            if s.throttle_reasons.is_empty() {
-                "-".to_string()
-            } else {
-                s.throttle_reasons.join(",")
-            },
-        ]);
+        t.row(gpu_metrics_row(m));
     }
     out.push_str(&t.render());
-    if any_simulated {
+    if any_simulated(std::slice::from_ref(u)) {
         out.push_str("\n* simulated GPU: synthetic samples");
     }
     out
+}
+
+/// Stored metrics: one row per bucket (aggregated) or per bucket and GPU.
+pub fn metrics_history(updates: &[v1::GpuMetricsUpdate]) -> String {
+    if updates.is_empty() {
+        return "no metrics in this range".to_string();
+    }
+    let aggregated = updates.iter().any(|u| u.aggregate.is_some());
+    let headers: Vec<&'static str> = if aggregated {
+        std::iter::once("TIME").chain(AGGREGATE_HEADERS).collect()
+    } else {
+        std::iter::once("TIME").chain(GPU_METRICS_HEADERS).collect()
+    };
+    let mut t = Table::new(&headers);
+    for u in updates {
+        let at = time(u.time.as_ref());
+        if let Some(a) = &u.aggregate {
+            t.row(
+                std::iter::once(at.clone())
+                    .chain(aggregate_row(a))
+                    .collect(),
+            );
+        }
+        for m in &u.gpus {
+            t.row(
+                std::iter::once(at.clone())
+                    .chain(gpu_metrics_row(m))
+                    .collect(),
+            );
+        }
+    }
+    let mut out = t.render();
+    if any_simulated(updates) {
+        out.push_str("\n* simulated GPU: synthetic samples");
+    }
+    out
+}
+
+/// One alert as a line: time, severity, kind, message, what it concerns.
+pub fn alert_line(a: &v1::Alert) -> String {
+    let severity = v1::AlertSeverity::try_from(a.severity)
+        .map(|s| short_name(s.as_str_name(), "ALERT_SEVERITY_").to_ascii_uppercase())
+        .unwrap_or_else(|_| a.severity.to_string());
+    let mut about = Vec::new();
+    for (name, value) in [
+        ("agent", &a.agent_id),
+        ("gpu", &a.gpu_uuid),
+        ("training", &a.training_id),
+    ] {
+        if !value.is_empty() {
+            about.push(format!("{name} {value}"));
+        }
+    }
+    let (status, at) = match &a.resolve_time {
+        Some(t) => ("resolved", time(Some(t))),
+        None => ("raised", time(a.raise_time.as_ref())),
+    };
+    let mut line = format!(
+        "{at}  {severity:<8}  {status:<8}  {}: {}",
+        a.kind, a.message
+    );
+    if !about.is_empty() {
+        line.push_str(&format!(" ({})", about.join(", ")));
+    }
+    line
 }
 
 #[cfg(test)]

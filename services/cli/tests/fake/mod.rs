@@ -364,16 +364,75 @@ impl TelemetryService for Fake {
     }
     async fn query_gpu_metrics(
         &self,
-        _: Request<v1::QueryGpuMetricsRequest>,
+        req: Request<v1::QueryGpuMetricsRequest>,
     ) -> Reply<v1::QueryGpuMetricsResponse> {
-        Err(Status::unimplemented("not in the fake"))
+        let req = req.into_inner();
+        if req.start_time.is_none() {
+            return Err(Status::invalid_argument("start_time is required"));
+        }
+        // Two pages of one aggregated bucket each.
+        let (bucket, next) = match req.page_token.as_str() {
+            "" => (0, "b2"),
+            _ => (1, ""),
+        };
+        Ok(Response::new(v1::QueryGpuMetricsResponse {
+            updates: vec![v1::GpuMetricsUpdate {
+                time: Some(prost_types::Timestamp {
+                    seconds: 1_795_000_000 + 60 * bucket,
+                    nanos: 0,
+                }),
+                view: req.view,
+                aggregate: Some(v1::AggregatedGpuMetrics {
+                    gpu_count: 2,
+                    busy_count: 1,
+                    simulated_count: 2,
+                    mean_utilization_gpu_percent: 40.0 + bucket as f64,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            next_page_token: next.into(),
+        }))
     }
     type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
     async fn watch_alerts(
         &self,
-        _: Request<v1::WatchAlertsRequest>,
+        req: Request<v1::WatchAlertsRequest>,
     ) -> Reply<Self::WatchAlertsStream> {
-        Err(Status::unimplemented("not in the fake"))
+        use v1::watch_alerts_response::Event as AlertEvent;
+        let alert = v1::Alert {
+            id: "al-1".into(),
+            severity: v1::AlertSeverity::Warning as i32,
+            kind: "GPU_TEMPERATURE_HIGH".into(),
+            message: "GPU SIM-0 is at 91 C".into(),
+            agent_id: "a-1".into(),
+            gpu_uuid: "SIM-0".into(),
+            value: Some(91.0),
+            threshold: Some(85.0),
+            raise_time: Some(prost_types::Timestamp {
+                seconds: 1_795_000_000,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let mut resolved = alert.clone();
+        resolved.resolve_time = Some(prost_types::Timestamp {
+            seconds: 1_795_000_100,
+            nanos: 0,
+        });
+        let mut items = Vec::new();
+        if req.into_inner().include_active {
+            items.push(alert);
+        }
+        items.push(resolved);
+        let events = items.into_iter().map(|a| {
+            Ok(v1::WatchAlertsResponse {
+                event: Some(AlertEvent::Alert(a)),
+            })
+        });
+        // Then nothing: the CLI stops after --count alerts.
+        let stream = tokio_stream::iter(events).chain(tokio_stream::pending());
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 

@@ -1,0 +1,65 @@
+//! `cohort alerts watch`: TelemetryService.WatchAlerts, one line per alert
+//! raised or resolved (one JSON object per line with `-o json`).
+
+use super::interruptible;
+use super::telemetry::filter;
+use crate::client::Coordinator;
+use crate::errors::CliError;
+use crate::render::{emit, emit_json, json, table, OutputFormat};
+use crate::{AlertsWatchArgs, SeverityArg};
+use cohort_proto::v1::{
+    telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event, AlertSeverity,
+    WatchAlertsRequest,
+};
+
+/// The request the flags describe.
+pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
+    let min_severity = match args.min_severity {
+        None => AlertSeverity::Unspecified,
+        Some(SeverityArg::Info) => AlertSeverity::Info,
+        Some(SeverityArg::Warning) => AlertSeverity::Warning,
+        Some(SeverityArg::Critical) => AlertSeverity::Critical,
+    };
+    WatchAlertsRequest {
+        min_severity: min_severity as i32,
+        filter: Some(filter(&args.filter)),
+        include_active: args.active,
+    }
+}
+
+pub async fn watch(
+    coordinator: &Coordinator,
+    args: &AlertsWatchArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
+    let mut stream = client.watch_alerts(request(args)).await?.into_inner();
+    let mut shown = 0u64;
+    loop {
+        let message = match interruptible(stream.message()).await {
+            // Ctrl-C is the usual way to stop watching: end quietly.
+            None => return Ok(()),
+            Some(next) => match next? {
+                Some(message) => message,
+                None => break,
+            },
+        };
+        match (out, &message.event) {
+            (OutputFormat::Json, _) => emit_json(&json::alerts_response(&message))?,
+            (OutputFormat::Table, Some(Event::Alert(a))) => emit(&table::alert_line(a))?,
+            (OutputFormat::Table, Some(Event::Lagged(l))) => emit(&format!(
+                "(lagged: missed {} alerts; showing live ones again)",
+                l.missed_events
+            ))?,
+            (OutputFormat::Table, None) => continue,
+        }
+        shown += 1;
+        if args.count.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+    }
+    if out == OutputFormat::Table {
+        emit("the coordinator closed the alert stream")?;
+    }
+    Ok(())
+}
