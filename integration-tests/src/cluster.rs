@@ -1,0 +1,494 @@
+//! A coordinator on a fresh database plus simulated agents, on 127.0.0.1.
+
+use crate::bins::{binaries, Binaries};
+use crate::db::{Backend, TestDatabase};
+use crate::poll::eventually;
+use crate::procs::{self, ChildProc, MARK_VAR};
+use cohort_proto::v1;
+use cohort_proto::v1::agent_service_client::AgentServiceClient;
+use cohort_proto::v1::gpu_service_client::GpuServiceClient;
+use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
+use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use nix::sys::signal::Signal;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// How long the coordinator gets to answer health checks after it starts.
+pub const COORDINATOR_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the agents get to register their GPUs.
+pub const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a CLI command may take.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long agents get to stop their ranks on SIGTERM before everything is SIGKILLed.
+const AGENT_STOP_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub backend: Backend,
+    /// Number of agents (`agent-0`, `agent-1`, ...).
+    pub agents: usize,
+    /// Simulated GPUs per agent.
+    pub gpus_per_agent: usize,
+}
+
+impl ClusterOptions {
+    pub fn new(backend: Backend, agents: usize) -> ClusterOptions {
+        ClusterOptions {
+            backend,
+            agents,
+            gpus_per_agent: 2,
+        }
+    }
+}
+
+/// A running coordinator and its agents. Dropping it stops the agents (which
+/// stop their ranks), kills the coordinator and any rank left with this
+/// cluster's mark, drops the PostgreSQL schema, and removes the temp dir
+/// (kept, with the logs' tails printed, when the test panicked).
+pub struct Cluster {
+    pub options: ClusterOptions,
+    pub bins: Binaries,
+    /// This cluster's value of [`MARK_VAR`], inherited by agents and ranks.
+    pub mark: String,
+    pub port: u16,
+    coordinator: Option<ChildProc>,
+    coordinator_starts: usize,
+    agents: Vec<ChildProc>,
+    db: TestDatabase,
+    root: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl Cluster {
+    /// Starts the coordinator, waits until it is SERVING, starts the agents
+    /// and waits until the coordinator lists all their GPUs.
+    pub async fn start(options: ClusterOptions) -> Cluster {
+        let bins = binaries().clone();
+        let root = tempfile::Builder::new()
+            .prefix("cohort-it-")
+            .tempdir()
+            .expect("temp dir");
+        let data_dir = root.path().join("coordinator");
+        std::fs::create_dir_all(&data_dir).expect("data dir");
+        let db = TestDatabase::create(options.backend, &data_dir);
+        let mut cluster = Cluster {
+            options,
+            bins,
+            mark: uuid::Uuid::new_v4().simple().to_string(),
+            port: 0,
+            coordinator: None,
+            coordinator_starts: 0,
+            agents: Vec::new(),
+            db,
+            root: Some(root),
+        };
+        cluster.start_coordinator_on_free_port().await;
+        for i in 0..cluster.options.agents {
+            cluster.start_agent(i);
+        }
+        if cluster.options.agents > 0 {
+            cluster.wait_for_gpus().await;
+        }
+        cluster
+    }
+
+    /// The temp dir holding the data dir, agent work dirs, configs and logs.
+    pub fn root(&self) -> &Path {
+        self.root
+            .as_ref()
+            .expect("the root lives as long as the cluster")
+            .path()
+    }
+
+    /// The coordinator's gRPC URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn db(&self) -> &TestDatabase {
+        &self.db
+    }
+
+    /// The work dir of agent `i`.
+    pub fn agent_work_dir(&self, i: usize) -> PathBuf {
+        self.root().join(format!("agent-{i}"))
+    }
+
+    /// The name of agent `i`.
+    pub fn agent_name(&self, i: usize) -> String {
+        format!("agent-{i}")
+    }
+
+    async fn start_coordinator_on_free_port(&mut self) {
+        // A port picked free can be taken before the coordinator binds it: retry.
+        for attempt in 0..3 {
+            self.port = free_port();
+            self.spawn_coordinator();
+            match self.wait_serving().await {
+                Ok(()) => return,
+                Err(e) if attempt < 2 && e.contains("exited") => continue,
+                Err(e) => self.fail(&e),
+            }
+        }
+    }
+
+    fn spawn_coordinator(&mut self) {
+        self.coordinator_starts += 1;
+        let data_dir = self.root().join("coordinator");
+        let log = self.root().join("coordinator.log");
+        let mut command = Command::new(&self.bins.coordinator);
+        command
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(self.db.coordinator_args())
+            .env(MARK_VAR, &self.mark)
+            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
+            .env("NO_COLOR", "1")
+            .env_remove("COHORT_DATABASE_URL")
+            .env_remove("COHORT_LISTEN")
+            .env_remove("COHORT_DATA_DIR");
+        let _ = std::fs::write(
+            &log,
+            format!("---- coordinator start #{} ----\n", self.coordinator_starts),
+        );
+        self.coordinator = Some(ChildProc::spawn("coordinator", command, &log));
+    }
+
+    /// Polls grpc.health.v1 Check("") until SERVING.
+    async fn wait_serving(&mut self) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + COORDINATOR_READY_TIMEOUT;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            if let Some(status) = self.coordinator.as_mut().and_then(|c| c.try_exit()) {
+                return Err(format!("the coordinator exited ({status}) before serving"));
+            }
+            match self.health("").await {
+                Ok(ServingStatus::Serving) => return Ok(()),
+                Ok(other) => last = format!("{other:?}"),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!(
+            "the coordinator was not SERVING within {COORDINATOR_READY_TIMEOUT:?} (last: {last})"
+        ))
+    }
+
+    /// grpc.health.v1 Check of `service` ("" for the whole server).
+    pub async fn health(&self, service: &str) -> Result<ServingStatus, String> {
+        let channel = self.try_channel().await.map_err(|e| e.to_string())?;
+        let response = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await
+            .map_err(|s| format!("{s:?}"))?;
+        Ok(response.into_inner().status())
+    }
+
+    /// Starts agent `i` with `--simulate-gpus` and its own work dir.
+    pub fn start_agent(&mut self, i: usize) {
+        let work_dir = self.agent_work_dir(i);
+        std::fs::create_dir_all(&work_dir).expect("agent work dir");
+        let log = self.root().join(format!("agent-{i}.log"));
+        let mut command = Command::new(&self.bins.agent);
+        command
+            .arg("--coordinator")
+            .arg(self.url())
+            .arg("--name")
+            .arg(self.agent_name(i))
+            .arg("--simulate-gpus")
+            .arg(self.options.gpus_per_agent.to_string())
+            .arg("--address")
+            .arg("127.0.0.1")
+            .arg("--work-dir")
+            .arg(&work_dir)
+            .arg("--rank-binary")
+            .arg(&self.bins.rank)
+            .arg("--interval")
+            .arg("500ms")
+            .arg("--stop-grace")
+            .arg("3s")
+            .env(MARK_VAR, &self.mark)
+            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
+            .env("NO_COLOR", "1")
+            .env_remove("COHORT_COORDINATOR")
+            .env_remove("COHORT_AGENT_NAME");
+        let name = self.agent_name(i);
+        let agent = ChildProc::spawn(&name, command, &log);
+        if i < self.agents.len() {
+            self.agents[i] = agent;
+        } else {
+            self.agents.push(agent);
+        }
+    }
+
+    /// Waits until ListGpus shows every agent's GPUs.
+    pub async fn wait_for_gpus(&mut self) {
+        let want = self.options.agents * self.options.gpus_per_agent;
+        let url = self.url();
+        let check = || {
+            let url = url.clone();
+            async move {
+                let channel = cohort_proto::channel(&url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let gpus = GpuServiceClient::new(channel)
+                    .list_gpus(v1::ListGpusRequest::default())
+                    .await
+                    .map_err(|s| format!("ListGpus: {s:?}"))?
+                    .into_inner()
+                    .gpus;
+                if gpus.len() >= want {
+                    Ok(())
+                } else {
+                    Err(format!("{} of {want} GPUs listed", gpus.len()))
+                }
+            }
+        };
+        let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
+        loop {
+            match check().await {
+                Ok(()) => return,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    self.fail(&format!("agents did not register their GPUs: {e}"))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+            for agent in &mut self.agents {
+                if let Some(status) = agent.try_exit() {
+                    let msg = format!("{} exited ({status}) while registering", agent.name);
+                    self.fail(&msg);
+                }
+            }
+        }
+    }
+
+    async fn try_channel(&self) -> Result<Channel, tonic::transport::Error> {
+        tonic::transport::Endpoint::from_shared(self.url())?
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+    }
+
+    /// A connected channel to the coordinator.
+    pub async fn channel(&self) -> Channel {
+        self.try_channel()
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url()))
+    }
+
+    pub async fn training(&self) -> TrainingServiceClient<Channel> {
+        TrainingServiceClient::new(self.channel().await)
+    }
+
+    pub async fn gpus(&self) -> GpuServiceClient<Channel> {
+        GpuServiceClient::new(self.channel().await)
+    }
+
+    pub async fn telemetry(&self) -> TelemetryServiceClient<Channel> {
+        TelemetryServiceClient::new(self.channel().await)
+    }
+
+    pub async fn agents(&self) -> AgentServiceClient<Channel> {
+        AgentServiceClient::new(self.channel().await)
+    }
+
+    /// Every GPU ListGpus returns.
+    pub async fn list_gpus(&self) -> Vec<v1::Gpu> {
+        self.gpus()
+            .await
+            .list_gpus(v1::ListGpusRequest::default())
+            .await
+            .unwrap_or_else(|s| panic!("ListGpus: {s:?}"))
+            .into_inner()
+            .gpus
+    }
+
+    /// GetTraining, panicking on error.
+    pub async fn get_training(&self, id: &str) -> v1::Training {
+        self.training()
+            .await
+            .get_training(v1::GetTrainingRequest { id: id.to_string() })
+            .await
+            .unwrap_or_else(|s| panic!("GetTraining {id}: {s:?}"))
+            .into_inner()
+    }
+
+    /// Polls GetTraining until the training is in `state`; panics if it
+    /// reaches another final state first, or after `timeout`.
+    pub async fn wait_state(
+        &self,
+        id: &str,
+        state: v1::training::State,
+        timeout: Duration,
+    ) -> v1::Training {
+        let what = format!("training {id} to be {state:?}");
+        eventually(&what, timeout, || async {
+            let t = self.get_training(id).await;
+            if t.state() == state {
+                return Ok(t);
+            }
+            let finals = [
+                v1::training::State::Succeeded,
+                v1::training::State::Failed,
+                v1::training::State::Cancelled,
+            ];
+            if finals.contains(&t.state()) {
+                panic!(
+                    "training {id} ended {:?} ({}) while waiting for {state:?}",
+                    t.state(),
+                    t.state_reason
+                );
+            }
+            Err(format!("{:?} ({})", t.state(), t.state_reason))
+        })
+        .await
+    }
+
+    /// Runs the `cohort` CLI against this coordinator: `cohort --coordinator URL <args>`.
+    pub async fn cli(&self, args: &[&str]) -> Output {
+        let mut command = tokio::process::Command::new(&self.bins.cli);
+        command
+            .arg("--coordinator")
+            .arg(self.url())
+            .args(args)
+            .env_remove("COHORT_COORDINATOR")
+            .kill_on_drop(true);
+        match tokio::time::timeout(CLI_TIMEOUT, command.output()).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => panic!("running cohort {args:?}: {e}"),
+            Err(_) => panic!("cohort {args:?} did not finish within {CLI_TIMEOUT:?}"),
+        }
+    }
+
+    /// Runs the CLI and panics unless it exits 0; returns its stdout.
+    pub async fn cli_ok(&self, args: &[&str]) -> String {
+        let output = self.cli(args).await;
+        assert!(
+            output.status.success(),
+            "cohort {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `cohort -o json train submit --config FILE <extra>`: returns the training id.
+    pub async fn submit(&self, config: &Path, extra: &[&str]) -> String {
+        let config = config.to_str().expect("UTF-8 path");
+        let mut args = vec!["-o", "json", "train", "submit", "--config", config];
+        args.extend_from_slice(extra);
+        let stdout = self.cli_ok(&args).await;
+        let first = stdout.lines().next().unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(first)
+            .or_else(|_| serde_json::from_str(&stdout))
+            .unwrap_or_else(|e| panic!("submit printed no JSON ({e}): {stdout}"));
+        json["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id in {json}"))
+            .to_string()
+    }
+
+    /// Kills the coordinator with SIGKILL (no shutdown, no goodbye to the agents).
+    pub fn kill_coordinator(&mut self) {
+        if let Some(mut c) = self.coordinator.take() {
+            c.kill();
+        }
+    }
+
+    /// Starts the coordinator again on the same port and database; waits for SERVING.
+    pub async fn restart_coordinator(&mut self) {
+        self.kill_coordinator();
+        self.spawn_coordinator();
+        if let Err(e) = self.wait_serving().await {
+            self.fail(&e);
+        }
+    }
+
+    /// The live rank processes this cluster's agents started.
+    pub fn rank_processes(&self) -> Vec<i32> {
+        procs::rank_processes(&self.mark)
+    }
+
+    /// Waits until no rank process of this cluster is left.
+    pub async fn assert_no_rank_processes(&self, timeout: Duration) {
+        eventually("every rank process to exit", timeout, || async {
+            let pids = self.rank_processes();
+            if pids.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("rank processes still running: {pids:?}"))
+            }
+        })
+        .await
+    }
+
+    /// The tails of every log, for failure messages.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(self.root())
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        entries.sort();
+        for path in entries {
+            if path.extension().is_some_and(|e| e == "log") {
+                out.push_str(&format!(
+                    "==== {} (last {lines} lines) ====\n{}\n",
+                    path.display(),
+                    procs::log_tail(&path, lines)
+                ));
+            }
+        }
+        out
+    }
+
+    /// Panics with `message` and the logs' tails.
+    pub fn fail(&self, message: &str) -> ! {
+        panic!("{message}\n{}", self.logs(40));
+    }
+
+    fn stop_everything(&mut self) {
+        for agent in &mut self.agents {
+            agent.signal_group(Signal::SIGTERM);
+        }
+        for agent in &mut self.agents {
+            if agent.wait_timeout(AGENT_STOP_TIMEOUT).is_none() {
+                eprintln!("{} did not stop on SIGTERM; killing it", agent.name);
+            }
+            agent.kill();
+        }
+        self.kill_coordinator();
+        let left = self.rank_processes();
+        if !left.is_empty() {
+            eprintln!("killing rank processes left behind: {left:?}");
+            procs::kill_groups(&left);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_everything();
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs(60));
+            if let Some(root) = self.root.take() {
+                let kept = root.keep();
+                eprintln!("test files kept in {}", kept.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! The harness of cohort's integration tests: real binaries on 127.0.0.1.
+//!
+//! - [`bins`]: finds the binaries under test (building them once per test run).
+//! - [`cluster`]: a coordinator on a fresh database plus N simulated agents,
+//!   typed gRPC clients and the `cohort` CLI; everything is killed on drop.
+//! - [`db`]: the test database (a SQLite file or a private PostgreSQL schema)
+//!   and direct reads of what the coordinator wrote.
+//! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
+//! - [`poll`]: waiting for a condition with a deadline (never a bare sleep).
+//! - [`procs`]: child processes in their own process groups, and a scan of
+//!   `/proc` for rank processes a test left behind.
+//! - [`status`]: asserting an error's code and ErrorInfo reason.
+//! - [`watch`]: following WatchTraining to the end.
+
+pub mod bins;
+pub mod cluster;
+pub mod db;
+pub mod job;
+pub mod poll;
+pub mod procs;
+pub mod status;
+pub mod watch;
+
+pub use cluster::{Cluster, ClusterOptions};
+pub use db::Backend;
+pub use job::SaeJob;
