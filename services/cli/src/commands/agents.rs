@@ -15,6 +15,7 @@ pub async fn list(coordinator: &Coordinator, out: OutputFormat) -> Result<(), Cl
             .list_agents(ListAgentsRequest {
                 page_size: 0,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -24,6 +24,7 @@ pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
         min_severity: min_severity as i32,
         filter: Some(filter(&args.filter)),
         include_active: args.active,
+        ..Default::default()
     }
 }
 
@@ -51,7 +52,9 @@ pub async fn watch(
                 "(lagged: missed {} alerts; showing live ones again)",
                 l.missed_events
             ))?,
-            (OutputFormat::Table, None) => continue,
+            // The end of the initial alerts, or a message newer than this CLI.
+            #[allow(unreachable_patterns)]
+            (OutputFormat::Table, _) => continue,
         }
         shown += 1;
         if args.count.is_some_and(|n| shown >= n) {

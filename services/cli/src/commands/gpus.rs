@@ -30,6 +30,7 @@ pub async fn list(
                 available_only: args.available,
                 page_size: 0,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -78,6 +79,7 @@ pub async fn advise(
                     need: Some(need),
                     count: count.unwrap_or(0),
                     single_host: *single_host,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();
@@ -93,6 +95,7 @@ pub async fn advise(
                 .validate_gpu_selection(ValidateGpuSelectionRequest {
                     gpu_ids: ids.clone(),
                     config,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();
@@ -112,6 +115,7 @@ pub async fn advise(
             let e = client
                 .estimate_memory(EstimateMemoryRequest {
                     config: Some(config),
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();

@@ -24,6 +24,7 @@ pub fn filter(args: &MetricsFilterArgs) -> GpuMetricsFilter {
         agents: args.agent.clone(),
         gpu_uuids: args.gpu.clone(),
         training_id: args.job.clone().unwrap_or_default(),
+        ..Default::default()
     }
 }
 
@@ -40,6 +41,7 @@ pub fn request(args: &TelemetryWatchArgs) -> WatchGpuMetricsRequest {
     WatchGpuMetricsRequest {
         view: view(args.view),
         filter: Some(filter(&args.filter)),
+        ..Default::default()
     }
 }
 
@@ -76,6 +78,7 @@ pub async fn query(
                 step,
                 page_size: 0,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();

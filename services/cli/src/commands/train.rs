@@ -25,6 +25,7 @@ pub fn gpu_request(args: &SubmitArgs) -> GpuRequest {
     let selection = if !args.gpu_ids.is_empty() {
         Some(Selection::GpuIds(v1::gpu_request::GpuIds {
             ids: args.gpu_ids.clone(),
+            ..Default::default()
         }))
     } else {
         args.gpus.map(Selection::Count)
@@ -32,6 +33,7 @@ pub fn gpu_request(args: &SubmitArgs) -> GpuRequest {
     GpuRequest {
         selection,
         queue: args.no_queue.then_some(false),
+        ..Default::default()
     }
 }
 
@@ -48,6 +50,7 @@ pub async fn submit(
         display_name: args.name.clone().unwrap_or_default(),
         max_restarts: args.max_restarts,
         priority: args.priority,
+        ..Default::default()
     };
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
     let training = client.create_training(request).await?.into_inner();
@@ -107,6 +110,7 @@ pub async fn list(
                 page_size: args.page_size.unwrap_or(0),
                 page_token,
                 states: state_filter(&args.state),
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -141,7 +145,10 @@ pub async fn get(
 ) -> Result<(), CliError> {
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
     let training = client
-        .get_training(GetTrainingRequest { id: id.to_string() })
+        .get_training(GetTrainingRequest {
+            id: id.to_string(),
+            ..Default::default()
+        })
         .await?
         .into_inner();
     if out == OutputFormat::Json {
@@ -170,6 +177,7 @@ async fn history(
             id: id.to_string(),
             after_sequence: 0,
             include_rank_stats: false,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -203,6 +211,7 @@ pub async fn cancel(
         .cancel_training(CancelTrainingRequest {
             id: id.to_string(),
             reason: reason.to_string(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -230,6 +239,7 @@ pub async fn checkpoints(
                 training_id: id.to_string(),
                 page_size: 0,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -83,10 +83,11 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
             f.mean_samples_per_sec,
             f.param_checksum
         ),
-        Event::Lagged(l) => format!(
+        Event::Lagged(l) if l.first_missed_sequence > 0 => format!(
             "lagged: missed {} events (from sequence {}); replaying them",
             l.missed_events, l.first_missed_sequence
         ),
+        Event::Lagged(l) => format!("lagged: missed {} events", l.missed_events),
         // An event kind newer than this CLI.
         #[allow(unreachable_patterns)]
         _ => return None,
@@ -189,6 +190,7 @@ impl Watcher {
                 id: self.id.clone(),
                 after_sequence: self.after,
                 include_rank_stats: options.rank_stats,
+                ..Default::default()
             };
             let opened = interruptible(client.watch_training(request))
                 .await
@@ -264,6 +266,7 @@ impl Watcher {
         let t = client
             .get_training(GetTrainingRequest {
                 id: self.id.clone(),
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -368,6 +371,7 @@ mod tests {
                 from: State::Scheduled as i32,
                 to: State::Running as i32,
                 reason: "ranks formed their group".into(),
+                ..Default::default()
             })),
             ..Default::default()
         };
@@ -379,6 +383,7 @@ mod tests {
             event: Some(Event::Lagged(v1::Lagged {
                 missed_events: 5,
                 first_missed_sequence: 9,
+                ..Default::default()
             })),
             ..Default::default()
         };

@@ -566,6 +566,7 @@ mod tests {
                 memory_total_bytes: 16 << 30,
                 compute_capability: "8.0".into(),
                 simulated: true,
+                ..Default::default()
             }),
             agent_id: "a-1".into(),
             agent_name: "node1".into(),
@@ -587,6 +588,7 @@ mod tests {
                 ..Default::default()
             }),
             last_seen_time: None,
+            ..Default::default()
         }
     }
 
@@ -637,6 +639,7 @@ mod tests {
                 from: 0,
                 to: v1::training::State::Queued as i32,
                 reason: "created".into(),
+                ..Default::default()
             })),
             ..Default::default()
         }];

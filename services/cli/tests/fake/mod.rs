@@ -1,6 +1,10 @@
 //! A scripted in-process `cohort.v1` server (the same generated server code the
 //! coordinator uses) and helpers to run the real `cohort` binary against it.
 
+// Messages are built with `..Default::default()` so fields added to cohort.v1
+// don't break the build.
+#![allow(clippy::needless_update)]
+
 use cohort_proto::error::{reason, status};
 use cohort_proto::v1::{
     self, agent_service_server::AgentService, gpu_service_server::GpuService,
@@ -31,6 +35,7 @@ pub fn gpu(index: i32) -> v1::Gpu {
             memory_total_bytes: 16 << 30,
             compute_capability: "8.0".into(),
             simulated: true,
+            ..Default::default()
         }),
         agent_id: "a-1".into(),
         agent_name: "node1".into(),
@@ -61,6 +66,7 @@ pub fn change(seq: u64, id: &str, from: State, to: State, why: &str) -> v1::Trai
             from: from as i32,
             to: to as i32,
             reason: why.into(),
+            ..Default::default()
         }),
     )
 }
@@ -75,6 +81,7 @@ pub fn event(seq: u64, id: &str, event: Event) -> v1::TrainingEvent {
             nanos: 0,
         }),
         event: Some(event),
+        ..Default::default()
     }
 }
 
@@ -171,6 +178,7 @@ impl TrainingService for Fake {
                 .map(|id| training(id, State::Running))
                 .collect(),
             next_page_token: next.into(),
+            ..Default::default()
         }))
     }
 
@@ -206,6 +214,7 @@ impl TrainingService for Fake {
                     Event::Lagged(v1::Lagged {
                         missed_events: 3,
                         first_missed_sequence: 2,
+                        ..Default::default()
                     }),
                 ),
             ];
@@ -242,8 +251,10 @@ impl TrainingService for Fake {
                 path: "/runs/t-1/ckpt-20".into(),
                 agent_id: "a-1".into(),
                 create_time: None,
+                ..Default::default()
             }],
             next_page_token: String::new(),
+            ..Default::default()
         }))
     }
 }
@@ -259,6 +270,7 @@ impl GpuService for Fake {
         Ok(Response::new(v1::ListGpusResponse {
             gpus,
             next_page_token: next.into(),
+            ..Default::default()
         }))
     }
     async fn recommend_gpus(
@@ -279,6 +291,7 @@ impl GpuService for Fake {
             } else {
                 String::new()
             },
+            ..Default::default()
         }))
     }
     async fn validate_gpu_selection(
@@ -294,12 +307,14 @@ impl GpuService for Fake {
                 message: format!("no agent has GPU {id}"),
                 gpu_id: id,
                 reason: reason::GPU_NOT_FOUND.into(),
+                ..Default::default()
             })
             .collect();
         Ok(Response::new(v1::ValidateGpuSelectionResponse {
             valid: problems.is_empty(),
             problems,
             estimate: None,
+            ..Default::default()
         }))
     }
     async fn estimate_memory(
@@ -320,6 +335,7 @@ fn estimate() -> v1::MemoryEstimate {
         data_bytes: 1 << 20,
         overhead_bytes: 512 << 20,
         total_bytes: (512 << 20) + (2 << 20) + 1_322_240,
+        ..Default::default()
     }
 }
 
@@ -392,6 +408,7 @@ impl TelemetryService for Fake {
                 ..Default::default()
             }],
             next_page_token: next.into(),
+            ..Default::default()
         }))
     }
     type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
@@ -428,6 +445,7 @@ impl TelemetryService for Fake {
         let events = items.into_iter().map(|a| {
             Ok(v1::WatchAlertsResponse {
                 event: Some(AlertEvent::Alert(a)),
+                ..Default::default()
             })
         });
         // Then nothing: the CLI stops after --count alerts.
@@ -459,6 +477,7 @@ impl AgentService for Fake {
                 ..Default::default()
             }],
             next_page_token: String::new(),
+            ..Default::default()
         }))
     }
 }
