@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+pub use cohort_spec::duration::parse_duration;
 
 use crate::probe::SimSpec;
 
@@ -93,47 +94,9 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// `250ms`, `1s`, `1.5s`, `2m`; a bare number is seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 500ms, 1s or 2m"))?;
-    let seconds = match unit.trim() {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" | "min" => value * 60.0,
-        other => {
-            return Err(format!(
-                "unknown duration unit {other:?} in {text:?}; use ms, s or m"
-            ))
-        }
-    };
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(format!("duration {text:?} must be greater than zero"));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("3h").unwrap_err().contains("unit"));
-    }
 
     #[test]
     fn flags_parse() {

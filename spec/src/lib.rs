@@ -4,9 +4,11 @@
 //! - [`config`]: the training job config (TOML/JSON, the same keys the API carries),
 //!   parsed strictly (unknown keys are errors) and validated once.
 //! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
+//! - [`duration`]: durations on command lines (`500ms`, `10s`, `24h`).
 //! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
 
 pub mod config;
+pub mod duration;
 pub mod exit;
 pub mod progress;
 
