@@ -8,6 +8,7 @@ use diesel::{Connection, PgConnection};
 
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+#[allow(dead_code)] // each test binary uses a different part
 pub struct TestDb {
     pub name: &'static str,
     pub target: DatabaseTarget,

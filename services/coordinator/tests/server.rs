@@ -1,0 +1,291 @@
+//! The real server on 127.0.0.1:0: health, reflection, and the training RPCs
+//! that persistence alone answers. Runs on SQLite and on PostgreSQL.
+
+mod common;
+
+use cohort_coordinator::api::Context;
+use cohort_proto::error::{bad_fields, reason, reason_of};
+use cohort_proto::v1;
+use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use tokio::sync::oneshot;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+use tonic::Code;
+
+struct Running {
+    channel: Channel,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    _db: common::TestDb,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+    }
+}
+
+async fn start(db: common::TestDb) -> Running {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let ctx = Context::new(db.db.clone());
+    let task = tokio::spawn(async move {
+        cohort_coordinator::server::run(listener, ctx, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    let channel = cohort_proto::channel(&url).await.unwrap();
+    Running {
+        channel,
+        stop: Some(stop),
+        task,
+        _db: db,
+    }
+}
+
+fn config() -> v1::TrainingConfig {
+    let text = "[model]\nd_in = 8\n[optim]\nbatch_size = 4\nsteps = 5\n[data.synthetic]\nnum_samples = 64\n";
+    let config = cohort_spec::TrainingConfig::from_toml(text).unwrap();
+    (&config).into()
+}
+
+fn create_request(request_id: &str) -> v1::CreateTrainingRequest {
+    v1::CreateTrainingRequest {
+        request_id: request_id.into(),
+        config: Some(config()),
+        gpus: Some(v1::GpuRequest {
+            selection: Some(v1::gpu_request::Selection::Count(2)),
+            queue: None,
+        }),
+        display_name: "t".into(),
+        max_restarts: None,
+        priority: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_v1_and_v1alpha() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{health_check_response::ServingStatus, HealthCheckRequest};
+    let server = start(common::sqlite().await).await;
+    let mut health = HealthClient::new(server.channel.clone());
+    for service in [
+        "",
+        "cohort.v1.TrainingService",
+        "cohort.v1.GpuService",
+        "cohort.v1.TelemetryService",
+        "cohort.v1.AgentService",
+    ] {
+        let reply = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.status(), ServingStatus::Serving, "{service:?}");
+    }
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "cohort.v1.TrainingService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.next().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+    drop(watch);
+
+    {
+        use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+        use tonic_reflection::pb::v1::ServerReflectionRequest;
+        let mut client = ServerReflectionClient::new(server.channel.clone());
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut replies = client
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let reply = replies.next().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+            panic!("unexpected reply {reply:?}");
+        };
+        let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
+        for name in [
+            "cohort.v1.TrainingService",
+            "cohort.v1.AgentService",
+            "grpc.health.v1.Health",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+    }
+    {
+        use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+        use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+        let mut client = ServerReflectionClient::new(server.channel.clone());
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(
+                "cohort.v1.TrainingConfig".into(),
+            )),
+        };
+        let mut replies = client
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let reply = replies.next().await.unwrap().unwrap();
+        let Some(MessageResponse::FileDescriptorResponse(files)) = reply.message_response else {
+            panic!("unexpected reply {reply:?}");
+        };
+        assert!(!files.file_descriptor_proto.is_empty());
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_rpcs_over_persistence() {
+    for db in common::databases().await {
+        let name = db.name;
+        let server = start(db).await;
+        let mut client = TrainingServiceClient::new(server.channel.clone());
+
+        // Bad requests: precise code, ErrorInfo reason, BadRequest field, nothing written.
+        let mut missing = create_request("bad-1");
+        missing.config = None;
+        let err = client.create_training(missing).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{name}");
+        assert_eq!(reason_of(&err).as_deref(), Some(reason::INVALID_CONFIG));
+        let mut negative = create_request("bad-2");
+        negative
+            .config
+            .as_mut()
+            .unwrap()
+            .optim
+            .as_mut()
+            .unwrap()
+            .batch_size = -1;
+        let err = client.create_training(negative).await.unwrap_err();
+        assert_eq!(bad_fields(&err), ["config.optim.batch_size"], "{name}");
+        let list = client
+            .list_trainings(v1::ListTrainingsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(list.trainings.is_empty(), "{name}: {list:?}");
+
+        // Idempotent create, get, list.
+        let a = client
+            .create_training(create_request("req-1"))
+            .await
+            .unwrap()
+            .into_inner();
+        let b = client
+            .create_training(create_request("req-1"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(a.id, b.id, "{name}");
+        assert_eq!(a.state(), v1::training::State::Queued);
+        let got = client
+            .get_training(v1::GetTrainingRequest { id: a.id.clone() })
+            .await
+            .unwrap()
+            .into_inner();
+        // The scheduler may have updated the pending reason since: compare what is ours.
+        assert_eq!(
+            (&got.id, &got.request_id, &got.config),
+            (&a.id, &a.request_id, &a.config)
+        );
+        assert_eq!(got.state(), v1::training::State::Queued, "{name}");
+        let err = client
+            .get_training(v1::GetTrainingRequest {
+                id: "trn-nope".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound);
+        assert_eq!(reason_of(&err).as_deref(), Some(reason::TRAINING_NOT_FOUND));
+
+        // Paging with tokens.
+        client
+            .create_training(create_request("req-2"))
+            .await
+            .unwrap();
+        client
+            .create_training(create_request("req-3"))
+            .await
+            .unwrap();
+        let mut token = String::new();
+        let mut seen = 0;
+        loop {
+            let page = client
+                .list_trainings(v1::ListTrainingsRequest {
+                    page_size: 2,
+                    page_token: token,
+                    states: vec![],
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            seen += page.trainings.len();
+            token = page.next_page_token;
+            if token.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(seen, 3, "{name}");
+
+        // Watch, then cancel: the stream replays history and ends with CANCELLED.
+        let mut events = client
+            .watch_training(v1::WatchTrainingRequest {
+                id: a.id.clone(),
+                after_sequence: 0,
+                include_rank_stats: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let cancelled = client
+            .cancel_training(v1::CancelTrainingRequest {
+                id: a.id.clone(),
+                reason: "test".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(cancelled.state(), v1::training::State::Cancelled, "{name}");
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            seen.push(event.unwrap());
+        }
+        assert_eq!(seen.first().map(|e| e.sequence), Some(1), "{name}");
+        let last = seen.last().unwrap();
+        let Some(v1::training_event::Event::StateChange(change)) = &last.event else {
+            panic!("{name}: the stream should end with the final state change: {last:?}");
+        };
+        assert_eq!(change.to(), v1::training::State::Cancelled, "{name}");
+        // Cancelling again is a no-op.
+        let again = client
+            .cancel_training(v1::CancelTrainingRequest {
+                id: a.id.clone(),
+                reason: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(again.state(), v1::training::State::Cancelled, "{name}");
+        server.stop().await;
+    }
+}
