@@ -156,6 +156,7 @@ fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
         v1::AllreduceMode::Unspecified => None,
         v1::AllreduceMode::Flat => Some("flat"),
         v1::AllreduceMode::PerParam => Some("per_param"),
+        v1::AllreduceMode::Overlap => Some("overlap"),
     })?;
     Ok(t.into_value())
 }
@@ -271,6 +272,7 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
             allreduce: match r.allreduce {
                 AllreduceMode::Flat => v1::AllreduceMode::Flat,
                 AllreduceMode::PerParam => v1::AllreduceMode::PerParam,
+                AllreduceMode::Overlap => v1::AllreduceMode::Overlap,
             } as i32,
         }
     }

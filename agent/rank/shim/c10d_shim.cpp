@@ -129,6 +129,29 @@ int cohort_pg_allreduce_sum(void* group, void* const* tensors, size_t n, int coa
   });
 }
 
+// Starts an in-place sum of `tensors` (one coalesced collective) and returns
+// the pending work, to be finished with cohort_pg_work_wait. NULL on error.
+void* cohort_pg_allreduce_start(void* group, void* const* tensors, size_t n, char* err,
+                                size_t err_len) {
+  c10::intrusive_ptr<c10d::Work>* work = nullptr;
+  guarded(err, err_len, [&] {
+    auto* g = static_cast<Group*>(group);
+    auto list = gather(tensors, n);
+    c10d::AllreduceCoalescedOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    work = new c10::intrusive_ptr<c10d::Work>(g->backend->allreduce_coalesced(list, opts));
+  });
+  return work;
+}
+
+// Waits for work started by cohort_pg_allreduce_start and frees it.
+int cohort_pg_work_wait(void* work, char* err, size_t err_len) {
+  auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work);
+  int rc = guarded(err, err_len, [&] { (*w)->wait(); });
+  delete w;
+  return rc;
+}
+
 // Broadcast each tensor in place from `root`.
 int cohort_pg_broadcast(void* group, void* const* tensors, size_t n, int root, char* err,
                         size_t err_len) {

@@ -39,6 +39,44 @@ extern "C" {
         err_len: usize,
     ) -> c_int;
     fn cohort_pg_barrier(group: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn cohort_pg_allreduce_start(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: usize,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> *mut c_void;
+    fn cohort_pg_work_wait(work: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+}
+
+/// An all-reduce in flight. The tensors it reduces must stay alive, untouched,
+/// until [`Pending::wait`] returns; dropping it waits.
+pub struct Pending<'g> {
+    work: *mut c_void,
+    _group: std::marker::PhantomData<&'g ProcessGroup>,
+}
+
+impl Pending<'_> {
+    /// Wait for the collective to finish.
+    pub fn wait(mut self) -> Result<(), RankError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), RankError> {
+        if self.work.is_null() {
+            return Ok(());
+        }
+        let mut err = vec![0u8; ERR_LEN];
+        let rc = unsafe { cohort_pg_work_wait(self.work, err.as_mut_ptr().cast(), ERR_LEN) };
+        self.work = std::ptr::null_mut();
+        ProcessGroup::check(rc, &err)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
 }
 
 /// Which c10d backend carries the collectives.
@@ -170,6 +208,22 @@ impl ProcessGroup {
             )
         };
         Self::check(rc, &err)
+    }
+
+    /// Start summing `tensor` in place across ranks; returns at once.
+    pub fn allreduce_start(&self, tensor: &mut Tensor) -> Result<Pending<'_>, RankError> {
+        let ptrs = [tensor.as_mut_ptr().cast::<c_void>()];
+        let mut err = vec![0u8; ERR_LEN];
+        let work = unsafe {
+            cohort_pg_allreduce_start(self.raw, ptrs.as_ptr(), 1, err.as_mut_ptr().cast(), ERR_LEN)
+        };
+        if work.is_null() {
+            return Err(RankError::PeerLost(message(&err)));
+        }
+        Ok(Pending {
+            work,
+            _group: std::marker::PhantomData,
+        })
     }
 
     /// Overwrite each tensor in place with rank `root`'s copy.

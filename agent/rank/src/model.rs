@@ -21,11 +21,12 @@ pub struct Sae {
     pub l1_coefficient: f64,
 }
 
-/// One step's losses, kept on the device until read.
+/// One step's losses, kept on the device until read, and the sparse codes.
 pub struct Losses {
     pub total: Tensor,
     pub mse: Tensor,
     pub l1: Tensor,
+    pub z: Tensor,
 }
 
 impl Sae {
@@ -63,7 +64,7 @@ impl Sae {
         let mse = (x_hat - x).square().mean(Kind::Float);
         let l1 = z.abs().mean(Kind::Float);
         let total = &mse + &l1 * self.l1_coefficient;
-        Losses { total, mse, l1 }
+        Losses { total, mse, l1, z }
     }
 
     /// Exact fingerprint of the parameters: FNV-1a over their bytes as f32.

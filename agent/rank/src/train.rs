@@ -8,7 +8,7 @@ use crate::data::Dataset;
 use crate::dist::{Backend, GroupOptions, ProcessGroup};
 use crate::error::RankError;
 use crate::launch::Launch;
-use crate::model::{kind_of, Adam, Sae};
+use crate::model::{kind_of, Adam, Losses, Sae};
 use crate::report::{resident_bytes, Reporter};
 use crate::sampler::DistributedSampler;
 use cohort_spec::config::{AllreduceMode, Device as DeviceChoice, TrainingConfig};
@@ -166,6 +166,61 @@ impl<'a> Trainer<'a> {
         Ok(header[1])
     }
 
+    /// Backward pass and gradient averaging. With `overlap` (and a group), the
+    /// decoder's gradients are computed first and all-reduced while the
+    /// encoder's are computed: d(loss)/dz is taken with the decoder's
+    /// gradients, and the encoder's follow from the surrogate sum(z * dz),
+    /// whose gradient is exactly the chain rule through z.
+    fn backward_and_reduce(
+        &self,
+        losses: Losses,
+    ) -> Result<(Vec<Tensor>, Tensor, Duration), RankError> {
+        let stats =
+            Tensor::stack(&[losses.mse.detach(), losses.l1.detach()], 0).to_kind(Kind::Float);
+        let (Some(group), AllreduceMode::Overlap) = (&self.group, self.cfg.runtime.allreduce)
+        else {
+            let grads = Tensor::run_backward(&[&losses.total], &self.sae.params, false, false);
+            return self.reduce(grads, stats);
+        };
+        let p = &self.sae.params;
+        let dec = Tensor::run_backward(&[&losses.total], &[&p[2], &p[3], &losses.z], true, false);
+        let dz = dec[2].detach();
+        let flat = |ts: &[&Tensor]| {
+            let parts: Vec<Tensor> = ts
+                .iter()
+                .map(|t| t.flatten(0, -1).to_kind(Kind::Float))
+                .collect();
+            Tensor::cat(&parts, 0)
+        };
+        let mut bucket_dec = flat(&[&dec[0], &dec[1]]);
+        let started = Instant::now();
+        let pending_dec = group.allreduce_start(&mut bucket_dec)?;
+        let mut comm = started.elapsed();
+        let surrogate = (&losses.z * &dz).sum(Kind::Float);
+        let enc = Tensor::run_backward(&[&surrogate], &[&p[0], &p[1]], false, false);
+        let mut bucket_enc = flat(&[&enc[0], &enc[1], &stats]);
+        let started = Instant::now();
+        let pending_enc = group.allreduce_start(&mut bucket_enc)?;
+        pending_dec.wait()?;
+        pending_enc.wait()?;
+        comm += started.elapsed();
+        let world = self.launch.world_size as f64;
+        let unflatten = |bucket: Tensor, like: &[&Tensor]| -> Vec<Tensor> {
+            let sizes: Vec<i64> = like.iter().map(|t| t.numel() as i64).collect();
+            (bucket / world)
+                .split_with_sizes(&sizes, 0)
+                .into_iter()
+                .zip(like)
+                .map(|(part, t)| part.view_as(t))
+                .collect()
+        };
+        let mut enc = unflatten(bucket_enc, &[&enc[0], &enc[1], &stats]);
+        let stats = enc.pop().expect("stats part");
+        let dec = unflatten(bucket_dec, &[&dec[0], &dec[1]]);
+        let grads = enc.into_iter().chain(dec).collect();
+        Ok((grads, stats, comm))
+    }
+
     /// Average gradients and the step's [mse, l1] across ranks. Returns the
     /// averaged gradients, the averaged losses and the time spent communicating.
     fn reduce(
@@ -178,7 +233,7 @@ impl<'a> Trainer<'a> {
         };
         let world = self.launch.world_size as f64;
         match self.cfg.runtime.allreduce {
-            AllreduceMode::Flat => {
+            AllreduceMode::Flat | AllreduceMode::Overlap => {
                 let mut parts: Vec<Tensor> = grads
                     .iter()
                     .map(|g| g.flatten(0, -1).to_kind(Kind::Float))
@@ -273,10 +328,7 @@ impl<'a> Trainer<'a> {
                 &epoch_cache.as_ref().expect("cached epoch").1[self.sampler.batch_range(batch)];
             let x = self.data.batch(indices, self.kind);
             let losses = self.sae.losses(&x);
-            let grads = Tensor::run_backward(&[&losses.total], &self.sae.params, false, false);
-            let stats =
-                Tensor::stack(&[losses.mse.detach(), losses.l1.detach()], 0).to_kind(Kind::Float);
-            let (grads, stats, comm) = self.reduce(grads, stats)?;
+            let (grads, stats, comm) = self.backward_and_reduce(losses)?;
             self.adam.step(&mut self.sae.params, &grads);
             let done = step + 1;
             let rows = indices.len() as i64 * self.launch.world_size;

@@ -135,3 +135,32 @@ fn a_killed_peer_makes_the_survivor_exit_with_the_infrastructure_code() {
         done.stderr
     );
 }
+
+#[test]
+fn every_allreduce_mode_trains_the_same_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut finals = Vec::new();
+    for mode in ["overlap", "flat", "per_param"] {
+        let text = format!("{}allreduce = \"{mode}\"\n", config(32, 30, 0));
+        let cfg = write(dir.path(), &format!("{mode}.toml"), &text);
+        let run = dir.path().join(mode);
+        let results = run_group(&cfg, &run, 2);
+        assert!(
+            results.iter().all(|r| r.code == Some(0)),
+            "{mode}: {}",
+            results[0].stderr
+        );
+        assert_eq!(checksum(&results[0]), checksum(&results[1]), "{mode}");
+        finals.push((mode, final_params(&run)));
+    }
+    let (_, reference) = &finals[0];
+    for (mode, params) in &finals[1..] {
+        for ((name, x), (_, y)) in reference.iter().zip(params) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(
+                diff < 1e-5,
+                "{mode} vs overlap, {name}: max |diff| = {diff}"
+            );
+        }
+    }
+}
