@@ -231,6 +231,12 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
         ),
     );
     field("priority", t.priority.to_string());
+    if let Some(r) = &t.gpu_request {
+        field("gpus", gpu_request(r));
+    }
+    if let Some(c) = &t.config {
+        field("config", config_summary(c));
+    }
     if let Some(p) = &t.latest_progress {
         field(
             "progress",
@@ -260,6 +266,56 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
         out.push('\n');
     }
     out.trim_end().to_string()
+}
+
+/// A GPU request in words, e.g. `2 GPUs, queue when busy`.
+pub fn gpu_request(r: &v1::GpuRequest) -> String {
+    use v1::gpu_request::Selection;
+    let what = match &r.selection {
+        Some(Selection::GpuIds(ids)) => ids.ids.join(", "),
+        Some(Selection::Count(1)) => "1 GPU".to_string(),
+        Some(Selection::Count(n)) => format!("{n} GPUs"),
+        Some(Selection::Auto(a)) if a.max_gpus > 0 => format!("auto, at most {}", a.max_gpus),
+        _ => "auto".to_string(),
+    };
+    let queue = if r.queue == Some(false) {
+        "fail when busy"
+    } else {
+        "queue when busy"
+    };
+    format!("{what} ({queue})")
+}
+
+/// The main facts of a config on one line.
+pub fn config_summary(c: &v1::TrainingConfig) -> String {
+    use v1::data_config::Source;
+    let mut parts = Vec::new();
+    if let Some(m) = &c.model {
+        let width = match (m.d_sae, m.expansion_factor) {
+            (Some(d), _) => format!("d_sae {d}"),
+            (None, Some(f)) => format!("d_sae {}", m.d_in.saturating_mul(f)),
+            (None, None) => "d_sae ?".to_string(),
+        };
+        parts.push(format!("SAE d_in {}, {width}", m.d_in));
+    }
+    if let Some(o) = &c.optim {
+        parts.push(format!("batch {}/rank", o.batch_size));
+        match (o.steps, o.epochs) {
+            (Some(s), _) => parts.push(format!("{s} steps")),
+            (None, Some(e)) => parts.push(format!("{e} epochs")),
+            (None, None) => {}
+        }
+    }
+    match c.data.as_ref().and_then(|d| d.source.as_ref()) {
+        Some(Source::Synthetic(s)) => {
+            parts.push(format!("synthetic data, {} samples", s.num_samples))
+        }
+        Some(Source::Files(f)) => parts.push(format!("{} data files", f.paths.len())),
+        // A data source newer than this CLI.
+        #[allow(unreachable_patterns)]
+        _ => {}
+    }
+    parts.join(", ")
 }
 
 pub fn ranks(ranks: &[v1::RankAssignment]) -> String {
@@ -643,7 +699,32 @@ mod tests {
             })),
             ..Default::default()
         }];
+        let spec = cohort_spec::TrainingConfig::from_toml(
+            "[model]\nd_in = 8\nexpansion_factor = 4\n[optim]\nbatch_size = 4\nsteps = 10\n\
+             [data.synthetic]\nnum_samples = 64\n",
+        )
+        .unwrap();
+        let t = v1::Training {
+            config: Some(v1::TrainingConfig::from(&spec)),
+            gpu_request: Some(v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::Count(4)),
+                queue: None,
+                ..Default::default()
+            }),
+            ..t
+        };
         let text = training_detail(&t, Some(&events));
+        assert!(
+            text.contains("gpus:         4 GPUs (queue when busy)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "config:       SAE d_in 8, d_sae 32, batch 4/rank, 10 steps, \
+                 synthetic data, 64 samples"
+            ),
+            "{text}"
+        );
         assert!(text.contains("state:        QUEUED"), "{text}");
         assert!(text.contains("reason:       waiting for 4 GPUs, 2 free"));
         assert!(text.contains("RANK  LOCAL  HOST"));
