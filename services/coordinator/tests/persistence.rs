@@ -317,3 +317,37 @@ async fn list_pages_newest_first_and_filters_by_state() {
         assert_eq!(got, [ids[3].as_str(), ids[1].as_str()], "{}", t.name);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_databases_open_concurrently_and_serialise_writers() {
+    use cohort_coordinator::persistence::DatabaseTarget;
+    let dir = tempfile::tempdir().unwrap();
+    let (pg, _schema) = common::postgres_schema();
+    for target in [DatabaseTarget::Sqlite(dir.path().join("fresh.db")), pg] {
+        let name = target.backend_name();
+        // Several coordinators opening one fresh database at once (SQLite's WAL
+        // switch, migrations) and then writing at once: each migration runs
+        // once and no write fails with "database is locked".
+        let opens: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(Persistence::open(target.clone())))
+            .collect();
+        let mut dbs = Vec::new();
+        for open in opens {
+            dbs.push(
+                open.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{name}: {e}")),
+            );
+        }
+        let writes: Vec<_> = dbs
+            .iter()
+            .flat_map(|db| (0..4).map(move |_| db.clone()))
+            .map(|db| tokio::spawn(async move { db.create_training(new_training(None)).await }))
+            .collect();
+        for write in writes {
+            write.await.unwrap().unwrap();
+        }
+        let all = dbs[0].list_trainings(page(&[], 100, None)).await.unwrap();
+        assert_eq!(all.len(), 12, "{name}");
+    }
+}

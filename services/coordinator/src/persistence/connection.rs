@@ -7,7 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::r2d2::ManageConnection;
 use diesel::sqlite::SqliteConnection;
-use diesel::Connection;
+use diesel::{Connection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,9 +73,11 @@ impl DatabaseTarget {
                     ))
                 })?;
                 let mut conn = SqliteConnection::establish(path)?;
+                // busy_timeout first: switching a fresh file to WAL takes a
+                // lock that concurrently opening connections must wait for.
                 let pragmas = format!(
-                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                     PRAGMA busy_timeout = {}; PRAGMA foreign_keys = ON;",
+                    "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; \
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
                     SQLITE_BUSY_TIMEOUT.as_millis()
                 );
                 conn.batch_execute(&pragmas)
@@ -99,15 +101,32 @@ fn redact_password(url: &str) -> String {
     }
 }
 
-/// Applies the pending migrations of the connection's backend; returns how many ran.
+/// Key of the PostgreSQL advisory lock that serialises migrations.
+const MIGRATION_LOCK_KEY: i64 = 0x636f_686f_7274; // "cohort"
+
+/// Applies the pending migrations of the connection's backend; returns how
+/// many ran. Coordinators opening one database at once take turns: the whole
+/// run holds the SQLite write lock or a PostgreSQL advisory lock, so the
+/// second finds nothing left to apply.
 pub fn run_migrations(conn: &mut DbConnection) -> Result<usize, DatabaseError> {
-    let applied = match conn {
-        DbConnection::Pg(c) => c
-            .run_pending_migrations(POSTGRES_MIGRATIONS)
-            .map(|v| v.len()),
-        DbConnection::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
-    };
-    applied.map_err(|e| DatabaseError::Migration(e.to_string()))
+    fn migrate<C>(c: &mut C, source: EmbeddedMigrations) -> Result<usize, DatabaseError>
+    where
+        C: MigrationHarness<C::Backend> + Connection,
+    {
+        c.run_pending_migrations(source)
+            .map(|applied| applied.len())
+            .map_err(|e| DatabaseError::Migration(e.to_string()))
+    }
+    match conn {
+        DbConnection::Pg(c) => c.transaction(|c| {
+            diesel::sql_query(format!(
+                "SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+            ))
+            .execute(c)?;
+            migrate(c, POSTGRES_MIGRATIONS)
+        }),
+        DbConnection::Sqlite(c) => c.immediate_transaction(|c| migrate(c, SQLITE_MIGRATIONS)),
+    }
 }
 
 /// The r2d2 manager: opens connections of the chosen backend, set up.

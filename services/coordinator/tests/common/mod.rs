@@ -16,7 +16,7 @@ pub struct TestDb {
     _cleanup: Cleanup,
 }
 
-enum Cleanup {
+pub enum Cleanup {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
     Postgres { base_url: String, schema: String },
 }
@@ -49,9 +49,10 @@ pub async fn sqlite() -> TestDb {
     }
 }
 
-/// A fresh schema on the real PostgreSQL server. Fails loudly when the server
-/// is down: these tests are meant to run against it.
-pub async fn postgres() -> TestDb {
+/// A fresh, empty schema on the real PostgreSQL server, not yet migrated,
+/// dropped when the guard goes. Fails loudly when the server is down: these
+/// tests are meant to run against it.
+pub fn postgres_schema() -> (DatabaseTarget, Cleanup) {
     let base_url = postgres_base_url();
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     let mut conn = PgConnection::establish(&base_url)
@@ -60,7 +61,15 @@ pub async fn postgres() -> TestDb {
         .expect("create schema");
     let sep = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
-    let target = DatabaseTarget::Postgres(url);
+    (
+        DatabaseTarget::Postgres(url),
+        Cleanup::Postgres { base_url, schema },
+    )
+}
+
+/// A migrated private schema on the real PostgreSQL server.
+pub async fn postgres() -> TestDb {
+    let (target, cleanup) = postgres_schema();
     let db = Persistence::open(target.clone())
         .await
         .expect("open postgres");
@@ -68,7 +77,7 @@ pub async fn postgres() -> TestDb {
         name: "postgres",
         target,
         db,
-        _cleanup: Cleanup::Postgres { base_url, schema },
+        _cleanup: cleanup,
     }
 }
 
