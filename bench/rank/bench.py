@@ -89,6 +89,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--samples", type=int, default=65536)
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of each configuration, interleaved; the best is reported")
     args = p.parse_args()
     if not os.path.exists(RANK_BIN):
         sys.exit("bench: build first: cargo build --release -p cohort-rank")
@@ -102,14 +104,22 @@ def main():
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
           f"torch {torch.__version__}; SAE d_in={args.d_in} d_sae={args.d_sae}, "
           f"per-rank batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), CPU")
-    rows = [
-        ("cohort-rank, 1 rank", cohort(args, data, 1, "overlap")),
-        ("PyTorch eager, 1 process", reference(args, data, 1)),
-        ("cohort-rank, 2 ranks (overlapped buckets)", cohort(args, data, 2, "overlap")),
-        ("cohort-rank, 2 ranks (flat all-reduce)", cohort(args, data, 2, "flat")),
-        ("cohort-rank, 2 ranks (per-param all-reduce)", cohort(args, data, 2, "per_param")),
-        ("PyTorch DDP gloo, 2 ranks", reference(args, data, 2)),
+    runs = [
+        ("cohort-rank, 1 rank", lambda: cohort(args, data, 1, "overlap")),
+        ("PyTorch eager, 1 process", lambda: reference(args, data, 1)),
+        ("cohort-rank, 2 ranks (overlapped buckets)", lambda: cohort(args, data, 2, "overlap")),
+        ("cohort-rank, 2 ranks (flat all-reduce)", lambda: cohort(args, data, 2, "flat")),
+        ("cohort-rank, 2 ranks (per-param all-reduce)", lambda: cohort(args, data, 2, "per_param")),
+        ("PyTorch DDP gloo, 2 ranks", lambda: reference(args, data, 2)),
     ]
+    best = {}
+    for _ in range(args.repeat):
+        for name, run in runs:
+            r = run()
+            if name not in best or r["samples_per_sec"] > best[name]["samples_per_sec"]:
+                best[name] = r
+    rows = [(name, best[name]) for name, _ in runs]
+    print(f"best of {args.repeat} interleaved runs each")
     print(f"{'run':<46}{'samples/s':>12}{'ms/step':>10}{'final loss':>12}")
     for name, r in rows:
         print(f"{name:<46}{r['samples_per_sec']:>12.0f}{r['step_ms']:>10.2f}{r['loss']:>12.5f}")

@@ -6,7 +6,7 @@ use clap::Parser;
 use cohort_rank::launch::Launch;
 use cohort_rank::train::Trainer;
 use cohort_rank::RankError;
-use cohort_spec::TrainingConfig;
+use cohort_spec::{ExitCode, TrainingConfig};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -62,8 +62,25 @@ fn guarded(args: Args) -> Result<(), RankError> {
     }
 }
 
+/// With COHORT_EXIT_WITH_PARENT=1 (the agent sets it), exit as soon as the
+/// process that started us is gone: a rank never outlives its agent.
+fn exit_with_parent() {
+    if std::env::var("COHORT_EXIT_WITH_PARENT").as_deref() != Ok("1") {
+        return;
+    }
+    let parent = unsafe { libc::getppid() };
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if unsafe { libc::getppid() } != parent {
+            eprintln!("cohort-rank: the agent (pid {parent}) is gone: exiting");
+            std::process::exit(ExitCode::Terminated.code());
+        }
+    });
+}
+
 fn main() {
     let args = Args::parse();
+    exit_with_parent();
     let code = match guarded(args) {
         Ok(()) => 0,
         Err(e) => {

@@ -75,6 +75,8 @@ impl RankSpec {
             ),
             ("COHORT_JOB_ID".to_string(), self.key.job_id.clone()),
             ("COHORT_ATTEMPT".to_string(), self.key.attempt.to_string()),
+            // The rank exits when the agent dies, so a killed agent leaves no orphans.
+            ("COHORT_EXIT_WITH_PARENT".to_string(), "1".to_string()),
         ];
         env.extend(self.extra_env.iter().cloned());
         env
