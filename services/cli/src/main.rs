@@ -236,6 +236,9 @@ pub enum TelemetryCommand {
     Watch(TelemetryWatchArgs),
     /// Stored GPU metrics over a past time range, downsampled into buckets.
     Query(TelemetryQueryArgs),
+    /// Utilization and memory per GPU over the last `--since`, as sparklines
+    /// (in `-o json`, one series of points per GPU).
+    History(TelemetryHistoryArgs),
 }
 
 /// How telemetry of several GPUs is shown.
@@ -284,6 +287,18 @@ pub struct TelemetryQueryArgs {
     #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_span)]
     pub since: Duration,
     /// Bucket width, e.g. `30s` (default: the range / 100, at least 1 s).
+    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    pub step: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryHistoryArgs {
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// How far back to look, e.g. `90s`, `15m`, `2h`, `1d`.
+    #[arg(long, value_name = "SPAN", default_value = "15m", value_parser = parse_span)]
+    pub since: Duration,
+    /// Bucket width, e.g. `10s` (default: the range / 60, at least 1 s).
     #[arg(long, value_name = "SPAN", value_parser = parse_span)]
     pub step: Option<Duration>,
 }
@@ -388,6 +403,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Telemetry(TelemetryCommand::Query(args)) => {
             commands::telemetry::query(coordinator, &args, out).await
+        }
+        Command::Telemetry(TelemetryCommand::History(args)) => {
+            commands::history::history(coordinator, &args, out).await
         }
         Command::Alerts(AlertsCommand::Watch(args)) => {
             commands::alerts::watch(coordinator, &args, out).await

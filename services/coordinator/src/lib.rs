@@ -5,11 +5,13 @@
 //! - [`api`]: the `cohort.v1` gRPC services.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the scheduler (gang placement) and the job runner.
+//! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
 //! - [`session`]: one agent's Connect stream.
 //! - [`server`]: [`server::run`], the server with health and reflection.
 
 pub mod api;
 pub mod fleet;
+pub mod history;
 pub mod jobs;
 pub mod model;
 pub mod persistence;

@@ -26,6 +26,12 @@ struct Args {
     /// PostgreSQL URL (postgres://user@host/db); default: SQLite under --data-dir.
     #[arg(long, env = "COHORT_DATABASE_URL")]
     database_url: Option<String>,
+    /// How long raw GPU samples are kept before they become 1-minute rollups.
+    #[arg(long, default_value = "24h", value_parser = cohort_spec::duration::parse_duration)]
+    metrics_raw_retention: std::time::Duration,
+    /// How long 1-minute GPU metric rollups are kept.
+    #[arg(long, default_value = "30d", value_parser = cohort_spec::duration::parse_duration)]
+    metrics_rollup_retention: std::time::Duration,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]
     log_json: bool,
@@ -75,11 +81,25 @@ async fn main() -> anyhow::Result<()> {
     let db = Persistence::open(target)
         .await
         .context("opening the database")?;
+    let history = cohort_coordinator::history::HistorySettings {
+        raw_retention: args.metrics_raw_retention,
+        rollup_retention: args.metrics_rollup_retention,
+        ..Default::default()
+    };
+    history.validate().map_err(anyhow::Error::msg)?;
+    let history = cohort_coordinator::history::History::new(
+        history,
+        std::sync::Arc::new(cohort_coordinator::history::SystemClock),
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    cohort_coordinator::server::run(listener, Context::new(db), shutdown_signal())
-        .await
-        .context("serving")?;
+    cohort_coordinator::server::run(
+        listener,
+        Context::new(db).with_history(history),
+        shutdown_signal(),
+    )
+    .await
+    .context("serving")?;
     Ok(())
 }

@@ -59,6 +59,8 @@ pub async fn run(
     let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
     let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped));
 
+    let history = ctx.history.start(ctx.db.clone(), ctx.fleet.clone());
+
     let streams = ctx.clone();
     let shutdown = async move {
         shutdown.await;
@@ -78,6 +80,7 @@ pub async fn run(
         .await?;
     let _ = stop_jobs.send(true);
     let _ = scheduler.await;
+    history.stop().await;
     tracing::info!("gRPC server stopped");
     Ok(())
 }

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod alerts;
 pub mod gpus;
+pub mod history;
 pub mod telemetry;
 pub mod train;
 pub mod watch;

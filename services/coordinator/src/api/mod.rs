@@ -30,6 +30,9 @@ pub struct Context {
     pub fleet: Fleet,
     /// The scheduler and job runner.
     pub jobs: Jobs,
+    /// GPU telemetry history: settings, clock and writer counters (its
+    /// writer and retention tasks run in `server::run`).
+    pub history: crate::history::History,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -48,8 +51,15 @@ impl Context {
             db,
             fleet,
             jobs,
+            history: crate::history::History::default(),
             stopping,
         }
+    }
+
+    /// Keep GPU telemetry history with these settings and this clock.
+    pub fn with_history(mut self, history: crate::history::History) -> Self {
+        self.history = history;
+        self
     }
 
     /// End every long-lived stream (the server is stopping).

@@ -2,14 +2,14 @@
 //! PER_GPU view forwards each agent's samples as they arrive; the AGGREGATED
 //! view sends the aggregate of the latest samples once per interval. A
 //! watcher that falls behind is told how many batches it missed (`lagged`)
-//! and carries on; it never slows ingest or other watchers. History queries
-//! and alerts belong to the telemetry issue (issue 5) and answer
-//! UNIMPLEMENTED until then.
+//! and carries on; it never slows ingest or other watchers. QueryGpuMetrics
+//! reads the stored history (see `query`).
 
 use super::Context;
 use crate::fleet::ReadingFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
+mod query;
 mod watch;
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_server::TelemetryService;
@@ -68,11 +68,11 @@ impl TelemetryService for TelemetryApi {
 
     async fn query_gpu_metrics(
         &self,
-        _request: Request<v1::QueryGpuMetricsRequest>,
+        request: Request<v1::QueryGpuMetricsRequest>,
     ) -> Result<Response<v1::QueryGpuMetricsResponse>, Status> {
-        Err(Status::unimplemented(
-            "QueryGpuMetrics is not implemented yet",
-        ))
+        query::query(&self.ctx, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn watch_alerts(

@@ -12,6 +12,7 @@ mod connection;
 mod error;
 pub mod events;
 pub mod fleet;
+pub mod gpu_metrics;
 pub mod placements;
 mod rows;
 pub mod schema;

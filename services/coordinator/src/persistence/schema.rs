@@ -126,6 +126,39 @@ diesel::table! {
         ecc_errors_uncorrected -> Nullable<BigInt>,
         throttle_reasons -> Text,
         simulated -> Bool,
+        gpu_index -> Integer,
+        agent_name -> Text,
+        rank -> Nullable<Integer>,
+        sample_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    gpu_metrics_rollup (gpu_uuid, bucket_ms, training_id) {
+        gpu_uuid -> Text,
+        bucket_ms -> BigInt,
+        training_id -> Text,
+        gpu_index -> Integer,
+        agent_id -> Text,
+        agent_name -> Text,
+        rank -> Nullable<Integer>,
+        sample_count -> BigInt,
+        utilization_gpu_min -> Nullable<Double>,
+        utilization_gpu_mean -> Nullable<Double>,
+        utilization_gpu_max -> Nullable<Double>,
+        utilization_gpu_count -> BigInt,
+        memory_used_min -> BigInt,
+        memory_used_mean -> Double,
+        memory_used_max -> BigInt,
+        memory_total_bytes -> BigInt,
+        temperature_min -> Nullable<Double>,
+        temperature_mean -> Nullable<Double>,
+        temperature_max -> Nullable<Double>,
+        temperature_count -> BigInt,
+        power_min -> Nullable<Double>,
+        power_mean -> Nullable<Double>,
+        power_max -> Nullable<Double>,
+        power_count -> BigInt,
     }
 }
 
@@ -160,5 +193,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     state_transitions,
     checkpoints,
     gpu_metrics,
+    gpu_metrics_rollup,
     alerts,
 );
