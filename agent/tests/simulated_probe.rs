@@ -144,3 +144,28 @@ fn override_file_is_reread_when_it_changes() {
     assert_eq!(s[1].ecc_uncorrected, Some(2));
     assert!(s[1].memory_used_bytes < 16 << 30);
 }
+
+#[test]
+fn ranks_and_a_scripted_foreign_process_are_told_apart() {
+    let mut p = SimulatedProbe::new("host", &spec("2:16GiB"));
+    p.assign(0, &[4242]);
+    p.controls().set_override(0, SimField::ForeignPid, 777.0);
+    p.controls().set_override(1, SimField::ForeignPid, 778.0);
+    let samples = p.sample().unwrap();
+    let of = |i: usize| {
+        samples[i]
+            .processes
+            .iter()
+            .map(|q| (q.pid, q.cohort_rank))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(0), vec![(4242, true), (777, false)]);
+    assert_eq!(of(1), vec![(778, false)]);
+    assert_eq!(p.processes(1).unwrap()[0].pid, 778);
+    assert!(!p.processes(1).unwrap()[0].cohort_rank);
+    p.controls().clear_override(1, SimField::ForeignPid);
+    assert!(p.sample().unwrap()[1].processes.is_empty());
+    // Not a pid: ignored.
+    p.controls().set_override(1, SimField::ForeignPid, 0.0);
+    assert!(p.sample().unwrap()[1].processes.is_empty());
+}

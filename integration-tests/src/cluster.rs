@@ -12,6 +12,7 @@ use cohort_proto::v1::training_service_client::TrainingServiceClient;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -26,6 +27,11 @@ pub const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long agents get to stop their ranks on SIGTERM before everything is SIGKILLed.
 const AGENT_STOP_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Held by every cluster with agents: tests of one test binary run in
+/// parallel, but two sets of rank processes on a 2-core machine slow each
+/// other past their deadlines, so clusters with agents take turns.
+static RANKS_TURN: Mutex<()> = Mutex::new(());
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -62,6 +68,7 @@ pub struct Cluster {
     agents: Vec<ChildProc>,
     db: TestDatabase,
     root: Option<tempfile::TempDir>,
+    _turn: Option<MutexGuard<'static, ()>>,
 }
 
 fn free_port() -> u16 {
@@ -74,6 +81,11 @@ impl Cluster {
     /// and waits until the coordinator lists all their GPUs.
     pub async fn start(options: ClusterOptions) -> Cluster {
         let bins = binaries().clone();
+        let turn = (options.agents > 0).then(|| {
+            RANKS_TURN
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        });
         let root = tempfile::Builder::new()
             .prefix("cohort-it-")
             .tempdir()
@@ -91,6 +103,7 @@ impl Cluster {
             agents: Vec::new(),
             db,
             root: Some(root),
+            _turn: turn,
         };
         cluster.start_coordinator_on_free_port().await;
         for i in 0..cluster.options.agents {

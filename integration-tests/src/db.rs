@@ -1,6 +1,7 @@
 //! The test database: a SQLite file under the coordinator's data dir, or a
 //! private schema on the PostgreSQL server at `COHORT_TEST_POSTGRES_URL`
-//! (default `postgres://postgres@127.0.0.1:5432/test`), dropped at the end.
+//! (default `postgres://postgres@127.0.0.1:5432/test`), dropped at the end
+//! (kept when the test failed).
 //! Plus direct reads of what the coordinator stored.
 
 use diesel::connection::SimpleConnection;
@@ -207,6 +208,10 @@ impl TestDatabase {
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         if let Some(pg) = &self.postgres {
+            if std::thread::panicking() {
+                eprintln!("test database kept: {}", pg.url);
+                return;
+            }
             if let Ok(mut conn) = PgConnection::establish(&pg.base_url) {
                 let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", pg.schema));
             }

@@ -15,6 +15,7 @@
 pub mod bins;
 pub mod cluster;
 pub mod db;
+pub mod faults;
 pub mod job;
 pub mod poll;
 pub mod procs;

@@ -109,6 +109,12 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 
 /// Live (not zombie) `cohort-rank` processes carrying `MARK_VAR=mark`.
 pub fn rank_processes(mark: &str) -> Vec<i32> {
+    marked_processes(mark, "cohort-rank")
+}
+
+/// Live (not zombie) processes of a program whose name starts with
+/// `program`, carrying `MARK_VAR=mark`.
+pub fn marked_processes(mark: &str, program: &str) -> Vec<i32> {
     let needle = format!("{MARK_VAR}={mark}");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -138,7 +144,7 @@ pub fn rank_processes(mark: &str) -> Vec<i32> {
         let argv0 = String::from_utf8_lossy(argv0);
         if Path::new(argv0.as_ref())
             .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("cohort-rank"))
+            .is_some_and(|n| n.to_string_lossy().starts_with(program))
         {
             pids.push(pid);
         }

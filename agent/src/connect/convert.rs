@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cohort_proto::v1;
 
-use crate::probe::{GpuInfo, GpuSample};
+use crate::probe::{GpuInfo, GpuProcess, GpuSample};
 use crate::supervisor::{RankEvent, RankEventKind, RankExit, RankKey};
 
 /// RankExited.stderr_tail carries at most this many bytes (the newest ones).
@@ -44,7 +44,23 @@ pub fn gpu_sample(s: &GpuSample) -> v1::GpuSample {
         ecc_errors_uncorrected: s.ecc_uncorrected,
         throttle_reasons: s.throttle_reasons.clone().unwrap_or_default(),
         simulated: s.simulated,
+        processes: s.processes.iter().map(gpu_process).collect(),
     }
+}
+
+pub fn gpu_process(p: &GpuProcess) -> v1::GpuProcess {
+    v1::GpuProcess {
+        pid: p.pid,
+        used_memory_bytes: p.used_memory_bytes,
+        name: process_name(p.pid).unwrap_or_default(),
+        cohort_rank: p.cohort_rank,
+    }
+}
+
+/// The name of a process on this host, where /proc tells it.
+fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
 }
 
 pub fn timestamp(t: SystemTime) -> prost_types::Timestamp {
@@ -146,6 +162,30 @@ mod tests {
             rank_exited(&exit).status,
             Some(v1::rank_exited::Status::Signal(9))
         );
+    }
+
+    #[test]
+    fn processes_carry_their_name_and_whether_they_are_ranks() {
+        let me = GpuProcess {
+            pid: std::process::id(),
+            used_memory_bytes: Some(1 << 20),
+            cohort_rank: false,
+        };
+        let p = gpu_process(&me);
+        assert_eq!(p.pid, std::process::id());
+        assert_eq!(p.used_memory_bytes, Some(1 << 20));
+        assert!(!p.cohort_rank);
+        // The test binary's own name, as /proc has it (truncated to 15 bytes).
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(p.name, comm.trim_end());
+        assert!(!p.name.is_empty());
+        let gone = GpuProcess {
+            pid: u32::MAX,
+            used_memory_bytes: None,
+            cohort_rank: true,
+        };
+        assert_eq!(gpu_process(&gone).name, "");
+        assert!(gpu_process(&gone).cohort_rank);
     }
 
     #[test]

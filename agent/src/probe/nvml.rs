@@ -1,5 +1,7 @@
 //! The real probe: NVML through nvml-wrapper, which loads libnvidia-ml at run time.
 
+use std::collections::HashMap;
+
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -12,6 +14,8 @@ use super::{ComputeCapability, GpuInfo, GpuProbe, GpuProcess, GpuSample, ProbeEr
 pub struct NvmlProbe {
     nvml: Nvml,
     count: u32,
+    /// The rank pids the agent runs, per GPU index (see [`GpuProbe::assign`]).
+    ranks: HashMap<u32, Vec<u32>>,
 }
 
 impl NvmlProbe {
@@ -25,7 +29,11 @@ impl NvmlProbe {
             call: "device_count",
             reason: e.to_string(),
         })?;
-        Ok(Self { nvml, count })
+        Ok(Self {
+            nvml,
+            count,
+            ranks: HashMap::new(),
+        })
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, ProbeError> {
@@ -38,6 +46,10 @@ impl NvmlProbe {
         self.nvml
             .device_by_index(index)
             .map_err(|e| device_err("device_by_index", index, e))
+    }
+
+    fn ranks_on(&self, index: u32) -> &[u32] {
+        self.ranks.get(&index).map_or(&[], Vec::as_slice)
     }
 
     fn info(&self, index: u32) -> Result<GpuInfo, ProbeError> {
@@ -92,7 +104,7 @@ impl NvmlProbe {
                     .map(|(name, _)| name.to_ascii_lowercase())
                     .collect()
             }),
-            processes: processes_of(&dev),
+            processes: processes_of(&dev, self.ranks_on(index)),
             simulated: false,
         })
     }
@@ -108,7 +120,11 @@ impl GpuProbe for NvmlProbe {
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>, ProbeError> {
-        Ok(processes_of(&self.device(index)?))
+        Ok(processes_of(&self.device(index)?, self.ranks_on(index)))
+    }
+
+    fn assign(&mut self, index: u32, pids: &[u32]) {
+        self.ranks.insert(index, pids.to_vec());
     }
 
     fn is_simulated(&self) -> bool {
@@ -116,8 +132,9 @@ impl GpuProbe for NvmlProbe {
     }
 }
 
-/// Running compute processes; a device that cannot list them reports none.
-fn processes_of(dev: &Device<'_>) -> Vec<GpuProcess> {
+/// Running compute processes, each marked as one of `ranks` or not; a device
+/// that cannot list them reports none.
+fn processes_of(dev: &Device<'_>, ranks: &[u32]) -> Vec<GpuProcess> {
     optional(dev.running_compute_processes())
         .unwrap_or_default()
         .into_iter()
@@ -127,6 +144,7 @@ fn processes_of(dev: &Device<'_>) -> Vec<GpuProcess> {
                 UsedGpuMemory::Used(bytes) => Some(bytes),
                 UsedGpuMemory::Unavailable => None,
             },
+            cohort_rank: ranks.contains(&p.pid),
         })
         .collect()
 }

@@ -62,7 +62,7 @@ pub fn parse_overrides(text: &str) -> Result<Vec<(u32, SimField, f64)>, SimScrip
 
 impl SimField {
     /// The names used in override files.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "utilization_gpu",
         "utilization_memory",
         "temperature_c",
@@ -72,8 +72,9 @@ impl SimField {
         "memory_clock_mhz",
         "ecc_corrected",
         "ecc_uncorrected",
+        "foreign_pid",
     ];
-    const ALL: [SimField; 9] = [
+    const ALL: [SimField; 10] = [
         SimField::UtilizationGpu,
         SimField::UtilizationMemory,
         SimField::TemperatureC,
@@ -83,6 +84,7 @@ impl SimField {
         SimField::MemoryClockMhz,
         SimField::EccCorrected,
         SimField::EccUncorrected,
+        SimField::ForeignPid,
     ];
 }
 

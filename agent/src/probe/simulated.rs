@@ -35,6 +35,9 @@ pub enum SimField {
     MemoryClockMhz,
     EccCorrected,
     EccUncorrected,
+    /// A process cohort did not start, using the GPU: the value is its pid
+    /// (it holds the memory above the idle base that no rank holds).
+    ForeignPid,
 }
 
 type Overrides = HashMap<(u32, SimField), f64>;
@@ -61,6 +64,13 @@ impl SimControls {
     /// Removes every override.
     pub fn clear_all(&self) {
         self.lock().clear();
+    }
+
+    /// The scripted foreign process of GPU `index`, if any.
+    fn foreign_pid(&self, index: u32) -> Option<u32> {
+        self.get(index, SimField::ForeignPid)
+            .filter(|pid| *pid >= 1.0 && *pid <= f64::from(u32::MAX))
+            .map(|pid| pid as u32)
     }
 
     fn get(&self, index: u32, field: SimField) -> Option<f64> {
@@ -167,7 +177,7 @@ impl SimGpu {
         let temperature = self.temperature + 0.4 * unit_noise(&mut self.rng);
         let power = self.power * (1.0 + 0.02 * unit_noise(&mut self.rng));
         let memory_used = pinned(SimField::MemoryUsedBytes, self.memory_used).clamp(0.0, total);
-        let processes = self.processes(memory_used);
+        let processes = self.processes(memory_used, controls.foreign_pid(index));
 
         GpuSample {
             index,
@@ -195,18 +205,23 @@ impl SimGpu {
         }
     }
 
-    /// The assigned rank processes, sharing the used memory beyond the idle base.
-    fn processes(&self, memory_used: f64) -> Vec<GpuProcess> {
-        if self.pids.is_empty() {
+    /// The assigned rank processes and the scripted foreign one, sharing the
+    /// used memory beyond the idle base.
+    fn processes(&self, memory_used: f64, foreign: Option<u32>) -> Vec<GpuProcess> {
+        let users = self.pids.len() + usize::from(foreign.is_some());
+        if users == 0 {
             return Vec::new();
         }
-        let share = ((memory_used - IDLE_MEMORY_BYTES).max(0.0) / self.pids.len() as f64) as u64;
+        let share = ((memory_used - IDLE_MEMORY_BYTES).max(0.0) / users as f64) as u64;
+        let process = |pid, cohort_rank| GpuProcess {
+            pid,
+            used_memory_bytes: Some(share),
+            cohort_rank,
+        };
         self.pids
             .iter()
-            .map(|&pid| GpuProcess {
-                pid,
-                used_memory_bytes: Some(share),
-            })
+            .map(|&pid| process(pid, true))
+            .chain(foreign.map(|pid| process(pid, false)))
             .collect()
     }
 
@@ -304,7 +319,7 @@ impl GpuProbe for SimulatedProbe {
             index,
             count: self.gpus.len() as u32,
         })?;
-        Ok(gpu.processes(gpu.memory_used))
+        Ok(gpu.processes(gpu.memory_used, self.controls.foreign_pid(index)))
     }
 
     fn assign(&mut self, index: u32, pids: &[u32]) {

@@ -30,6 +30,9 @@ pub struct GpuProcess {
     pub pid: u32,
     /// GPU memory the process holds, where the driver reports it.
     pub used_memory_bytes: Option<u64>,
+    /// True when the process is a rank this agent started (told to the probe
+    /// through [`super::GpuProbe::assign`]); false for anything else.
+    pub cohort_rank: bool,
 }
 
 /// One telemetry reading of one GPU. Fields a device does not support are `None`.

@@ -66,9 +66,10 @@ pub enum Command {
     /// Live GPU telemetry.
     #[command(subcommand)]
     Telemetry(TelemetryCommand),
-    /// Alerts the coordinator raises and resolves.
-    #[command(subcommand)]
-    Alerts(AlertsCommand),
+    /// Alerts the coordinator raises and resolves: the active ones (`--all`:
+    /// also those resolved within `--since`); `--watch` keeps following.
+    #[command(args_conflicts_with_subcommands = true)]
+    Alerts(AlertsArgs),
     /// List the complete checkpoints of a training, newest first.
     Checkpoints {
         /// The training id.
@@ -311,6 +312,33 @@ pub enum SeverityArg {
     Critical,
 }
 
+#[derive(Debug, Args)]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: Option<AlertsCommand>,
+    #[command(flatten)]
+    pub list: AlertsListArgs,
+}
+
+/// `cohort alerts` without a subcommand.
+#[derive(Debug, Args)]
+pub struct AlertsListArgs {
+    /// Also the alerts resolved within `--since`.
+    #[arg(long)]
+    pub all: bool,
+    /// With `--all`: how far back resolved alerts go, e.g. `90m`, `24h`, `7d`.
+    #[arg(long, value_name = "SPAN", default_value = "24h", value_parser = parse_span)]
+    pub since: Duration,
+    /// After the table, keep following raises and resolutions.
+    #[arg(long)]
+    pub watch: bool,
+    /// Only alerts at least this severe.
+    #[arg(long, value_enum)]
+    pub min_severity: Option<SeverityArg>,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AlertsCommand {
     /// Follow alerts as they are raised and resolved (overheating, ECC errors,
@@ -407,9 +435,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Telemetry(TelemetryCommand::History(args)) => {
             commands::history::history(coordinator, &args, out).await
         }
-        Command::Alerts(AlertsCommand::Watch(args)) => {
-            commands::alerts::watch(coordinator, &args, out).await
-        }
+        Command::Alerts(AlertsArgs {
+            command: Some(AlertsCommand::Watch(args)),
+            ..
+        }) => commands::alerts::watch(coordinator, &args, out).await,
+        Command::Alerts(AlertsArgs {
+            command: None,
+            list,
+        }) => commands::alerts_list::list(coordinator, &list, out).await,
     }
 }
 

@@ -6,14 +6,20 @@
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the scheduler (gang placement) and the job runner.
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
+//! - [`alerts`]: alert rules on telemetry, presence and progress; WatchAlerts' feed.
+//! - [`metrics`]: the opt-in Prometheus scrape endpoint.
+//! - [`selection`]: GPU selection: memory estimate, recommendation, validation.
 //! - [`session`]: one agent's Connect stream.
 //! - [`server`]: [`server::run`], the server with health and reflection.
 
+pub mod alerts;
 pub mod api;
 pub mod fleet;
 pub mod history;
 pub mod jobs;
+pub mod metrics;
 pub mod model;
 pub mod persistence;
+pub mod selection;
 pub mod server;
 pub mod session;

@@ -3,9 +3,12 @@
 use anyhow::Context as _;
 use clap::Parser;
 use cohort_coordinator::api::Context;
+use cohort_coordinator::jobs::JobSettings;
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use cohort_spec::duration::parse_duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
 const LISTEN_DEFAULT: &str = "127.0.0.1:50051";
@@ -35,6 +38,26 @@ struct Args {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]
     log_json: bool,
+    /// An agent silent this long (no heartbeat, or disconnected) is lost and
+    /// its trainings restart elsewhere.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "COHORT_AGENT_TIMEOUT")]
+    agent_timeout: Duration,
+    /// Shortest silence after which a running training counts as hung; the
+    /// deadline is max(--hang-factor x the time between its progress reports, this).
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "COHORT_HANG_FLOOR")]
+    hang_floor: Duration,
+    /// Multiple of the time between a training's progress reports after
+    /// which it counts as hung.
+    #[arg(long, default_value_t = 5.0, env = "COHORT_HANG_FACTOR")]
+    hang_factor: f64,
+    /// Grace between SIGTERM and SIGKILL when ranks are stopped.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "COHORT_STOP_GRACE")]
+    stop_grace: Duration,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address; off when unset.
+    #[arg(long, env = "COHORT_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    alerts: cohort_coordinator::alerts::AlertFlags,
 }
 
 fn init_tracing(json: bool) {
@@ -94,12 +117,31 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    cohort_coordinator::server::run(
-        listener,
-        Context::new(db).with_history(history),
-        shutdown_signal(),
-    )
-    .await
-    .context("serving")?;
+    let settings = JobSettings {
+        agent_timeout: args.agent_timeout,
+        hang_floor: args.hang_floor,
+        hang_factor: args.hang_factor,
+        stop_grace: args.stop_grace,
+        ..JobSettings::default()
+    };
+    let ctx = Context::with_settings(db, settings)
+        .with_history(history)
+        .with_alert_settings(args.alerts.settings());
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics-listen {addr}"))?;
+            let serve =
+                cohort_coordinator::metrics::serve(listener, ctx.clone(), std::future::pending());
+            Some(tokio::spawn(serve))
+        }
+        None => None,
+    };
+    let served = cohort_coordinator::server::run(listener, ctx, shutdown_signal()).await;
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
+    served.context("serving")?;
     Ok(())
 }

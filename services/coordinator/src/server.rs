@@ -57,7 +57,13 @@ pub async fn run(
         tracing::warn!(error = %e, "cannot reset agent connection states");
     }
     let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
-    let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped));
+    let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped.clone()));
+    let alerts = tokio::spawn(crate::alerts::engine::run(
+        ctx.db.clone(),
+        ctx.fleet.clone(),
+        ctx.alerts.clone(),
+        jobs_stopped,
+    ));
 
     let history = ctx.history.start(ctx.db.clone(), ctx.fleet.clone());
 
@@ -81,6 +87,7 @@ pub async fn run(
     let _ = stop_jobs.send(true);
     let _ = scheduler.await;
     history.stop().await;
+    let _ = alerts.await;
     tracing::info!("gRPC server stopped");
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod alerts;
+pub mod alerts_list;
 pub mod gpus;
 pub mod history;
 pub mod telemetry;

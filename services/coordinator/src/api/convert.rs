@@ -30,6 +30,10 @@ impl From<&Training> for v1::Training {
             // when it has them (they live in other tables).
             ranks: Vec::new(),
             latest_progress: None,
+            // Filled in by the caller from the scheduler's live view.
+            queue_position: 0,
+            global_batch_size: 0,
+            straggler_ranks: Vec::new(),
             request_id: t.request_id.clone().unwrap_or_default(),
             create_time: Some(timestamp(t.create_time)),
             update_time: Some(timestamp(t.update_time)),
@@ -58,6 +62,13 @@ pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
             }),
             other => other,
         },
+        EventPayload::Straggler(c) => Event::Straggler(v1::StragglerReport {
+            rank: c.rank,
+            step: c.step,
+            compute_ms: c.compute_ms,
+            median_compute_ms: c.median_compute_ms,
+            straggling: c.straggling,
+        }),
     };
     Some(v1::TrainingEvent {
         sequence: e.seq as u64,

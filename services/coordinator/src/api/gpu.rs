@@ -1,12 +1,18 @@
-//! GpuService. ListGpus answers from the live fleet: every GPU of every
-//! connected agent, its latest sample and the training rank holding it.
-//! Recommendation, validation and memory estimation belong to the GPU
-//! selection work (issue 4) and answer UNIMPLEMENTED until then.
+//! GpuService. Every RPC answers from the live fleet: ListGpus lists every GPU
+//! of every connected agent with its latest sample, holder and availability;
+//! RecommendGpus, ValidateGpuSelection and EstimateMemory apply the pure
+//! functions of [`crate::selection`] to a snapshot of it.
 
 use super::Context;
+use crate::selection::{self, Candidate, MemoryEstimate};
+use cohort_proto::error::{bad_field, invalid_config, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_server::GpuService;
+use cohort_spec::TrainingConfig;
 use tonic::{Request, Response, Status};
+
+/// Most GPUs one RecommendGpus may ask for.
+const MAX_COUNT: i32 = 4096;
 
 #[derive(Debug, Clone)]
 pub struct GpuApi {
@@ -17,35 +23,34 @@ impl GpuApi {
     pub fn new(ctx: Context) -> Self {
         Self { ctx }
     }
-}
 
-#[tonic::async_trait]
-impl GpuService for GpuApi {
-    async fn list_gpus(
-        &self,
-        request: Request<v1::ListGpusRequest>,
-    ) -> Result<Response<v1::ListGpusResponse>, Status> {
-        let req = request.into_inner();
+    /// Every connected GPU as selection sees it, with its proto form.
+    fn snapshot(&self) -> Vec<(Candidate, v1::Gpu)> {
         let fleet = &self.ctx.fleet;
-        let gpus = fleet
+        fleet
             .all_gpus()
             .into_iter()
-            .filter(|(agent, _)| {
-                req.agent_id.is_empty() || req.agent_id == agent.id || req.agent_id == agent.name
-            })
             .map(|(agent, info)| {
                 let hold = fleet.holder(&info.uuid);
                 let latest = fleet.latest(&info.uuid);
-                let availability = if hold.is_some() {
-                    v1::GpuAvailability::Busy
-                } else {
-                    v1::GpuAvailability::Available
+                let candidate = Candidate::new(&agent, &info, hold.clone(), latest.as_ref());
+                let availability = match candidate.unsuitable(0) {
+                    None => v1::GpuAvailability::Available,
+                    Some(selection::Unsuitable::Offline) => v1::GpuAvailability::Offline,
+                    Some(selection::Unsuitable::Unhealthy(_)) => v1::GpuAvailability::Unhealthy,
+                    Some(_) => v1::GpuAvailability::Busy,
                 };
-                let mut notes = Vec::new();
+                let mut notes = candidate.faults.clone();
+                notes.extend(
+                    candidate
+                        .foreign
+                        .iter()
+                        .map(|(pid, name)| selection::candidate::foreign_note(*pid, name)),
+                );
                 if info.simulated {
                     notes.push("simulated GPU".to_string());
                 }
-                v1::Gpu {
+                let gpu = v1::Gpu {
                     agent_id: agent.id.clone(),
                     agent_name: agent.name.clone(),
                     host_name: agent.host_name.clone(),
@@ -59,7 +64,58 @@ impl GpuService for GpuApi {
                     last_seen_time: latest.as_ref().and_then(|s| s.time),
                     latest_sample: latest,
                     info: Some(info),
-                }
+                };
+                (candidate, gpu)
+            })
+            .collect()
+    }
+}
+
+/// A request's config, checked as CreateTraining checks it.
+fn parse_config(config: v1::TrainingConfig) -> Result<TrainingConfig, Status> {
+    TrainingConfig::try_from(config).map_err(|e| invalid_config(&e, "config."))
+}
+
+fn estimate_of(config: &TrainingConfig) -> MemoryEstimate {
+    selection::estimate(&selection::EstimateInput::from_config(config))
+}
+
+fn estimate_proto(e: &MemoryEstimate) -> v1::MemoryEstimate {
+    v1::MemoryEstimate {
+        parameter_count: i64::try_from(e.parameter_count).unwrap_or(i64::MAX),
+        parameters_bytes: e.parameters,
+        gradients_bytes: e.gradients,
+        optimizer_bytes: e.optimizer,
+        activations_bytes: e.activations,
+        data_bytes: e.data,
+        overhead_bytes: e.overhead,
+        total_bytes: e.total,
+    }
+}
+
+/// (per-rank batch, global batch) for `gpus` ranks; zeros without a config.
+fn batches(config: Option<&TrainingConfig>, gpus: usize) -> (i64, i64) {
+    config.map_or((0, 0), |c| {
+        let per_rank = c.optim.batch_size;
+        (per_rank, per_rank.saturating_mul(gpus as i64))
+    })
+}
+
+#[tonic::async_trait]
+impl GpuService for GpuApi {
+    async fn list_gpus(
+        &self,
+        request: Request<v1::ListGpusRequest>,
+    ) -> Result<Response<v1::ListGpusResponse>, Status> {
+        let req = request.into_inner();
+        let gpus = self
+            .snapshot()
+            .into_iter()
+            .map(|(_, gpu)| gpu)
+            .filter(|g| {
+                req.agent_id.is_empty()
+                    || req.agent_id == g.agent_id
+                    || req.agent_id == g.agent_name
             })
             .filter(|g| {
                 !req.available_only || g.availability == v1::GpuAvailability::Available as i32
@@ -73,28 +129,113 @@ impl GpuService for GpuApi {
 
     async fn recommend_gpus(
         &self,
-        _request: Request<v1::RecommendGpusRequest>,
+        request: Request<v1::RecommendGpusRequest>,
     ) -> Result<Response<v1::RecommendGpusResponse>, Status> {
-        Err(Status::unimplemented(
-            "RecommendGpus is not implemented yet",
-        ))
+        let req = request.into_inner();
+        if !(0..=MAX_COUNT).contains(&req.count) {
+            return Err(bad_field(
+                reason::INVALID_ARGUMENT,
+                "count",
+                format!("must be in 0..={MAX_COUNT}"),
+            ));
+        }
+        let (need, config) = match req.need {
+            Some(v1::recommend_gpus_request::Need::MemoryBytes(bytes)) => (bytes, None),
+            Some(v1::recommend_gpus_request::Need::Config(config)) => {
+                let config = parse_config(config)?;
+                (estimate_of(&config).total, Some(config))
+            }
+            None => {
+                return Err(bad_field(
+                    reason::INVALID_ARGUMENT,
+                    "need",
+                    "give config or memory_bytes",
+                ))
+            }
+        };
+        let (candidates, mut protos): (Vec<Candidate>, Vec<v1::Gpu>) =
+            self.snapshot().into_iter().unzip();
+        let chosen = selection::recommend(&candidates, need, req.count as usize, req.single_host);
+        let gpus: Vec<v1::Gpu> = chosen
+            .chosen
+            .iter()
+            .filter_map(|c| {
+                let at = protos
+                    .iter()
+                    .position(|g| g.info.as_ref().is_some_and(|i| i.uuid == c.uuid))?;
+                Some(protos.swap_remove(at))
+            })
+            .collect();
+        let rejected = chosen
+            .rejected
+            .iter()
+            .map(|(c, why)| v1::GpuSelectionProblem {
+                gpu_id: c.uuid.clone(),
+                reason: why.reason().to_string(),
+                message: format!("{} GPU {}: {}", c.agent_name, c.index, why.message()),
+            })
+            .collect();
+        let (per_rank, global) = batches(config.as_ref(), gpus.len());
+        tracing::debug!(
+            need,
+            count = req.count,
+            chosen = gpus.len(),
+            "recommended GPUs"
+        );
+        Ok(Response::new(v1::RecommendGpusResponse {
+            estimate: config.as_ref().map(|c| estimate_proto(&estimate_of(c))),
+            shortfall_reason: chosen.shortfall.unwrap_or_default(),
+            rejected,
+            per_rank_batch_size: per_rank,
+            global_batch_size: global,
+            gpus,
+        }))
     }
 
     async fn validate_gpu_selection(
         &self,
-        _request: Request<v1::ValidateGpuSelectionRequest>,
+        request: Request<v1::ValidateGpuSelectionRequest>,
     ) -> Result<Response<v1::ValidateGpuSelectionResponse>, Status> {
-        Err(Status::unimplemented(
-            "ValidateGpuSelection is not implemented yet",
-        ))
+        let req = request.into_inner();
+        if req.gpu_ids.is_empty() {
+            return Err(bad_field(
+                reason::INVALID_ARGUMENT,
+                "gpu_ids",
+                "name at least one GPU",
+            ));
+        }
+        let config = req.config.map(parse_config).transpose()?;
+        let estimate = config.as_ref().map(estimate_of);
+        let need = estimate.map_or(0, |e| e.total);
+        let candidates: Vec<Candidate> = self.snapshot().into_iter().map(|(c, _)| c).collect();
+        let problems: Vec<v1::GpuSelectionProblem> =
+            selection::validate(&candidates, &req.gpu_ids, need)
+                .into_iter()
+                .map(|p| v1::GpuSelectionProblem {
+                    gpu_id: p.gpu_id,
+                    reason: p.reason.to_string(),
+                    message: p.message,
+                })
+                .collect();
+        let (per_rank, global) = batches(config.as_ref(), req.gpu_ids.len());
+        Ok(Response::new(v1::ValidateGpuSelectionResponse {
+            valid: problems.is_empty(),
+            problems,
+            estimate: estimate.as_ref().map(estimate_proto),
+            per_rank_batch_size: per_rank,
+            global_batch_size: global,
+        }))
     }
 
     async fn estimate_memory(
         &self,
-        _request: Request<v1::EstimateMemoryRequest>,
+        request: Request<v1::EstimateMemoryRequest>,
     ) -> Result<Response<v1::MemoryEstimate>, Status> {
-        Err(Status::unimplemented(
-            "EstimateMemory is not implemented yet",
-        ))
+        let config = request
+            .into_inner()
+            .config
+            .ok_or_else(|| bad_field(reason::INVALID_CONFIG, "config", "required"))?;
+        let config = parse_config(config)?;
+        Ok(Response::new(estimate_proto(&estimate_of(&config))))
     }
 }

@@ -33,6 +33,8 @@ pub struct Context {
     /// GPU telemetry history: settings, clock and writer counters (its
     /// writer and retention tasks run in `server::run`).
     pub history: crate::history::History,
+    /// Active alerts and their live feed (the alert task runs in `server::run`).
+    pub alerts: crate::alerts::AlertHub,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -52,8 +54,15 @@ impl Context {
             fleet,
             jobs,
             history: crate::history::History::default(),
+            alerts: crate::alerts::AlertHub::default(),
             stopping,
         }
+    }
+
+    /// Evaluate alerts with these thresholds instead of the defaults.
+    pub fn with_alert_settings(mut self, settings: crate::alerts::AlertSettings) -> Self {
+        self.alerts = crate::alerts::AlertHub::new(settings);
+        self
     }
 
     /// Keep GPU telemetry history with these settings and this clock.

@@ -9,6 +9,7 @@ use super::Context;
 use crate::fleet::ReadingFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
+pub mod alerts;
 mod query;
 mod watch;
 use cohort_proto::v1;
@@ -77,8 +78,8 @@ impl TelemetryService for TelemetryApi {
 
     async fn watch_alerts(
         &self,
-        _request: Request<v1::WatchAlertsRequest>,
+        request: Request<v1::WatchAlertsRequest>,
     ) -> Result<Response<Self::WatchAlertsStream>, Status> {
-        Err(Status::unimplemented("WatchAlerts is not implemented yet"))
+        alerts::watch_alerts(&self.ctx, request).await
     }
 }

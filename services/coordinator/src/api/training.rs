@@ -151,6 +151,23 @@ impl TrainingApi {
                 })
                 .collect();
         }
+        if training.world_size > 0 {
+            message.global_batch_size =
+                training.config.optim.batch_size * i64::from(training.world_size);
+        }
+        message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
+        if matches!(
+            training.state,
+            crate::model::JobState::Queued | crate::model::JobState::Restarting
+        ) {
+            let position = self
+                .ctx
+                .jobs
+                .queue_position(&training.id)
+                .await
+                .map_err(|e| from_db("get_training", e))?;
+            message.queue_position = position.map_or(0, |p| p as i32);
+        }
         message.latest_progress = db
             .latest_progress(&training.id)
             .await

@@ -15,6 +15,15 @@ use tokio::sync::{broadcast, mpsc};
 
 /// Telemetry batches buffered per watcher before it is told it lagged.
 pub const TELEMETRY_BUFFER: usize = 1024;
+/// Presence changes buffered per subscriber before it is told it lagged.
+pub const PRESENCE_BUFFER: usize = 1024;
+
+/// An agent's session began or ended (see [`Fleet::subscribe_presence`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Presence {
+    Connected { agent_id: String, name: String },
+    Disconnected { agent_id: String, name: String },
+}
 
 /// Who holds a GPU: a rank of an attempt of a training.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +70,10 @@ pub struct Fleet {
     state: Arc<Mutex<State>>,
     sessions: Arc<AtomicU64>,
     telemetry: broadcast::Sender<Arc<TelemetryBatch>>,
+    presence: broadcast::Sender<Presence>,
+    /// Telemetry batches and samples taken by [`Fleet::ingest`] since start.
+    batches_ingested: Arc<AtomicU64>,
+    samples_ingested: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -81,6 +94,9 @@ impl Fleet {
             state: Arc::default(),
             sessions: Arc::new(AtomicU64::new(1)),
             telemetry: broadcast::channel(TELEMETRY_BUFFER).0,
+            presence: broadcast::channel(PRESENCE_BUFFER).0,
+            batches_ingested: Arc::default(),
+            samples_ingested: Arc::default(),
         }
     }
 
@@ -93,7 +109,12 @@ impl Fleet {
     pub fn connect(&self, mut agent: LiveAgent) -> u64 {
         let session = self.sessions.fetch_add(1, Ordering::Relaxed);
         agent.session = session;
+        let event = Presence::Connected {
+            agent_id: agent.id.clone(),
+            name: agent.name.clone(),
+        };
         self.lock().agents.insert(agent.id.clone(), agent);
+        let _ = self.presence.send(event);
         session
     }
 
@@ -109,6 +130,10 @@ impl Fleet {
             for gpu in agent.gpus {
                 state.latest.remove(&gpu.uuid);
             }
+            let _ = self.presence.send(Presence::Disconnected {
+                agent_id: agent.id,
+                name: agent.name,
+            });
             true
         } else {
             false
@@ -143,7 +168,9 @@ impl Fleet {
         tx.try_send(message).is_ok()
     }
 
-    /// Connected GPUs no training holds, agent by agent in index order.
+    /// Connected GPUs no training holds and no foreign process uses (one
+    /// that is not a cohort rank, per the latest sample), agent by agent in
+    /// index order.
     pub fn free_gpus(&self) -> Vec<FreeGpu> {
         let state = self.lock();
         let mut free: Vec<FreeGpu> = state
@@ -158,6 +185,12 @@ impl Fleet {
                 })
             })
             .filter(|g| !state.holds.contains_key(&g.uuid))
+            .filter(|g| {
+                !state
+                    .latest
+                    .get(&g.uuid)
+                    .is_some_and(|s| s.processes.iter().any(|p| !p.cohort_rank))
+            })
             .collect();
         free.sort_by(|a, b| (&a.agent_id, a.index).cmp(&(&b.agent_id, b.index)));
         free
@@ -255,8 +288,24 @@ impl Fleet {
                 readings,
             }
         };
+        self.batches_ingested.fetch_add(1, Ordering::Relaxed);
+        self.samples_ingested
+            .fetch_add(batch.readings.len() as u64, Ordering::Relaxed);
         // No watcher is not an error.
         let _ = self.telemetry.send(Arc::new(batch));
+    }
+
+    /// Telemetry batches and samples ingested since start.
+    pub fn ingested(&self) -> (u64, u64) {
+        (
+            self.batches_ingested.load(Ordering::Relaxed),
+            self.samples_ingested.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Agent sessions beginning and ending, from now on.
+    pub fn subscribe_presence(&self) -> broadcast::Receiver<Presence> {
+        self.presence.subscribe()
     }
 
     pub fn subscribe_telemetry(&self) -> broadcast::Receiver<Arc<TelemetryBatch>> {

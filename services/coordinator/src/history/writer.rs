@@ -238,4 +238,52 @@ mod tests {
         let r = row(&unheld, received);
         assert_eq!((r.training_id, r.rank, r.sample_ms), (None, None, 5_000));
     }
+
+    fn batch(n: usize) -> TelemetryBatch {
+        TelemetryBatch {
+            received: Instant::now(),
+            readings: (0..n)
+                .map(|i| GpuReading {
+                    agent_id: "agt".into(),
+                    agent_name: "host".into(),
+                    hold: None,
+                    sample: v1::GpuSample {
+                        gpu_uuid: format!("GPU-{i}"),
+                        ..Default::default()
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn full_buffers_go_to_the_flusher_and_are_dropped_and_counted_when_it_is_behind() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let stats = Arc::new(WriterStats::default());
+        let mut collector = Collector {
+            settings: HistorySettings {
+                flush_rows: 3,
+                ..Default::default()
+            },
+            stats: stats.clone(),
+            flushes: tx,
+            buffer: Vec::new(),
+            last_drop_log: None,
+        };
+        collector.push(&batch(2));
+        assert!(rx.try_recv().is_err(), "below flush_rows: still buffered");
+        collector.push(&batch(2));
+        // 4 rows >= 3: handed off as one flush; the channel is now full.
+        collector.push(&batch(3));
+        assert_eq!(stats.counts().dropped_rows, 3);
+        assert_eq!(rx.try_recv().unwrap().len(), 4);
+        collector.push(&batch(1));
+        collector.hand_off(); // the interval tick
+        assert_eq!(rx.try_recv().unwrap().len(), 1);
+        collector.hand_off(); // nothing buffered: nothing sent
+        assert!(rx.try_recv().is_err());
+        drop(rx);
+        collector.push(&batch(5));
+        assert_eq!(stats.counts().dropped_rows, 8, "a stopped writer drops too");
+    }
 }

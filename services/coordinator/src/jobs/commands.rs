@@ -17,6 +17,7 @@ pub(super) fn start_ranks(
     fleet: &Fleet,
     training: &Training,
     placement: &Placement,
+    config: &cohort_spec::TrainingConfig,
 ) -> Result<(), String> {
     let mut by_agent: BTreeMap<&str, Vec<v1::LocalRankAssignment>> = BTreeMap::new();
     for s in &placement.slots {
@@ -31,7 +32,7 @@ pub(super) fn start_ranks(
                 gpu_uuid: s.gpu_uuid.clone(),
             });
     }
-    let config_json = training.config.to_json();
+    let config_json = config.to_json();
     for (agent_id, ranks) in by_agent {
         let message = v1::CoordinatorMessage {
             message: Some(Message::StartRanks(v1::StartRanks {

@@ -1,24 +1,33 @@
-//! Running training jobs: the scheduling loop that places QUEUED trainings on
-//! free GPUs (gang: all ranks or none) and tells the agents to start them, and
-//! the reactions to what the agents report (ranks started, progress,
-//! checkpoints, exits) and to cancels. Every state change goes through the
-//! database first (one transaction each); the fleet's GPU holds follow.
+//! Running training jobs: the scheduling loop that places waiting trainings
+//! on free GPUs (gang: all ranks or none) and tells the agents to start them;
+//! the reactions to what the agents report ([`events`]); gang restarts within
+//! a budget ([`failure`]); and the watchdog for lost agents and hangs
+//! ([`watchdog`]). Every state change goes through the database first (one
+//! transaction each); the fleet's GPU holds follow.
 
 mod commands;
+mod events;
+mod failure;
 pub mod placement;
+pub mod queue;
+mod tracker;
+mod watchdog;
+
+pub use failure::describe_exit;
+pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
 use crate::model::{GpuRequest, GpuSelection, JobState, Placement, RankSlot, RankState, Training};
 use crate::persistence::{DatabaseError, Persistence};
 use cohort_proto::v1;
-use cohort_spec::exit::{classify, ExitClass};
-use cohort_spec::progress::ProgressLine;
 use placement::Unplaceable;
-use std::collections::HashSet;
+use queue::QueuePolicy;
+use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
+use tracker::AttemptProgress;
 
 /// Tuning of the job runner.
 #[derive(Debug, Clone)]
@@ -27,8 +36,18 @@ pub struct JobSettings {
     pub stop_grace: Duration,
     /// Ports MASTER_PORT is chosen from.
     pub master_ports: RangeInclusive<u16>,
-    /// How often the queue is looked at even when nothing happened.
+    /// How often the queue and the watchdog run even when nothing happened.
     pub schedule_interval: Duration,
+    /// An agent silent (or gone) this long is lost; its ranks are restarted elsewhere.
+    pub agent_timeout: Duration,
+    /// A running attempt silent for max(hang_factor x time between reports,
+    /// hang_floor) is hung and restarted.
+    pub hang_floor: Duration,
+    pub hang_factor: f64,
+    /// After a rank reports a lost peer, how long to wait for the others to
+    /// exit before naming the ones that didn't as hung.
+    pub peer_lost_grace: Duration,
+    pub queue: QueuePolicy,
 }
 
 impl Default for JobSettings {
@@ -36,9 +55,29 @@ impl Default for JobSettings {
         Self {
             stop_grace: Duration::from_secs(5),
             master_ports: 29500..=29999,
-            schedule_interval: Duration::from_secs(2),
+            schedule_interval: Duration::from_secs(1),
+            agent_timeout: Duration::from_secs(10),
+            hang_floor: Duration::from_secs(60),
+            hang_factor: 5.0,
+            peer_lost_grace: Duration::from_secs(2),
+            queue: QueuePolicy::default(),
         }
     }
+}
+
+/// In-memory state of the runner, beside the database.
+#[derive(Default)]
+struct Runtime {
+    /// Progress of the current attempt of each running training.
+    progress: HashMap<String, AttemptProgress>,
+    /// GPUs to avoid when re-placing a training (the faulty one of a crash).
+    avoid: HashMap<String, HashSet<String>>,
+    /// Agents missing since (disconnected while holding ranks).
+    missing_since: HashMap<String, Instant>,
+    /// Attempts whose failure is being decided (peer-lost grace running).
+    deciding: HashSet<(String, i32)>,
+    /// When a restart's teardown began.
+    teardown_since: HashMap<String, Instant>,
 }
 
 /// Shared by the services; cheap to clone.
@@ -48,6 +87,7 @@ pub struct Jobs {
     fleet: Fleet,
     wake: Arc<Notify>,
     settings: Arc<JobSettings>,
+    runtime: Arc<Mutex<Runtime>>,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -66,12 +106,30 @@ impl Jobs {
             fleet,
             wake: Arc::new(Notify::new()),
             settings: Arc::new(settings),
+            runtime: Arc::default(),
         }
+    }
+
+    fn rt(&self) -> std::sync::MutexGuard<'_, Runtime> {
+        self.runtime.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn settings(&self) -> &JobSettings {
+        &self.settings
     }
 
     /// Ask the scheduler to look at the queue now.
     pub fn kick(&self) {
         self.wake.notify_one();
+    }
+
+    /// Ranks of a training's current attempt that straggle.
+    pub fn stragglers(&self, training_id: &str) -> Vec<i32> {
+        self.rt()
+            .progress
+            .get(training_id)
+            .map(|p| p.stragglers.clone())
+            .unwrap_or_default()
     }
 
     /// After a restart: hold the GPUs of every training that was placed, so
@@ -81,19 +139,37 @@ impl Jobs {
         for (training, ranks) in &active {
             let holds = ranks
                 .iter()
-                .map(|r| (r.slot.gpu_uuid.clone(), hold_of(training, r.slot.rank)))
+                .map(|r| {
+                    (
+                        r.slot.gpu_uuid.clone(),
+                        hold_of(training, training.attempt, r.slot.rank),
+                    )
+                })
                 .collect();
             if let Err(uuid) = self.fleet.hold(holds) {
                 tracing::warn!(training_id = %training.id, gpu = %uuid, "gpu held twice in the database");
             }
+            self.track(training);
         }
         tracing::info!(trainings = active.len(), "adopted placed trainings");
         Ok(active.len())
     }
 
-    /// The scheduling loop; returns when `shutdown` turns true.
+    fn track(&self, training: &Training) {
+        let progress = AttemptProgress::new(
+            training.attempt,
+            training.config.runtime.log_every_steps,
+            Instant::now(),
+        );
+        self.rt().progress.insert(training.id.clone(), progress);
+    }
+
+    /// The scheduling loop and watchdog; returns when `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         loop {
+            if let Err(e) = self.watchdog_pass().await {
+                tracing::warn!(error = %e, "watchdog pass failed");
+            }
             if let Err(e) = self.schedule_pass().await {
                 tracing::warn!(error = %e, "scheduling pass failed");
             }
@@ -107,44 +183,119 @@ impl Jobs {
 
     /// Where a training asking for `request` would go right now, without placing it.
     pub fn plan(&self, request: &GpuRequest) -> Plan {
-        let free = self.fleet.free_gpus();
-        let any_agent = !self.fleet.agents().is_empty();
-        match &request.selection {
-            GpuSelection::Count { count } => placement::by_count(&free, *count as usize, any_agent),
-            GpuSelection::Auto { max_gpus } => {
-                let bound = if *max_gpus == 0 {
-                    usize::MAX
-                } else {
-                    *max_gpus as usize
-                };
-                placement::by_count(&free, free.len().min(bound).max(1), any_agent)
-            }
-            GpuSelection::Ids { ids } => {
-                let known: Vec<String> = self
-                    .fleet
-                    .all_gpus()
-                    .into_iter()
-                    .map(|(_, g)| g.uuid)
-                    .collect();
-                placement::by_ids(&free, &known, ids)
-            }
-        }
+        self.plan_avoiding(request, &HashSet::new(), None)
     }
 
-    /// One look at the queue: place what fits, in priority then age order;
-    /// refresh the pending reason of what doesn't.
+    /// As [`Jobs::plan`], avoiding `avoid` GPUs when possible and putting rank 0
+    /// on `leader` (the agent holding the newest checkpoint) when it is chosen.
+    fn plan_avoiding(
+        &self,
+        request: &GpuRequest,
+        avoid: &HashSet<String>,
+        leader: Option<&str>,
+    ) -> Plan {
+        let all_free = self.fleet.free_gpus();
+        let preferred: Vec<_> = all_free
+            .iter()
+            .filter(|g| !avoid.contains(&g.uuid))
+            .cloned()
+            .collect();
+        let any_agent = !self.fleet.agents().is_empty();
+        let attempt = |free: &[crate::fleet::FreeGpu]| -> Plan {
+            match &request.selection {
+                GpuSelection::Count { count } => {
+                    placement::by_count(free, *count as usize, any_agent, leader)
+                }
+                GpuSelection::Auto { max_gpus } => {
+                    let bound = if *max_gpus == 0 {
+                        usize::MAX
+                    } else {
+                        *max_gpus as usize
+                    };
+                    placement::by_count(free, free.len().min(bound).max(1), any_agent, leader)
+                }
+                GpuSelection::Ids { ids } => {
+                    let known: Vec<String> = self
+                        .fleet
+                        .all_gpus()
+                        .into_iter()
+                        .map(|(_, g)| g.uuid)
+                        .collect();
+                    placement::by_ids(&all_free, &known, ids)
+                }
+            }
+        };
+        attempt(&preferred).or_else(|_| attempt(&all_free))
+    }
+
+    /// Waiting trainings in scheduling order: restarts first, then the queue
+    /// (see [`queue`] for the order and the anti-starvation rule).
+    pub async fn waiting(&self) -> Result<Vec<Training>, DatabaseError> {
+        let mut queued = self.db.queued_trainings().await?;
+        self.settings.queue.order(&mut queued, chrono::Utc::now());
+        let mut all = self.db.restarting_trainings().await?;
+        all.extend(queued);
+        Ok(all)
+    }
+
+    /// A QUEUED training's position in the scheduling order (1 = next).
+    pub async fn queue_position(&self, training_id: &str) -> Result<Option<usize>, DatabaseError> {
+        let waiting = self.waiting().await?;
+        Ok(waiting
+            .iter()
+            .position(|t| t.id == training_id)
+            .map(|p| p + 1))
+    }
+
+    /// One look at the waiting trainings: place what fits, in order; refresh
+    /// the pending reason of what doesn't.
     pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
-        for training in self.db.queued_trainings().await? {
-            match self.plan(&training.gpu_request) {
+        let now = chrono::Utc::now();
+        let mut reserved = false;
+        for training in self.waiting().await? {
+            if training.state == JobState::Restarting && !self.torn_down(&training).await? {
+                continue; // the old gang is not verified gone yet
+            }
+            if reserved {
+                let reason = "WAITING_FOR_RESERVATION: an older training that has waited long is placed first";
+                if training.state == JobState::Queued && training.state_reason != reason {
+                    self.db.set_pending_reason(&training.id, reason).await?;
+                }
+                continue;
+            }
+            let avoid = self
+                .rt()
+                .avoid
+                .get(&training.id)
+                .cloned()
+                .unwrap_or_default();
+            let leader = if training.attempt > 0 {
+                self.db.checkpoint_agent(&training.id).await?
+            } else {
+                None
+            };
+            match self.plan_avoiding(&training.gpu_request, &avoid, leader.as_deref()) {
                 Ok(slots) => self.start(&training, slots).await?,
-                Err(why) if !training.gpu_request.queue => {
+                Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
                     let reason = format!("cannot be placed and queueing is off: {why}");
                     self.finish(&training.id, JobState::Failed, &reason).await?;
                 }
                 Err(why) => {
                     let reason = why.to_string();
-                    if training.state_reason != reason {
+                    if training.state == JobState::Restarting {
+                        self.finish_keep(
+                            &training.id,
+                            JobState::Queued,
+                            &format!("restart waits for GPUs: {reason}"),
+                        )
+                        .await?;
+                    } else if training.state_reason != reason {
                         self.db.set_pending_reason(&training.id, &reason).await?;
+                    }
+                    if training.state == JobState::Queued
+                        && self.settings.queue.reserves(&training, now)
+                    {
+                        reserved = true;
                     }
                 }
             }
@@ -178,16 +329,7 @@ impl Jobs {
         let attempt = training.attempt + 1;
         let holds = slots
             .iter()
-            .map(|s| {
-                (
-                    s.gpu_uuid.clone(),
-                    Hold {
-                        training_id: training.id.clone(),
-                        attempt,
-                        rank: s.rank,
-                    },
-                )
-            })
+            .map(|s| (s.gpu_uuid.clone(), hold_of(training, attempt, s.rank)))
             .collect();
         if self.fleet.hold(holds).is_err() {
             return Ok(()); // raced with another placement: next pass
@@ -234,14 +376,28 @@ impl Jobs {
                 return Err(e);
             }
         };
+        self.track(&placed);
+        self.rt().teardown_since.remove(&placed.id);
         tracing::info!(training_id = %placed.id, attempt, world_size = placed.world_size,
             master = %format!("{}:{}", placement.master_addr, placement.master_port), "training placed");
-        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement) {
+        let config = self.launch_config(&placed);
+        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement, &config) {
             let why = format!("agent {agent} went away before its ranks started");
             self.stop_attempt(&placed, &why).await;
             self.finish(&placed.id, JobState::Queued, &why).await?;
         }
         Ok(())
+    }
+
+    /// The config the ranks get: the training's, with the collective timeout
+    /// kept below the hang deadline so ranks fail on their own first.
+    fn launch_config(&self, training: &Training) -> cohort_spec::TrainingConfig {
+        let mut config = training.config.clone();
+        let cap = self.settings.hang_floor.as_secs_f64() / 2.0;
+        if config.runtime.collective_timeout_s > cap {
+            config.runtime.collective_timeout_s = cap;
+        }
+        config
     }
 
     /// Stop an attempt's ranks everywhere and mark the live ones STOPPED.
@@ -269,9 +425,25 @@ impl Jobs {
         }
     }
 
-    /// Move to `to` and free the GPUs when that ends the attempt. An illegal
+    /// Move to `to`, free the GPUs and forget the attempt. An illegal
     /// transition (someone else got there first) is not an error here.
     async fn finish(
+        &self,
+        training_id: &str,
+        to: JobState,
+        reason: &str,
+    ) -> Result<(), DatabaseError> {
+        self.finish_keep(training_id, to, reason).await?;
+        if to.is_final() {
+            let mut rt = self.rt();
+            rt.progress.remove(training_id);
+            rt.avoid.remove(training_id);
+            rt.teardown_since.remove(training_id);
+        }
+        Ok(())
+    }
+
+    async fn finish_keep(
         &self,
         training_id: &str,
         to: JobState,
@@ -282,6 +454,7 @@ impl Jobs {
             Err(e) => return Err(e),
         }
         self.fleet.release(training_id);
+        self.rt().progress.remove(training_id);
         self.kick();
         Ok(())
     }
@@ -297,108 +470,14 @@ impl Jobs {
             self.stop_attempt(&cancelled, "cancelled").await;
         }
         self.fleet.release(training_id);
+        {
+            let mut rt = self.rt();
+            rt.progress.remove(training_id);
+            rt.avoid.remove(training_id);
+        }
         self.kick();
         tracing::info!(training_id, "training cancelled");
         Ok(cancelled)
-    }
-
-    /// React to one rank event from `agent_id`.
-    pub async fn on_rank_event(
-        &self,
-        agent_id: &str,
-        event: v1::RankEvent,
-    ) -> Result<(), DatabaseError> {
-        use v1::rank_event::Kind;
-        let (id, attempt, rank) = (event.training_id.as_str(), event.attempt, event.rank);
-        match event.kind {
-            Some(Kind::Started(s)) => {
-                if let Some(t) = self
-                    .db
-                    .rank_started(id, attempt, rank, i64::from(s.pid))
-                    .await?
-                {
-                    tracing::info!(training_id = %t.id, attempt, "training running");
-                }
-            }
-            Some(Kind::Progress(p)) => match ProgressLine::parse(&p.json_line) {
-                Some(line @ ProgressLine::Checkpoint { .. }) => {
-                    self.db
-                        .record_checkpoint(id, attempt, agent_id, line)
-                        .await?
-                }
-                Some(line) => {
-                    self.db
-                        .append_event(id, attempt, crate::model::EventPayload::Rank(line))
-                        .await?;
-                }
-                None => {
-                    tracing::debug!(training_id = id, rank, "ignoring an unknown progress line")
-                }
-            },
-            Some(Kind::Exited(exit)) => {
-                use v1::rank_exited::Status;
-                let (code, signal) = match exit.status {
-                    Some(Status::ExitCode(c)) => (Some(c), None),
-                    Some(Status::Signal(s)) => (None, Some(s)),
-                    None => (None, None),
-                };
-                let state = if code == Some(0) {
-                    RankState::Succeeded
-                } else {
-                    RankState::Failed
-                };
-                let ranks = self
-                    .db
-                    .rank_ended(id, attempt, rank, state, code, signal)
-                    .await?;
-                let cause = describe_exit(rank, code, signal, &exit.stderr_tail);
-                self.after_rank_end(id, attempt, state, &ranks, cause)
-                    .await?;
-            }
-            Some(Kind::StartFailed(f)) => {
-                let ranks = self
-                    .db
-                    .rank_ended(id, attempt, rank, RankState::Failed, None, None)
-                    .await?;
-                let cause = format!("rank {rank} could not start: {}", f.message);
-                self.after_rank_end(id, attempt, RankState::Failed, &ranks, cause)
-                    .await?;
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    async fn after_rank_end(
-        &self,
-        training_id: &str,
-        attempt: i32,
-        state: RankState,
-        ranks: &[crate::model::RankRecord],
-        cause: String,
-    ) -> Result<(), DatabaseError> {
-        let Some(training) = self.db.get_training(training_id).await? else {
-            return Ok(());
-        };
-        if training.attempt != attempt || training.state.is_final() {
-            return Ok(()); // an old attempt, or a cancel already handled it
-        }
-        if state == RankState::Failed {
-            tracing::warn!(training_id, attempt, cause = %cause, "rank failed");
-            self.stop_attempt(&training, &cause).await;
-            return self.finish(training_id, JobState::Failed, &cause).await;
-        }
-        if ranks.iter().all(|r| r.state == RankState::Succeeded) {
-            if training.state == JobState::Scheduled {
-                // exits overtook a start report from another agent
-                self.finish(training_id, JobState::Running, "all ranks started")
-                    .await?;
-            }
-            let reason = format!("all {} ranks exited 0", ranks.len());
-            tracing::info!(training_id, attempt, "training succeeded");
-            return self.finish(training_id, JobState::Succeeded, &reason).await;
-        }
-        Ok(())
     }
 
     /// An agent (re)registered reporting ranks it runs: stop those that belong
@@ -408,9 +487,13 @@ impl Jobs {
         agent_id: &str,
         running: &[v1::RunningRank],
     ) -> Result<(), DatabaseError> {
+        self.rt().missing_since.remove(agent_id);
         for r in running {
             let live = match self.db.get_training(&r.training_id).await? {
-                Some(t) => !t.state.is_final() && t.attempt == r.attempt,
+                Some(t) => {
+                    matches!(t.state, JobState::Scheduled | JobState::Running)
+                        && t.attempt == r.attempt
+                }
                 None => false,
             };
             if !live {
@@ -422,59 +505,10 @@ impl Jobs {
     }
 }
 
-fn hold_of(training: &Training, rank: i32) -> Hold {
+fn hold_of(training: &Training, attempt: i32, rank: i32) -> Hold {
     Hold {
         training_id: training.id.clone(),
-        attempt: training.attempt,
+        attempt,
         rank,
-    }
-}
-
-/// A rank's end in words: code, class and the last line of its stderr.
-pub fn describe_exit(
-    rank: i32,
-    code: Option<i32>,
-    signal: Option<i32>,
-    stderr_tail: &str,
-) -> String {
-    let class = match classify(code) {
-        ExitClass::Success => "success",
-        ExitClass::UserError => "user error",
-        ExitClass::Infrastructure => "infrastructure error",
-        ExitClass::OutOfMemory => "out of memory",
-        ExitClass::Stopped => "stopped",
-    };
-    let how = match (code, signal) {
-        (Some(c), _) => format!("exited with code {c}"),
-        (None, Some(s)) => format!("was killed by signal {s}"),
-        (None, None) => "ended".to_string(),
-    };
-    let last = stderr_tail
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    if last.is_empty() {
-        format!("rank {rank} {how} ({class})")
-    } else {
-        format!("rank {rank} {how} ({class}): {last}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exits_are_described_with_their_class_and_last_stderr_line() {
-        assert_eq!(
-            describe_exit(1, Some(4), None, "loading\ncohort-rank: error: invalid data: x.npy: file is empty\n"),
-            "rank 1 exited with code 4 (user error): cohort-rank: error: invalid data: x.npy: file is empty"
-        );
-        assert_eq!(
-            describe_exit(0, None, Some(9), ""),
-            "rank 0 was killed by signal 9 (infrastructure error)"
-        );
     }
 }

@@ -81,11 +81,13 @@ fn slots(chosen: Vec<&FreeGpu>) -> Vec<RankSlot> {
         .collect()
 }
 
-/// `count` GPUs from `free`, on as few agents as possible.
+/// `count` GPUs from `free`, on as few agents as possible; rank 0 (and its
+/// host's other ranks) on `leader` when that agent is among those chosen.
 pub fn by_count(
     free: &[FreeGpu],
     count: usize,
     any_agent: bool,
+    leader: Option<&str>,
 ) -> Result<Vec<RankSlot>, Unplaceable> {
     if !any_agent {
         return Err(Unplaceable::NoAgents);
@@ -101,16 +103,29 @@ pub fn by_count(
         by_agent.entry(&g.agent_id).or_default().push(g);
     }
     let mut agents: Vec<Vec<&FreeGpu>> = by_agent.into_values().collect();
-    // Fewest hosts: the smallest agent that fits alone, else most-free first.
+    // Fewest hosts: an agent that fits alone (the leader if it does, else the
+    // smallest such), else most-free first.
     agents.sort_by_key(|gpus| std::cmp::Reverse(gpus.len()));
-    if let Some(fit) = agents
+    let is_leader = |g: &[&FreeGpu]| leader.is_some_and(|l| g[0].agent_id == l);
+    let alone = agents
         .iter()
         .filter(|g| g.len() >= count)
-        .min_by_key(|g| g.len())
-    {
+        .min_by_key(|g| (!is_leader(g), g.len()));
+    if let Some(fit) = alone {
         return Ok(slots(fit[..count].to_vec()));
     }
-    let chosen: Vec<&FreeGpu> = agents.into_iter().flatten().take(count).collect();
+    // the leader's GPUs first when it is among the chosen agents
+    let mut chosen_agents: Vec<Vec<&FreeGpu>> = Vec::new();
+    let mut n = 0;
+    for g in agents {
+        if n >= count {
+            break;
+        }
+        n += g.len();
+        chosen_agents.push(g);
+    }
+    chosen_agents.sort_by_key(|g| !is_leader(g));
+    let chosen: Vec<&FreeGpu> = chosen_agents.into_iter().flatten().take(count).collect();
     Ok(slots(chosen))
 }
 
@@ -173,9 +188,9 @@ mod tests {
     #[test]
     fn count_packs_onto_the_fewest_agents() {
         let free = gpus(&[("a", 0), ("b", 0), ("b", 1), ("c", 0), ("c", 1), ("c", 2)]);
-        let s = by_count(&free, 2, true).unwrap();
+        let s = by_count(&free, 2, true, None).unwrap();
         assert!(s.iter().all(|r| r.agent_id == "b"), "{s:?}");
-        let s = by_count(&free, 4, true).unwrap();
+        let s = by_count(&free, 4, true, None).unwrap();
         let agents: std::collections::BTreeSet<_> = s.iter().map(|r| r.agent_id.clone()).collect();
         assert_eq!(agents.len(), 2, "{s:?}");
         assert_eq!(s.iter().filter(|r| r.agent_id == "c").count(), 3);
@@ -192,13 +207,31 @@ mod tests {
     }
 
     #[test]
+    fn the_leader_agent_gets_rank_0() {
+        let free = gpus(&[
+            ("a", 0),
+            ("a", 1),
+            ("b", 0),
+            ("b", 1),
+            ("c", 0),
+            ("c", 1),
+            ("c", 2),
+        ]);
+        let s = by_count(&free, 2, true, Some("b")).unwrap();
+        assert!(s.iter().all(|r| r.agent_id == "b"), "{s:?}");
+        let s = by_count(&free, 4, true, Some("a")).unwrap();
+        assert_eq!(s[0].agent_id, "a", "{s:?}");
+        assert_eq!(s.iter().filter(|r| r.agent_id == "a").count(), 2);
+    }
+
+    #[test]
     fn count_beyond_free_is_insufficient() {
         let free = gpus(&[("a", 0)]);
         assert_eq!(
-            by_count(&free, 2, true),
+            by_count(&free, 2, true, None),
             Err(Unplaceable::InsufficientGpus { wanted: 2, free: 1 })
         );
-        assert_eq!(by_count(&[], 1, false), Err(Unplaceable::NoAgents));
+        assert_eq!(by_count(&[], 1, false, None), Err(Unplaceable::NoAgents));
     }
 
     #[test]

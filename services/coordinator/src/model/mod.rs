@@ -9,4 +9,6 @@ mod training;
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
 pub use placement::{AgentRecord, GpuRecord, Placement, RankRecord, RankSlot};
 pub use state::{JobState, RankState, UnknownState};
-pub use training::{EventPayload, StateChange, StateTransition, StoredEvent, Training};
+pub use training::{
+    EventPayload, StateChange, StateTransition, StoredEvent, StragglerChange, Training,
+};

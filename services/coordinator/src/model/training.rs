@@ -66,6 +66,18 @@ pub enum EventPayload {
     StateChange(StateChange),
     /// A progress line of a rank, as cohort-spec defines it.
     Rank(ProgressLine),
+    /// A rank became, or stopped being, a straggler.
+    Straggler(StragglerChange),
+}
+
+/// A change of a rank's straggler status, as stored in the event history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StragglerChange {
+    pub rank: i32,
+    pub step: i64,
+    pub compute_ms: f64,
+    pub median_compute_ms: f64,
+    pub straggling: bool,
 }
 
 impl EventPayload {
@@ -74,6 +86,7 @@ impl EventPayload {
     pub fn kind(&self) -> String {
         match self {
             EventPayload::StateChange(_) => "state_change".to_string(),
+            EventPayload::Straggler(_) => "straggler".to_string(),
             EventPayload::Rank(line) => serde_json::to_value(line)
                 .ok()
                 .and_then(|v| v.get("event")?.as_str().map(str::to_string))
@@ -88,6 +101,9 @@ impl EventPayload {
                 serde_json::to_string(change).expect("state change serialises")
             }
             EventPayload::Rank(line) => line.to_line(),
+            EventPayload::Straggler(change) => {
+                serde_json::to_string(change).expect("straggler change serialises")
+            }
         }
     }
 
@@ -97,6 +113,10 @@ impl EventPayload {
             serde_json::from_str(payload_json)
                 .ok()
                 .map(EventPayload::StateChange)
+        } else if kind == "straggler" {
+            serde_json::from_str(payload_json)
+                .ok()
+                .map(EventPayload::Straggler)
         } else {
             ProgressLine::parse(payload_json)
                 .filter(|line| EventPayload::Rank(line.clone()).kind() == kind)

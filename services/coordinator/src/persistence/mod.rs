@@ -8,6 +8,7 @@
 //! Queries are grouped by table family: [`trainings`] (jobs and their state
 //! history) and [`events`] (the sequence-numbered event history).
 
+pub mod alerts;
 mod connection;
 mod error;
 pub mod events;

@@ -144,6 +144,12 @@ fn set_rank_in(
         .filter(ranks::attempt.eq(attempt))
         .filter(ranks::rank.eq(rank));
     let at = to_db_time(now());
+    // A rank we stopped stays STOPPED when its exit arrives (the exit code is kept).
+    let current: Option<String> = this.select(ranks::state).first(conn).optional()?;
+    let state = match (current.as_deref(), pid) {
+        (Some(s), None) if s == RankState::Stopped.as_str() => RankState::Stopped,
+        _ => state,
+    };
     let n = match pid {
         Some(pid) => diesel::update(this)
             .set((
@@ -412,6 +418,121 @@ impl Persistence {
             .set(trainings::state_reason.eq(&reason))
             .execute(c)?;
             Ok(())
+        })
+        .await
+    }
+
+    /// Moves a SCHEDULED or RUNNING training to RESTARTING and spends one
+    /// restart of its budget, atomically.
+    pub async fn begin_restart(
+        &self,
+        training_id: &str,
+        cause: &str,
+    ) -> Result<Training, DatabaseError> {
+        let (id, cause) = (training_id.to_string(), cause.to_string());
+        self.transaction("begin_restart", move |c| {
+            let t = transition_in(c, &id, JobState::Restarting, &cause)?;
+            diesel::update(trainings::table.find(&id))
+                .set(trainings::restart_count.eq(trainings::restart_count + 1))
+                .execute(c)?;
+            Ok(Training {
+                restart_count: t.restart_count + 1,
+                ..t
+            })
+        })
+        .await
+    }
+
+    /// RESTARTING trainings, oldest first.
+    pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
+        self.transaction("restarting_trainings", |c| {
+            let ids: Vec<String> = trainings::table
+                .filter(trainings::state.eq(JobState::Restarting.as_str()))
+                .order((trainings::priority.desc(), trainings::create_time.asc()))
+                .select(trainings::id)
+                .load(c)?;
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                out.extend(load_training(c, &id)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Ranks of an attempt that were asked to stop but whose exit was never
+    /// confirmed (their agent is gone): marked LOST.
+    pub async fn mark_unconfirmed_lost(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<(), DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("mark_unconfirmed_lost", move |c| {
+            diesel::update(
+                ranks::table
+                    .filter(ranks::training_id.eq(&id))
+                    .filter(ranks::attempt.eq(attempt))
+                    .filter(ranks::exit_code.is_null())
+                    .filter(ranks::signal.is_null())
+                    .filter(ranks::state.ne(RankState::Succeeded.as_str())),
+            )
+            .set((
+                ranks::state.eq(RankState::Lost.as_str()),
+                ranks::update_time.eq(to_db_time(now())),
+            ))
+            .execute(c)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Marks the live ranks an agent ran as LOST (the agent is gone).
+    pub async fn ranks_lost_on_agent(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        agent_id: &str,
+    ) -> Result<Vec<RankRecord>, DatabaseError> {
+        let (id, agent) = (training_id.to_string(), agent_id.to_string());
+        self.transaction("ranks_lost_on_agent", move |c| {
+            diesel::update(
+                ranks::table
+                    .filter(ranks::training_id.eq(&id))
+                    .filter(ranks::attempt.eq(attempt))
+                    .filter(ranks::agent_id.eq(&agent))
+                    .filter(ranks::state.eq_any([
+                        RankState::Pending.as_str(),
+                        RankState::Running.as_str(),
+                        RankState::Stopped.as_str(),
+                    ]))
+                    .filter(ranks::exit_code.is_null())
+                    .filter(ranks::signal.is_null()),
+            )
+            .set((
+                ranks::state.eq(RankState::Lost.as_str()),
+                ranks::update_time.eq(to_db_time(now())),
+            ))
+            .execute(c)?;
+            ranks_in(c, &id, attempt)
+        })
+        .await
+    }
+
+    /// The agent holding the newest checkpoint of a training (rank 0's host of
+    /// the attempt that wrote it), if any.
+    pub async fn checkpoint_agent(
+        &self,
+        training_id: &str,
+    ) -> Result<Option<String>, DatabaseError> {
+        let id = training_id.to_string();
+        self.transaction("checkpoint_agent", move |c| {
+            Ok(checkpoints::table
+                .filter(checkpoints::training_id.eq(&id))
+                .order(checkpoints::step.desc())
+                .select(checkpoints::agent_id)
+                .first(c)
+                .optional()?)
         })
         .await
     }

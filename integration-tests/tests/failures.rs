@@ -1,0 +1,364 @@
+//! Failure handling with real processes (issue 4): placement packs ranks on
+//! the fewest hosts; a rank SIGKILLed, a whole agent SIGKILLed, a rank frozen
+//! with SIGSTOP each restart the gang from its checkpoint; a spent budget and a
+//! user error fail the training; nothing is left running afterwards.
+
+use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
+use cohort_integration_tests::job::create_request;
+use cohort_integration_tests::poll::eventually;
+use cohort_integration_tests::watch::watch_until;
+use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
+use cohort_proto::v1;
+use cohort_proto::v1::training::State;
+use cohort_proto::v1::training_event::Event;
+use nix::sys::signal::Signal;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const AGENT_TIMEOUT_S: u64 = 4;
+const HANG_FLOOR_S: u64 = 12;
+
+/// Short timeouts for every coordinator these tests start (the flags' env
+/// fallbacks; the same values for every test of this binary).
+fn fast_failure_detection() {
+    std::env::set_var("COHORT_AGENT_TIMEOUT", format!("{AGENT_TIMEOUT_S}s"));
+    std::env::set_var("COHORT_HANG_FLOOR", format!("{HANG_FLOOR_S}s"));
+    std::env::set_var("COHORT_STOP_GRACE", "2s");
+}
+
+async fn cluster(agents: usize) -> Cluster {
+    fast_failure_detection();
+    Cluster::start(ClusterOptions::new(Backend::Sqlite, agents)).await
+}
+
+/// A job long enough to be interrupted: checkpoints every 20 steps.
+fn long_job() -> SaeJob {
+    SaeJob {
+        steps: 240,
+        checkpoint_every: 20,
+        log_every: 10,
+        ..SaeJob::small()
+    }
+}
+
+async fn create(cluster: &Cluster, request: v1::CreateTrainingRequest) -> String {
+    cluster
+        .training()
+        .await
+        .create_training(request)
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id
+}
+
+/// Waits until the training has written a checkpoint at or after `step`.
+async fn wait_checkpoint(cluster: &Cluster, id: &str, step: i64) {
+    let mut client = cluster.training().await;
+    let watched = watch_until(
+        &mut client,
+        id,
+        0,
+        Duration::from_secs(120),
+        |e| matches!(&e.event, Some(Event::Checkpoint(c)) if c.step >= step),
+    )
+    .await
+    .expect("WatchTraining");
+    assert!(
+        !watched.ended,
+        "ended before a checkpoint at step {step}: {:?}",
+        watched.events
+    );
+}
+
+/// The causes recorded with each move to RESTARTING.
+fn restart_causes(cluster: &Cluster, id: &str) -> Vec<String> {
+    cluster
+        .db()
+        .transitions(id)
+        .into_iter()
+        .filter(|t| t.to_state == "RESTARTING")
+        .map(|t| t.reason)
+        .collect()
+}
+
+/// The loss of the last progress event of the training.
+async fn final_loss(cluster: &Cluster, id: &str) -> f64 {
+    let t = cluster.get_training(id).await;
+    t.latest_progress.expect("a progress event").loss
+}
+
+async fn assert_clean(cluster: &Cluster) {
+    cluster
+        .assert_no_rank_processes(Duration::from_secs(20))
+        .await;
+    eventually("every GPU to be free", Duration::from_secs(20), || async {
+        let busy: Vec<String> = cluster
+            .list_gpus()
+            .await
+            .into_iter()
+            .filter(|g| g.availability() != v1::GpuAvailability::Available)
+            .map(|g| {
+                format!(
+                    "{} held by {}",
+                    g.info.unwrap_or_default().uuid,
+                    g.training_id
+                )
+            })
+            .collect();
+        if busy.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{busy:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_rank_restarts_from_its_checkpoint_and_matches_an_uninterrupted_run() {
+    let cluster = cluster(2).await;
+    let job = long_job();
+    // The uninterrupted reference.
+    let reference = create(&cluster, create_request(&job, 4, true)).await;
+    cluster
+        .wait_state(&reference, State::Succeeded, Duration::from_secs(180))
+        .await;
+    let reference_loss = final_loss(&cluster, &reference).await;
+
+    let id = create(&cluster, create_request(&job, 4, true)).await;
+    wait_checkpoint(&cluster, &id, 40).await;
+    let victim = rank_pid(&cluster, &id, 1, 1).expect("rank 1 of attempt 1 runs");
+    signal(victim, Signal::SIGKILL);
+
+    let done = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    assert_eq!(done.attempt, 2, "{done:?}");
+    assert_eq!(done.restart_count, 1);
+    let causes = restart_causes(&cluster, &id);
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert!(
+        causes[0].contains("rank 1 was killed by signal 9"),
+        "{causes:?}"
+    );
+    // attempt 2 resumed from a checkpoint instead of starting over
+    let mut client = cluster.training().await;
+    let history = watch_until(&mut client, &id, 0, Duration::from_secs(30), |_| false)
+        .await
+        .expect("replay");
+    let starts: Vec<i64> = history
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Started(s)) => Some(s.start_step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    assert!(starts[1] >= 40, "attempt 2 started at step {}", starts[1]);
+    // both attempts' ranks are kept, with the killed rank's end
+    let ranks = cluster.db().ranks(&id);
+    assert_eq!(ranks.iter().filter(|r| r.attempt == 1).count(), 4);
+    assert_eq!(
+        ranks
+            .iter()
+            .filter(|r| r.attempt == 2 && r.state == "SUCCEEDED")
+            .count(),
+        4
+    );
+    let loss = final_loss(&cluster, &id).await;
+    assert!(
+        (loss - reference_loss).abs() <= 0.05 * reference_loss,
+        "final loss {loss} vs uninterrupted {reference_loss}"
+    );
+    assert_clean(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
+    let cluster = cluster(3).await;
+    let mut request = create_request(&long_job(), 4, true);
+    request.gpus = Some(v1::GpuRequest {
+        selection: Some(v1::gpu_request::Selection::Auto(v1::gpu_request::Auto {
+            max_gpus: 4,
+        })),
+        queue: Some(true),
+    });
+    let id = create(&cluster, request).await;
+    let running = cluster
+        .wait_state(&id, State::Running, Duration::from_secs(60))
+        .await;
+    let hosts: BTreeSet<&str> = running.ranks.iter().map(|r| r.agent_id.as_str()).collect();
+    assert_eq!(running.ranks.len(), 4);
+    assert_eq!(
+        hosts.len(),
+        2,
+        "4 ranks on 3 agents x 2 GPUs go to 2 hosts: {:?}",
+        running.ranks
+    );
+
+    wait_checkpoint(&cluster, &id, 20).await;
+    // the agent holding ranks 2 and 3 (not rank 0's, so the checkpoint survives)
+    let victim_id = running
+        .ranks
+        .iter()
+        .find(|r| r.rank == 3)
+        .expect("rank 3")
+        .agent_id
+        .clone();
+    let agents = cluster
+        .agents()
+        .await
+        .list_agents(v1::ListAgentsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .agents;
+    let victim = agents
+        .iter()
+        .find(|a| a.id == victim_id)
+        .expect("victim agent")
+        .name
+        .clone();
+    let killed = Instant::now();
+    kill_agent_and_ranks(&cluster, &victim);
+
+    eventually(
+        "the lost agent to be detected",
+        Duration::from_secs(AGENT_TIMEOUT_S + 15),
+        || async {
+            let causes = restart_causes(&cluster, &id);
+            if causes
+                .iter()
+                .any(|c| c.contains(&format!("agent {victim} lost")))
+            {
+                Ok(())
+            } else {
+                Err(format!("{causes:?}"))
+            }
+        },
+    )
+    .await;
+    let detected = killed.elapsed();
+    assert!(
+        detected < Duration::from_secs(AGENT_TIMEOUT_S + 10),
+        "detected after {detected:?}"
+    );
+    let done = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    assert!(
+        done.ranks.iter().all(|r| r.agent_id != victim_id),
+        "attempt 2 avoids the lost agent: {:?}",
+        done.ranks
+    );
+    assert_eq!(done.attempt, 2);
+    assert_clean(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_rank_is_a_hang_and_the_gang_restarts() {
+    let cluster = cluster(2).await;
+    let id = create(&cluster, create_request(&long_job(), 4, true)).await;
+    wait_checkpoint(&cluster, &id, 20).await;
+    let frozen = rank_pid(&cluster, &id, 1, 2).expect("rank 2 runs");
+    let stopped = Instant::now();
+    signal(frozen, Signal::SIGSTOP);
+    eventually(
+        "the hang to be detected",
+        Duration::from_secs(60),
+        || async {
+            let causes = restart_causes(&cluster, &id);
+            if causes
+                .iter()
+                .any(|c| c.contains("HANG") && c.contains("rank 2"))
+            {
+                Ok(())
+            } else {
+                Err(format!("{causes:?}"))
+            }
+        },
+    )
+    .await;
+    // c10d's own default timeouts are 30 minutes (gloo) and 10 (NCCL)
+    assert!(
+        stopped.elapsed() < Duration::from_secs(60),
+        "detected after {:?}",
+        stopped.elapsed()
+    );
+    let done = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    assert_eq!(done.attempt, 2);
+    assert_clean(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried() {
+    let cluster = cluster(1).await;
+    let mut request = create_request(&long_job(), 2, true);
+    request.max_restarts = Some(1);
+    let id = create(&cluster, request).await;
+    for attempt in 1..=2 {
+        let pid = eventually(
+            "a rank of the attempt to run",
+            Duration::from_secs(60),
+            || async {
+                rank_pid(&cluster, &id, attempt, 0)
+                    .ok_or_else(|| format!("attempt {attempt} not running"))
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        signal(pid, Signal::SIGKILL);
+    }
+    let failed = cluster
+        .wait_state(&id, State::Failed, Duration::from_secs(90))
+        .await;
+    assert!(
+        failed.state_reason.contains("restart budget of 1 spent"),
+        "{}",
+        failed.state_reason
+    );
+    assert!(
+        failed
+            .state_reason
+            .contains("attempt 1: rank 0 was killed by signal 9"),
+        "{}",
+        failed.state_reason
+    );
+    assert!(
+        failed
+            .state_reason
+            .contains("attempt 2: rank 0 was killed by signal 9"),
+        "{}",
+        failed.state_reason
+    );
+
+    // a config the ranks reject (a data file that isn't there): one attempt, no restart
+    let mut bad = create_request(&SaeJob::small(), 2, true);
+    let config = bad.config.as_mut().expect("config");
+    config.data = Some(v1::DataConfig {
+        source: Some(v1::data_config::Source::Files(v1::FileData {
+            paths: vec!["/nonexistent/acts.npy".into()],
+            tensor: None,
+        })),
+    });
+    let id = create(&cluster, bad).await;
+    let failed = cluster
+        .wait_state(&id, State::Failed, Duration::from_secs(60))
+        .await;
+    assert_eq!((failed.attempt, failed.restart_count), (1, 0), "{failed:?}");
+    assert!(
+        failed.state_reason.contains("user error"),
+        "{}",
+        failed.state_reason
+    );
+    assert!(
+        failed.state_reason.contains("acts.npy"),
+        "{}",
+        failed.state_reason
+    );
+    assert_clean(&cluster).await;
+}

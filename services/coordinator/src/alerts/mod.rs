@@ -1,0 +1,32 @@
+//! Alerts: rules evaluated continuously on the live telemetry stream, agent
+//! presence and training progress; raised once a condition holds for its
+//! window, resolved when it stops holding (with hysteresis), stored in the
+//! `alerts` table and fanned out to WatchAlerts.
+//!
+//! - [`settings`]: thresholds and windows ([`AlertSettings`], data-contract defaults);
+//!   [`AlertFlags`]: the coordinator's flags for the main ones.
+//! - [`model`]: [`Alert`], [`AlertKind`], [`Severity`], [`Transition`].
+//! - [`evaluator`]: the pure state machine (time is passed in); the rules are
+//!   in `gpu_rules` (memory, temperature, utilization, ECC) and `presence`
+//!   (agent lost, stale GPUs, stalled trainings).
+//! - [`hub`]: the active set and the live feed.
+//! - [`engine`]: the task that feeds the evaluator and persists transitions.
+
+pub mod engine;
+pub mod evaluator;
+mod flags;
+mod gpu_rules;
+pub mod hub;
+pub mod model;
+mod presence;
+pub mod settings;
+
+pub use evaluator::Evaluator;
+pub use flags::AlertFlags;
+pub use hub::AlertHub;
+pub use model::{Alert, AlertKey, AlertKind, Severity, Transition};
+pub use presence::RunningTraining;
+pub use settings::AlertSettings;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! What the agents report about ranks: starts, progress lines, exits.
+
+use super::failure::Failure;
+use super::Jobs;
+use crate::model::{EventPayload, JobState, RankRecord, RankState};
+use crate::persistence::DatabaseError;
+use cohort_proto::v1;
+use cohort_spec::progress::ProgressLine;
+use std::time::Instant;
+
+impl Jobs {
+    /// React to one rank event from `agent_id`.
+    pub async fn on_rank_event(
+        &self,
+        agent_id: &str,
+        event: v1::RankEvent,
+    ) -> Result<(), DatabaseError> {
+        use v1::rank_event::Kind;
+        let (id, attempt, rank) = (event.training_id.as_str(), event.attempt, event.rank);
+        self.heard(id, attempt);
+        match event.kind {
+            Some(Kind::Started(s)) => {
+                if let Some(t) = self
+                    .db
+                    .rank_started(id, attempt, rank, i64::from(s.pid))
+                    .await?
+                {
+                    tracing::info!(training_id = %t.id, attempt, "training running");
+                }
+            }
+            Some(Kind::Progress(p)) => match ProgressLine::parse(&p.json_line) {
+                Some(line @ ProgressLine::Checkpoint { .. }) => {
+                    self.db
+                        .record_checkpoint(id, attempt, agent_id, line)
+                        .await?
+                }
+                Some(line) => self.on_progress(id, attempt, line).await?,
+                None => {
+                    tracing::debug!(training_id = id, rank, "ignoring an unknown progress line")
+                }
+            },
+            Some(Kind::Exited(exit)) => {
+                use v1::rank_exited::Status;
+                let (code, signal) = match exit.status {
+                    Some(Status::ExitCode(c)) => (Some(c), None),
+                    Some(Status::Signal(s)) => (None, Some(s)),
+                    None => (None, None),
+                };
+                let state = if code == Some(0) {
+                    RankState::Succeeded
+                } else {
+                    RankState::Failed
+                };
+                let ranks = self
+                    .db
+                    .rank_ended(id, attempt, rank, state, code, signal)
+                    .await?;
+                let failure = (state == RankState::Failed)
+                    .then(|| Failure::exited(rank, code, signal, &exit.stderr_tail));
+                self.after_rank_end(id, attempt, &ranks, failure).await?;
+            }
+            Some(Kind::StartFailed(f)) => {
+                let ranks = self
+                    .db
+                    .rank_ended(id, attempt, rank, RankState::Failed, None, None)
+                    .await?;
+                let failure = Failure::start_failed(rank, &f.message);
+                self.after_rank_end(id, attempt, &ranks, Some(failure))
+                    .await?;
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    fn heard(&self, training_id: &str, attempt: i32) {
+        if let Some(p) = self.rt().progress.get_mut(training_id) {
+            if p.attempt == attempt {
+                p.heard(Instant::now());
+            }
+        }
+    }
+
+    /// Store a progress line; feed rank stats to the straggler detector.
+    async fn on_progress(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        line: ProgressLine,
+    ) -> Result<(), DatabaseError> {
+        let changes = match &line {
+            ProgressLine::RankStats {
+                rank,
+                step,
+                step_time_ms,
+                compute_ms,
+                ..
+            } => {
+                let world = self.fleet_world_size(training_id);
+                let mut rt = self.rt();
+                match rt.progress.get_mut(training_id) {
+                    Some(p) if p.attempt == attempt => {
+                        p.rank_stats(*rank as i32, *step, *step_time_ms, *compute_ms, world)
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
+        self.db
+            .append_event(training_id, attempt, EventPayload::Rank(line))
+            .await?;
+        for change in changes {
+            tracing::info!(
+                training_id,
+                attempt,
+                rank = change.rank,
+                straggling = change.straggling,
+                compute_ms = change.compute_ms,
+                median_ms = change.median_compute_ms,
+                "straggler report"
+            );
+            self.db
+                .append_event(training_id, attempt, EventPayload::Straggler(change))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// How many GPUs the fleet says a training holds (its world size).
+    fn fleet_world_size(&self, training_id: &str) -> usize {
+        self.fleet
+            .all_gpus()
+            .iter()
+            .filter(|(_, g)| {
+                self.fleet
+                    .holder(&g.uuid)
+                    .is_some_and(|h| h.training_id == training_id)
+            })
+            .count()
+    }
+
+    /// After a rank ended: success of the whole gang, or a failure to handle.
+    async fn after_rank_end(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        ranks: &[RankRecord],
+        failure: Option<Failure>,
+    ) -> Result<(), DatabaseError> {
+        let Some(training) = self.db.get_training(training_id).await? else {
+            return Ok(());
+        };
+        let live = matches!(training.state, JobState::Scheduled | JobState::Running);
+        if training.attempt != attempt || !live {
+            return Ok(()); // an old attempt, a restart under way, or a final state
+        }
+        if let Some(failure) = failure {
+            return self.on_failure(&training, failure).await;
+        }
+        if ranks.iter().all(|r| r.state == RankState::Succeeded) {
+            if training.state == JobState::Scheduled {
+                // exits overtook a start report from another agent
+                self.finish_keep(training_id, JobState::Running, "all ranks started")
+                    .await?;
+            }
+            let reason = format!("all {} ranks exited 0", ranks.len());
+            tracing::info!(training_id, attempt, "training succeeded");
+            return self.finish(training_id, JobState::Succeeded, &reason).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! Failures and gang restarts, torchrun-style but classified: a user error
+//! (the rank's config/data exit codes) fails the training at once without
+//! spending the restart budget; anything else — a crash, a signal, OOM, a lost
+//! agent, a hang — tears the whole gang down, moves to RESTARTING with the
+//! cause and re-places it (avoiding the faulty GPU, rank 0 on the host that
+//! holds the newest checkpoint) while the budget lasts. When it is spent the
+//! training FAILS with every cause listed.
+
+use super::Jobs;
+use crate::model::{JobState, RankState, Training};
+use crate::persistence::DatabaseError;
+use cohort_spec::exit::{classify, ExitClass};
+
+/// The exit code with which a rank reports that a peer died or stalled.
+const PEER_LOST: i32 = 11;
+
+/// One rank's failure, as the runner decides on it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub rank: i32,
+    pub class: ExitClass,
+    pub peer_lost: bool,
+    pub cause: String,
+}
+
+impl Failure {
+    pub fn exited(rank: i32, code: Option<i32>, signal: Option<i32>, stderr_tail: &str) -> Self {
+        Self {
+            rank,
+            class: classify(code),
+            peer_lost: code == Some(PEER_LOST),
+            cause: describe_exit(rank, code, signal, stderr_tail),
+        }
+    }
+
+    pub fn start_failed(rank: i32, message: &str) -> Self {
+        Self {
+            rank,
+            class: ExitClass::Infrastructure,
+            peer_lost: false,
+            cause: format!("rank {rank} could not start: {message}"),
+        }
+    }
+}
+
+/// A rank's end in words: code, class and the last line of its stderr.
+pub fn describe_exit(
+    rank: i32,
+    code: Option<i32>,
+    signal: Option<i32>,
+    stderr_tail: &str,
+) -> String {
+    let class = match classify(code) {
+        ExitClass::Success => "success",
+        ExitClass::UserError => "user error",
+        ExitClass::Infrastructure => "infrastructure error",
+        ExitClass::OutOfMemory => "out of memory",
+        ExitClass::Stopped => "stopped",
+    };
+    let how = match (code, signal) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        (None, None) => "ended".to_string(),
+    };
+    let last = stderr_tail
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if last.is_empty() {
+        format!("rank {rank} {how} ({class})")
+    } else {
+        format!("rank {rank} {how} ({class}): {last}")
+    }
+}
+
+impl Jobs {
+    /// Decide on a failed rank of a live attempt.
+    pub(super) async fn on_failure(
+        &self,
+        training: &Training,
+        failure: Failure,
+    ) -> Result<(), DatabaseError> {
+        tracing::warn!(training_id = %training.id, attempt = training.attempt, cause = %failure.cause, "rank failed");
+        if failure.class == ExitClass::UserError {
+            self.stop_attempt(training, &failure.cause).await;
+            let reason = format!("user error, not retried: {}", failure.cause);
+            return self.finish(&training.id, JobState::Failed, &reason).await;
+        }
+        if failure.peer_lost {
+            // The rank only saw a peer vanish or stall. Give the others a moment
+            // to exit too: ranks that neither exit nor report are the hung ones.
+            let key = (training.id.clone(), training.attempt);
+            if !self.rt().deciding.insert(key.clone()) {
+                return Ok(());
+            }
+            let jobs = self.clone();
+            let training = training.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(jobs.settings.peer_lost_grace).await;
+                let cause = jobs.peer_lost_cause(&training, &failure).await;
+                if let Err(e) = jobs
+                    .restart_or_fail(&training.id, training.attempt, &cause)
+                    .await
+                {
+                    tracing::warn!(training_id = %training.id, error = %e, "cannot restart");
+                }
+                jobs.rt().deciding.remove(&key);
+            });
+            return Ok(());
+        }
+        self.avoid_gpu_of(training, failure.rank).await;
+        self.restart_or_fail(&training.id, training.attempt, &failure.cause)
+            .await
+    }
+
+    /// The cause to record when ranks lost a peer: the ranks that are still
+    /// running without reporting are hung; else the peer that died first.
+    async fn peer_lost_cause(&self, training: &Training, failure: &Failure) -> String {
+        let Ok(ranks) = self.db.ranks(&training.id, training.attempt).await else {
+            return failure.cause.clone();
+        };
+        // Silent ranks on an agent that is gone: the agent is the cause.
+        let gone: Vec<&str> = ranks
+            .iter()
+            .filter(|r| r.state == RankState::Running && !self.fleet.is_connected(&r.slot.agent_id))
+            .map(|r| r.slot.agent_id.as_str())
+            .collect();
+        if let Some(agent_id) = gone.first() {
+            for r in ranks.iter().filter(|r| r.slot.agent_id == *agent_id) {
+                self.avoid_gpu(&training.id, &r.slot.gpu_uuid);
+            }
+            let name = match self.db.list_agents().await {
+                Ok(agents) => agents
+                    .into_iter()
+                    .find(|a| a.id == *agent_id)
+                    .map(|a| a.name),
+                Err(_) => None,
+            };
+            return format!(
+                "agent {} lost: its stream broke and its ranks went silent",
+                name.as_deref().unwrap_or(agent_id)
+            );
+        }
+        let silent: Vec<String> = ranks
+            .iter()
+            .filter(|r| r.state == RankState::Running)
+            .map(|r| r.slot.rank.to_string())
+            .collect();
+        if !silent.is_empty() {
+            for r in ranks.iter().filter(|r| r.state == RankState::Running) {
+                self.avoid_gpu(&training.id, &r.slot.gpu_uuid);
+            }
+            return format!(
+                "HANG: rank {} stopped making progress and did not exit; its peers gave up after their collective timeout",
+                silent.join(", ")
+            );
+        }
+        let died = ranks
+            .iter()
+            .filter(|r| r.exit_code != Some(PEER_LOST) && r.state == RankState::Failed)
+            .map(|r| describe_exit(r.slot.rank, r.exit_code, r.signal, ""))
+            .next();
+        died.unwrap_or_else(|| failure.cause.clone())
+    }
+
+    async fn avoid_gpu_of(&self, training: &Training, rank: i32) {
+        if let Ok(ranks) = self.db.ranks(&training.id, training.attempt).await {
+            if let Some(r) = ranks.iter().find(|r| r.slot.rank == rank) {
+                self.avoid_gpu(&training.id, &r.slot.gpu_uuid);
+            }
+        }
+    }
+
+    pub(super) fn avoid_gpu(&self, training_id: &str, uuid: &str) {
+        self.rt()
+            .avoid
+            .entry(training_id.to_string())
+            .or_default()
+            .insert(uuid.to_string());
+    }
+
+    /// Restart the gang of `attempt` within the budget, or fail with every cause.
+    pub(super) async fn restart_or_fail(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        cause: &str,
+    ) -> Result<(), DatabaseError> {
+        let Some(training) = self.db.get_training(training_id).await? else {
+            return Ok(());
+        };
+        if training.attempt != attempt
+            || !matches!(training.state, JobState::Scheduled | JobState::Running)
+        {
+            return Ok(()); // decided already
+        }
+        self.stop_attempt(&training, cause).await;
+        if training.restart_count >= training.max_restarts {
+            let mut causes: Vec<String> = self
+                .db
+                .transitions(training_id)
+                .await?
+                .into_iter()
+                .filter(|t| t.to == JobState::Restarting)
+                .map(|t| format!("attempt {}: {}", t.attempt, t.reason))
+                .collect();
+            causes.push(format!("attempt {attempt}: {cause}"));
+            let reason = format!(
+                "restart budget of {} spent; causes: {}",
+                training.max_restarts,
+                causes.join("; ")
+            );
+            tracing::warn!(training_id, reason = %reason, "training failed");
+            return self.finish(training_id, JobState::Failed, &reason).await;
+        }
+        let restarted = self.db.begin_restart(training_id, cause).await?;
+        tracing::info!(
+            training_id,
+            attempt,
+            restarts = restarted.restart_count,
+            max = restarted.max_restarts,
+            cause,
+            "restarting the gang"
+        );
+        self.fleet.release(training_id);
+        {
+            let mut rt = self.rt();
+            rt.progress.remove(training_id);
+            rt.teardown_since
+                .insert(training_id.to_string(), std::time::Instant::now());
+        }
+        self.kick();
+        Ok(())
+    }
+
+    /// Whether every rank of a RESTARTING training's last attempt is verified
+    /// gone: its exit was reported, or its agent is lost. Ranks unconfirmed
+    /// past the teardown deadline are marked LOST.
+    pub(super) async fn torn_down(&self, training: &Training) -> Result<bool, DatabaseError> {
+        let ranks = self.db.ranks(&training.id, training.attempt).await?;
+        let gone = |r: &crate::model::RankRecord| {
+            r.exit_code.is_some()
+                || r.signal.is_some()
+                || matches!(
+                    r.state,
+                    RankState::Lost | RankState::Succeeded | RankState::Failed
+                )
+                || !self.fleet.is_connected(&r.slot.agent_id)
+        };
+        if ranks.iter().all(gone) {
+            return Ok(true);
+        }
+        let since = *self
+            .rt()
+            .teardown_since
+            .entry(training.id.clone())
+            .or_insert_with(std::time::Instant::now);
+        let deadline = self.settings.stop_grace + self.settings.agent_timeout;
+        if since.elapsed() > deadline {
+            tracing::warn!(training_id = %training.id, attempt = training.attempt, "ranks not confirmed gone in time: marked lost");
+            self.db
+                .mark_unconfirmed_lost(&training.id, training.attempt)
+                .await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_described_with_their_class_and_last_stderr_line() {
+        assert_eq!(
+            describe_exit(1, Some(4), None, "loading\ncohort-rank: error: invalid data: x.npy: file is empty\n"),
+            "rank 1 exited with code 4 (user error): cohort-rank: error: invalid data: x.npy: file is empty"
+        );
+        assert_eq!(
+            describe_exit(0, None, Some(9), ""),
+            "rank 0 was killed by signal 9 (infrastructure error)"
+        );
+    }
+
+    #[test]
+    fn failures_are_classified() {
+        assert_eq!(
+            Failure::exited(0, Some(3), None, "").class,
+            ExitClass::UserError
+        );
+        assert!(Failure::exited(0, Some(11), None, "").peer_lost);
+        assert_eq!(
+            Failure::exited(0, None, Some(9), "").class,
+            ExitClass::Infrastructure
+        );
+        assert_eq!(
+            Failure::exited(0, Some(20), None, "").class,
+            ExitClass::OutOfMemory
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! The scrape body in the Prometheus text exposition format (0.0.4).
+//!
+//! GPU gauges carry dcgm-exporter's names, units and labels where they mean
+//! the same thing (`DCGM_FI_DEV_*`; memory in MiB; labels `gpu`, `UUID`,
+//! `device`, `modelName`, `Hostname`), plus cohort's own labels `agent`,
+//! `training_id` and `rank` (empty when no training holds the GPU), so
+//! dashboards built for dcgm-exporter work and can also group by training.
+
+use crate::alerts::{AlertKind, Severity};
+use crate::api::Context;
+use crate::model::JobState;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Escapes a label value (backslash, double quote, line feed).
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// One metric family: HELP, TYPE and its series.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    series: Vec<(String, f64)>,
+}
+
+impl Family {
+    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
+        Self {
+            name,
+            help,
+            kind,
+            series: Vec::new(),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
+        for (labels, value) in &self.series {
+            let _ = writeln!(out, "{}{} {}", self.name, labels, value);
+        }
+    }
+}
+
+/// The whole scrape: GPU gauges from the latest sample of every connected
+/// GPU, and cohort's own gauges and counters.
+pub async fn render(ctx: &Context) -> String {
+    let agents = ctx.fleet.agents();
+    let hosts: HashMap<&str, &str> = agents
+        .iter()
+        .map(|a| (a.id.as_str(), a.host_name.as_str()))
+        .collect();
+    let models: HashMap<&str, &str> = agents
+        .iter()
+        .flat_map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g.name.as_str())))
+        .collect();
+
+    let mut util = Family::new("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).");
+    let mut fb_used = Family::new(
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "Framebuffer memory used (in MiB).",
+    );
+    let mut fb_free = Family::new(
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+    );
+    let mut temp = Family::new("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).");
+    let mut power = Family::new("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).");
+    let mut sm_clock = Family::new(
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "SM clock frequency (in MHz).",
+    );
+    let mut mem_clock = Family::new(
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+    );
+    let mut sbe = Family::new(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+    );
+    let mut dbe = Family::new(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+    );
+    for r in ctx.fleet.snapshot() {
+        let s = &r.sample;
+        let index = s.index.to_string();
+        let device = format!("nvidia{}", s.index);
+        let (training_id, rank) = match &r.hold {
+            Some(h) => (h.training_id.clone(), h.rank.to_string()),
+            None => (String::new(), String::new()),
+        };
+        let l = labels(&[
+            ("gpu", &index),
+            ("UUID", &s.gpu_uuid),
+            ("device", &device),
+            (
+                "modelName",
+                models.get(s.gpu_uuid.as_str()).copied().unwrap_or(""),
+            ),
+            (
+                "Hostname",
+                hosts.get(r.agent_id.as_str()).copied().unwrap_or(""),
+            ),
+            ("agent", &r.agent_name),
+            ("training_id", &training_id),
+            ("rank", &rank),
+        ]);
+        let put = |family: &mut Family, value: Option<f64>| {
+            if let Some(v) = value {
+                family.series.push((l.clone(), v));
+            }
+        };
+        put(&mut util, s.utilization_gpu_percent);
+        put(
+            &mut fb_used,
+            Some((s.memory_used_bytes as f64 / MIB).floor()),
+        );
+        put(
+            &mut fb_free,
+            Some((s.memory_total_bytes.saturating_sub(s.memory_used_bytes) as f64 / MIB).floor()),
+        );
+        put(&mut temp, s.temperature_celsius);
+        put(&mut power, s.power_draw_watts);
+        put(&mut sm_clock, s.sm_clock_mhz.map(f64::from));
+        put(&mut mem_clock, s.memory_clock_mhz.map(f64::from));
+        put(&mut sbe, s.ecc_errors_corrected.map(|v| v as f64));
+        put(&mut dbe, s.ecc_errors_uncorrected.map(|v| v as f64));
+    }
+
+    let mut trainings = Family::new("cohort_trainings", "gauge", "Trainings by state.");
+    match ctx.db.count_trainings_by_state().await {
+        Ok(counts) => {
+            let counts: HashMap<String, i64> = counts.into_iter().collect();
+            for state in JobState::ALL {
+                let n = counts.get(state.as_str()).copied().unwrap_or(0);
+                trainings
+                    .series
+                    .push((labels(&[("state", state.as_str())]), n as f64));
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "metrics: cannot count trainings"),
+    }
+    let mut connected = Family::new("cohort_agents_connected", "gauge", "Agents connected now.");
+    connected.series.push((String::new(), agents.len() as f64));
+    let mut gpus = Family::new(
+        "cohort_gpus_connected",
+        "gauge",
+        "GPUs of the connected agents.",
+    );
+    gpus.series.push((
+        String::new(),
+        agents.iter().map(|a| a.gpus.len()).sum::<usize>() as f64,
+    ));
+
+    let active = ctx.alerts.active();
+    let mut alerts = Family::new(
+        "cohort_alerts_active",
+        "gauge",
+        "Alerts active now, by kind and severity.",
+    );
+    for kind in AlertKind::ALL {
+        let n = active.iter().filter(|a| a.kind == kind).count();
+        let severity: Severity = kind.severity();
+        alerts.series.push((
+            labels(&[("kind", kind.as_str()), ("severity", severity.as_str())]),
+            n as f64,
+        ));
+    }
+    let mut raised = Family::new(
+        "cohort_alerts_raised_total",
+        "counter",
+        "Alerts raised since the coordinator started.",
+    );
+    raised
+        .series
+        .push((String::new(), ctx.alerts.raised_total() as f64));
+    let (batches, samples) = ctx.fleet.ingested();
+    let mut batches_total = Family::new(
+        "cohort_telemetry_batches_ingested_total",
+        "counter",
+        "Telemetry batches (one agent's samples of one tick) ingested since start.",
+    );
+    batches_total.series.push((String::new(), batches as f64));
+    let mut samples_total = Family::new(
+        "cohort_telemetry_samples_ingested_total",
+        "counter",
+        "GPU samples ingested since start.",
+    );
+    samples_total.series.push((String::new(), samples as f64));
+
+    let mut out = String::new();
+    for family in [
+        &util,
+        &fb_used,
+        &fb_free,
+        &temp,
+        &power,
+        &sm_clock,
+        &mem_clock,
+        &sbe,
+        &dbe,
+        &trainings,
+        &connected,
+        &gpus,
+        &alerts,
+        &raised,
+        &batches_total,
+        &samples_total,
+    ] {
+        family.write(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+        assert_eq!(labels(&[("a", "1"), ("b", "q\"")]), r#"{a="1",b="q\""}"#);
+    }
+}
