@@ -109,6 +109,7 @@ fn optim_table(o: v1::OptimConfig) -> Result<Value, ConfigError> {
     t.float("beta1", o.beta1)?;
     t.float("beta2", o.beta2)?;
     t.float("eps", o.eps)?;
+    t.opt("allow_batch_shrink", o.allow_batch_shrink);
     Ok(t.into_value())
 }
 
@@ -211,6 +212,7 @@ impl From<&OptimConfig> for v1::OptimConfig {
             beta1: Some(o.beta1),
             beta2: Some(o.beta2),
             eps: Some(o.eps),
+            allow_batch_shrink: Some(o.allow_batch_shrink),
         }
     }
 }

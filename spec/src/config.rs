@@ -78,6 +78,9 @@ pub struct OptimConfig {
     pub beta2: f64,
     #[serde(default = "defaults::eps")]
     pub eps: f64,
+    /// On an out-of-memory restart, halve the per-rank batch for the next attempt.
+    #[serde(default)]
+    pub allow_batch_shrink: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

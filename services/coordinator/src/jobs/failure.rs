@@ -43,6 +43,12 @@ impl Failure {
     }
 }
 
+/// The per-rank batch for the attempt after an OOM: half, when allowed and > 1.
+pub fn shrunk_batch(config: &cohort_spec::TrainingConfig) -> Option<i64> {
+    let batch = config.optim.batch_size;
+    (config.optim.allow_batch_shrink && batch > 1).then_some(batch / 2)
+}
+
 /// A rank's end in words: code, class and the last line of its stderr.
 pub fn describe_exit(
     rank: i32,
@@ -111,7 +117,14 @@ impl Jobs {
             return Ok(());
         }
         self.avoid_gpu_of(training, failure.rank).await;
-        self.restart_or_fail(&training.id, training.attempt, &failure.cause)
+        let mut cause = failure.cause.clone();
+        if failure.class == ExitClass::OutOfMemory && training.restart_count < training.max_restarts
+        {
+            if let Some(note) = self.shrink_batch(training).await? {
+                cause = format!("{cause}; {note}");
+            }
+        }
+        self.restart_or_fail(&training.id, training.attempt, &cause)
             .await
     }
 
@@ -163,6 +176,21 @@ impl Jobs {
             .map(|r| describe_exit(r.slot.rank, r.exit_code, r.signal, ""))
             .next();
         died.unwrap_or_else(|| failure.cause.clone())
+    }
+
+    /// After an OOM, halve the per-rank batch when the training allows it;
+    /// returns what changed, for the restart's cause.
+    async fn shrink_batch(&self, training: &Training) -> Result<Option<String>, DatabaseError> {
+        let Some(smaller) = shrunk_batch(&training.config) else {
+            return Ok(None);
+        };
+        let mut config = training.config.clone();
+        let before = config.optim.batch_size;
+        config.optim.batch_size = smaller;
+        self.db.update_config(&training.id, &config).await?;
+        Ok(Some(format!(
+            "per-rank batch {before} -> {smaller} (allow_batch_shrink)"
+        )))
     }
 
     async fn avoid_gpu_of(&self, training: &Training, rank: i32) {
@@ -283,6 +311,19 @@ mod tests {
             describe_exit(0, None, Some(9), ""),
             "rank 0 was killed by signal 9 (infrastructure error)"
         );
+    }
+
+    #[test]
+    fn oom_halves_the_batch_only_when_allowed() {
+        let mut config = cohort_spec::TrainingConfig::from_toml(
+            "[model]\nd_in = 4\n[optim]\nbatch_size = 64\nsteps = 1\n[data.synthetic]\nnum_samples = 4\n",
+        )
+        .unwrap();
+        assert_eq!(shrunk_batch(&config), None);
+        config.optim.allow_batch_shrink = true;
+        assert_eq!(shrunk_batch(&config), Some(32));
+        config.optim.batch_size = 1;
+        assert_eq!(shrunk_batch(&config), None);
     }
 
     #[test]

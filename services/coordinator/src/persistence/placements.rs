@@ -536,4 +536,20 @@ impl Persistence {
         })
         .await
     }
+
+    /// Replaces a training's config (e.g. a smaller per-rank batch after an OOM).
+    pub async fn update_config(
+        &self,
+        training_id: &str,
+        config: &cohort_spec::TrainingConfig,
+    ) -> Result<(), DatabaseError> {
+        let (id, json) = (training_id.to_string(), config.to_json());
+        self.transaction("update_config", move |c| {
+            diesel::update(trainings::table.find(&id))
+                .set(trainings::config_json.eq(&json))
+                .execute(c)?;
+            Ok(())
+        })
+        .await
+    }
 }
