@@ -147,6 +147,16 @@ pub enum TrainCommand {
     },
     /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
     Watch(WatchArgs),
+    /// A training's report: throughput, step-time percentiles, compute vs
+    /// communication and GPU use per rank, and the scaling table against
+    /// trainings of the same config at other world sizes.
+    Report {
+        /// The training id.
+        id: String,
+        /// Print the training's metrics.jsonl (every line its ranks emitted) instead.
+        #[arg(long)]
+        metrics: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -416,6 +426,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             }
             TrainCommand::Cancel { id, reason } => {
                 commands::train::cancel(coordinator, &id, &reason, out).await
+            }
+            TrainCommand::Report { id, metrics } => {
+                commands::report::report(coordinator, &id, metrics, out).await
             }
             TrainCommand::Watch(args) => {
                 let options = commands::watch::WatchOptions {

@@ -8,6 +8,7 @@
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
 //! - [`alerts`]: alert rules on telemetry, presence and progress; WatchAlerts' feed.
 //! - [`metrics`]: the opt-in Prometheus scrape endpoint.
+//! - [`report`]: job reports (metrics.jsonl, performance summary, scaling).
 //! - [`selection`]: GPU selection: memory estimate, recommendation, validation.
 //! - [`session`]: one agent's Connect stream.
 //! - [`server`]: [`server::run`], the server with health and reflection.
@@ -20,6 +21,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod model;
 pub mod persistence;
+pub mod report;
 pub mod selection;
 pub mod server;
 pub mod session;

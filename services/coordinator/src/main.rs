@@ -13,6 +13,8 @@ use tracing_subscriber::EnvFilter;
 
 const LISTEN_DEFAULT: &str = "127.0.0.1:50051";
 const DATA_DIR_DEFAULT: &str = ".cohort";
+/// Where job reports go under `--data-dir` (`reports/<training-id>/`).
+const REPORTS_DIR: &str = "reports";
 /// The SQLite file under `--data-dir` when no `--database-url` is given.
 const SQLITE_FILE: &str = "coordinator.db";
 
@@ -122,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         hang_floor: args.hang_floor,
         hang_factor: args.hang_factor,
         stop_grace: args.stop_grace,
+        reports_dir: Some(args.data_dir.join(REPORTS_DIR)),
         ..JobSettings::default()
     };
     let ctx = Context::with_settings(db, settings)

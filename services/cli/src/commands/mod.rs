@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod alerts_list;
 pub mod gpus;
 pub mod history;
+pub mod report;
 pub mod telemetry;
 pub mod train;
 pub mod watch;

@@ -257,6 +257,15 @@ impl TrainingService for Fake {
             ..Default::default()
         }))
     }
+
+    // `cohort train report` is tested against the real coordinator
+    // (integration-tests/tests/report.rs).
+    async fn get_training_report(
+        &self,
+        _req: Request<v1::GetTrainingReportRequest>,
+    ) -> Reply<v1::TrainingReport> {
+        Err(Status::unimplemented("no reports in the fake"))
+    }
 }
 
 #[tonic::async_trait]

@@ -11,6 +11,7 @@ pub mod agent;
 pub mod convert;
 pub mod gpu;
 pub mod page_token;
+pub mod report;
 pub mod status;
 pub mod telemetry;
 pub mod training;

@@ -473,4 +473,13 @@ impl TrainingService for TrainingApi {
             next_page_token,
         }))
     }
+
+    async fn get_training_report(
+        &self,
+        request: Request<v1::GetTrainingReportRequest>,
+    ) -> Result<Response<v1::TrainingReport>, Status> {
+        super::report::get_training_report(&self.ctx, request.into_inner())
+            .await
+            .map(Response::new)
+    }
 }

@@ -48,6 +48,9 @@ pub struct JobSettings {
     /// exit before naming the ones that didn't as hung.
     pub peer_lost_grace: Duration,
     pub queue: QueuePolicy,
+    /// Where each ended training's report files go
+    /// (`<reports_dir>/<training-id>/`); none written when unset.
+    pub reports_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for JobSettings {
@@ -61,6 +64,7 @@ impl Default for JobSettings {
             hang_factor: 5.0,
             peer_lost_grace: Duration::from_secs(2),
             queue: QueuePolicy::default(),
+            reports_dir: None,
         }
     }
 }
@@ -435,6 +439,7 @@ impl Jobs {
     ) -> Result<(), DatabaseError> {
         self.finish_keep(training_id, to, reason).await?;
         if to.is_final() {
+            self.write_report(training_id);
             let mut rt = self.rt();
             rt.progress.remove(training_id);
             rt.avoid.remove(training_id);
@@ -476,8 +481,20 @@ impl Jobs {
             rt.avoid.remove(training_id);
         }
         self.kick();
+        self.write_report(training_id);
         tracing::info!(training_id, "training cancelled");
         Ok(cancelled)
+    }
+
+    /// Writes the report files of a training that ended, in the background.
+    fn write_report(&self, training_id: &str) {
+        if let Some(dir) = &self.settings.reports_dir {
+            crate::report::files::spawn_write(
+                self.db.clone(),
+                dir.clone(),
+                training_id.to_string(),
+            );
+        }
     }
 
     /// An agent (re)registered reporting ranks it runs: stop those that belong

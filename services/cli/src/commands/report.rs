@@ -1,0 +1,275 @@
+//! `cohort train report ID`: a training's performance summary and scaling
+//! table (TrainingService.GetTrainingReport); `--metrics` prints its
+//! metrics.jsonl instead.
+
+use crate::client::Coordinator;
+use crate::errors::CliError;
+use crate::render::table::{state_name, Table};
+use crate::render::{bytes, emit, emit_json, opt_num, OutputFormat};
+use cohort_proto::v1::{self, training_service_client::TrainingServiceClient};
+use serde_json::{json, Value};
+
+pub async fn report(
+    coordinator: &Coordinator,
+    id: &str,
+    metrics: bool,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    let mut client = TrainingServiceClient::new(coordinator.channel().await?);
+    let report = client
+        .get_training_report(v1::GetTrainingReportRequest {
+            id: id.to_string(),
+            omit_metrics: !metrics,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    if metrics {
+        let text = String::from_utf8_lossy(&report.metrics_jsonl);
+        return emit(text.trim_end_matches('\n'));
+    }
+    match out {
+        OutputFormat::Json => emit_json(&to_json(&report)),
+        OutputFormat::Table => emit(&render(&report)),
+    }
+}
+
+fn pct(share: Option<f64>) -> String {
+    opt_num(share.map(|s| s * 100.0), 1, "%")
+}
+
+/// The report for people: the summary, a table per rank, the scaling table.
+pub fn render(r: &v1::TrainingReport) -> String {
+    let s = r.summary.clone().unwrap_or_default();
+    let mut out = format!(
+        "training {}  {}{}\n",
+        r.training_id,
+        state_name(r.state),
+        if r.r#final { "" } else { " (not final)" }
+    );
+    out += &format!(
+        "world size {}  attempts {}  steps {}/{}  final loss {}\n",
+        s.world_size,
+        s.attempts,
+        s.steps,
+        s.total_steps,
+        opt_num(s.final_loss, 5, "")
+    );
+    out += &format!(
+        "wall time {:.1} s  training loop {}\n",
+        s.wall_time_s,
+        opt_num(s.training_time_s, 1, " s")
+    );
+    out += &format!(
+        "throughput mean {}  best {}\n",
+        opt_num(s.mean_samples_per_sec, 1, " samples/s"),
+        opt_num(s.best_samples_per_sec, 1, " samples/s")
+    );
+    out += &format!(
+        "step time p50 {}  p90 {}  p99 {}  ({} windows)\n\n",
+        opt_num(s.step_time_p50_ms, 2, " ms"),
+        opt_num(s.step_time_p90_ms, 2, " ms"),
+        opt_num(s.step_time_p99_ms, 2, " ms"),
+        s.progress_windows
+    );
+    let mut ranks = Table::new(&[
+        "RANK",
+        "STEP MS",
+        "COMPUTE",
+        "COMM",
+        "PEAK MEM",
+        "GPU",
+        "UTIL MEAN",
+        "UTIL MAX",
+        "GPU MEM MEAN",
+        "GPU MEM MAX",
+    ]);
+    for rank in &s.ranks {
+        ranks.row(vec![
+            rank.rank.to_string(),
+            opt_num(rank.mean_step_time_ms, 2, ""),
+            pct(rank.compute_share),
+            pct(rank.comm_share),
+            bytes(rank.peak_memory_bytes),
+            if rank.gpu_uuids.is_empty() {
+                "-".to_string()
+            } else {
+                rank.gpu_uuids.join(",")
+            },
+            opt_num(rank.gpu_utilization_mean_percent, 1, "%"),
+            opt_num(rank.gpu_utilization_max_percent, 1, "%"),
+            gpu_bytes(rank.gpu_samples, rank.gpu_memory_used_mean_bytes),
+            gpu_bytes(rank.gpu_samples, rank.gpu_memory_used_max_bytes),
+        ]);
+    }
+    out += &ranks.render();
+    let scaling = r.scaling.clone().unwrap_or_default();
+    out += "\n\nscaling (same config";
+    if scaling.baseline_training_id.is_empty() {
+        out += ")\n";
+    } else {
+        out += &format!(", vs 1-rank {})\n", scaling.baseline_training_id);
+    }
+    let mut rows = Table::new(&["RANKS", "TRAINING", "SAMPLES/S", "SPEED-UP", "EFFICIENCY"]);
+    for row in &scaling.rows {
+        let mark = if row.current { " *" } else { "" };
+        rows.row(vec![
+            row.world_size.to_string(),
+            format!("{}{mark}", row.training_id),
+            opt_num(row.samples_per_sec, 1, ""),
+            opt_num(row.speedup, 2, "x"),
+            pct(row.efficiency),
+        ]);
+    }
+    out += &rows.render();
+    if !scaling.note.is_empty() {
+        out += &format!("\n{}", scaling.note);
+    }
+    out
+}
+
+fn gpu_bytes(samples: u64, value: u64) -> String {
+    if samples == 0 {
+        "-".to_string()
+    } else {
+        bytes(value)
+    }
+}
+
+/// The report as JSON (without the metrics lines).
+pub fn to_json(r: &v1::TrainingReport) -> Value {
+    let s = r.summary.clone().unwrap_or_default();
+    let scaling = r.scaling.clone().unwrap_or_default();
+    json!({
+        "training_id": r.training_id,
+        "state": state_name(r.state),
+        "final": r.r#final,
+        "summary": {
+            "world_size": s.world_size,
+            "attempts": s.attempts,
+            "steps": s.steps,
+            "total_steps": s.total_steps,
+            "final_loss": s.final_loss,
+            "wall_time_s": s.wall_time_s,
+            "training_time_s": s.training_time_s,
+            "mean_samples_per_sec": s.mean_samples_per_sec,
+            "best_samples_per_sec": s.best_samples_per_sec,
+            "step_time_p50_ms": s.step_time_p50_ms,
+            "step_time_p90_ms": s.step_time_p90_ms,
+            "step_time_p99_ms": s.step_time_p99_ms,
+            "progress_windows": s.progress_windows,
+            "ranks": s.ranks.iter().map(|k| json!({
+                "rank": k.rank,
+                "stats_windows": k.stats_windows,
+                "mean_step_time_ms": k.mean_step_time_ms,
+                "compute_share": k.compute_share,
+                "comm_share": k.comm_share,
+                "peak_memory_bytes": k.peak_memory_bytes,
+                "gpu_uuids": k.gpu_uuids,
+                "gpu_samples": k.gpu_samples,
+                "gpu_utilization_mean_percent": k.gpu_utilization_mean_percent,
+                "gpu_utilization_max_percent": k.gpu_utilization_max_percent,
+                "gpu_memory_used_mean_bytes": k.gpu_memory_used_mean_bytes,
+                "gpu_memory_used_max_bytes": k.gpu_memory_used_max_bytes,
+                "gpu_memory_total_bytes": k.gpu_memory_total_bytes,
+            })).collect::<Vec<_>>(),
+        },
+        "scaling": {
+            "baseline_training_id": scaling.baseline_training_id,
+            "note": scaling.note,
+            "rows": scaling.rows.iter().map(|row| json!({
+                "training_id": row.training_id,
+                "world_size": row.world_size,
+                "samples_per_sec": row.samples_per_sec,
+                "speedup": row.speedup,
+                "efficiency": row.efficiency,
+                "current": row.current,
+            })).collect::<Vec<_>>(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> v1::TrainingReport {
+        v1::TrainingReport {
+            training_id: "trn-2".into(),
+            state: v1::training::State::Succeeded as i32,
+            r#final: true,
+            summary: Some(v1::PerformanceSummary {
+                world_size: 2,
+                attempts: 1,
+                steps: 60,
+                total_steps: 60,
+                final_loss: Some(0.5),
+                mean_samples_per_sec: Some(2000.0),
+                step_time_p50_ms: Some(3.25),
+                progress_windows: 12,
+                ranks: vec![v1::RankPerformance {
+                    rank: 0,
+                    compute_share: Some(0.75),
+                    comm_share: Some(0.25),
+                    peak_memory_bytes: 3 << 20,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            metrics_jsonl: Vec::new(),
+            scaling: Some(v1::ScalingReport {
+                baseline_training_id: "trn-1".into(),
+                note: String::new(),
+                rows: vec![
+                    v1::ScalingRow {
+                        training_id: "trn-1".into(),
+                        world_size: 1,
+                        samples_per_sec: Some(1000.0),
+                        speedup: Some(1.0),
+                        efficiency: Some(1.0),
+                        current: false,
+                    },
+                    v1::ScalingRow {
+                        training_id: "trn-2".into(),
+                        world_size: 2,
+                        samples_per_sec: Some(2000.0),
+                        speedup: Some(2.0),
+                        efficiency: Some(1.0),
+                        current: true,
+                    },
+                ],
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn table_shows_summary_ranks_and_scaling() {
+        let text = render(&sample());
+        assert!(text.starts_with("training trn-2  SUCCEEDED\n"), "{text}");
+        assert!(text.contains("steps 60/60  final loss 0.50000"), "{text}");
+        assert!(text.contains("p50 3.25 ms"), "{text}");
+        assert!(
+            text.contains("0     -        75.0%    25.0%  3.0 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("scaling (same config, vs 1-rank trn-1)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2      trn-2 *   2000.0     2.00x     100.0%"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_keeps_unset_figures_null() {
+        let v = to_json(&sample());
+        assert_eq!(v["final"], true);
+        assert_eq!(v["summary"]["steps"], 60);
+        assert_eq!(v["summary"]["best_samples_per_sec"], Value::Null);
+        assert_eq!(v["scaling"]["rows"][1]["efficiency"], 1.0);
+        assert_eq!(v["summary"]["ranks"][0]["compute_share"], 0.75);
+    }
+}

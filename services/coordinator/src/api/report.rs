@@ -1,0 +1,102 @@
+//! TrainingService.GetTrainingReport: a training's report (see
+//! [`crate::report`]) as the API's message.
+
+use super::status::from_db;
+use super::Context;
+use crate::persistence::DatabaseError;
+use crate::report::{build_report, RankSummary, Report, Scaling, Summary};
+use cohort_proto::error::{bad_field, reason};
+use cohort_proto::v1;
+use tonic::Status;
+
+/// Builds the report of `req.id`: NOT_FOUND for an unknown training.
+pub async fn get_training_report(
+    ctx: &Context,
+    req: v1::GetTrainingReportRequest,
+) -> Result<v1::TrainingReport, Status> {
+    if req.id.is_empty() {
+        return Err(bad_field(reason::INVALID_ARGUMENT, "id", "required"));
+    }
+    let report = build_report(&ctx.db, &req.id)
+        .await
+        .map_err(|e| from_db("get_training_report", e))?
+        .ok_or_else(|| {
+            from_db(
+                "get_training_report",
+                DatabaseError::TrainingNotFound(req.id.clone()),
+            )
+        })?;
+    Ok(to_proto(report, !req.omit_metrics))
+}
+
+/// The report as the API's message; the metrics lines only `with_metrics`.
+pub fn to_proto(report: Report, with_metrics: bool) -> v1::TrainingReport {
+    v1::TrainingReport {
+        training_id: report.training_id,
+        state: v1::training::State::from(report.state) as i32,
+        r#final: report.is_final,
+        summary: Some(summary(report.summary)),
+        metrics_jsonl: if with_metrics {
+            report.metrics_jsonl.into_bytes()
+        } else {
+            Vec::new()
+        },
+        scaling: Some(scaling(report.scaling)),
+    }
+}
+
+fn summary(s: Summary) -> v1::PerformanceSummary {
+    v1::PerformanceSummary {
+        world_size: s.world_size,
+        attempts: s.attempts,
+        steps: s.steps,
+        total_steps: s.total_steps,
+        final_loss: s.final_loss,
+        wall_time_s: s.wall_time_s,
+        training_time_s: s.training_time_s,
+        mean_samples_per_sec: s.mean_samples_per_sec,
+        best_samples_per_sec: s.best_samples_per_sec,
+        step_time_p50_ms: s.step_time_p50_ms,
+        step_time_p90_ms: s.step_time_p90_ms,
+        step_time_p99_ms: s.step_time_p99_ms,
+        progress_windows: s.progress_windows,
+        ranks: s.ranks.into_iter().map(rank).collect(),
+    }
+}
+
+fn rank(r: RankSummary) -> v1::RankPerformance {
+    v1::RankPerformance {
+        rank: r.rank,
+        stats_windows: r.stats_windows,
+        mean_step_time_ms: r.mean_step_time_ms,
+        compute_share: r.compute_share,
+        comm_share: r.comm_share,
+        peak_memory_bytes: r.peak_memory_bytes,
+        gpu_uuids: r.gpu.gpu_uuids,
+        gpu_samples: r.gpu.samples,
+        gpu_utilization_mean_percent: r.gpu.utilization_mean_percent,
+        gpu_utilization_max_percent: r.gpu.utilization_max_percent,
+        gpu_memory_used_mean_bytes: r.gpu.memory_used_mean_bytes,
+        gpu_memory_used_max_bytes: r.gpu.memory_used_max_bytes,
+        gpu_memory_total_bytes: r.gpu.memory_total_bytes,
+    }
+}
+
+fn scaling(s: Scaling) -> v1::ScalingReport {
+    v1::ScalingReport {
+        baseline_training_id: s.baseline_training_id.unwrap_or_default(),
+        note: s.note,
+        rows: s
+            .rows
+            .into_iter()
+            .map(|r| v1::ScalingRow {
+                training_id: r.training_id,
+                world_size: r.world_size,
+                samples_per_sec: r.samples_per_sec,
+                speedup: r.speedup,
+                efficiency: r.efficiency,
+                current: r.current,
+            })
+            .collect(),
+    }
+}

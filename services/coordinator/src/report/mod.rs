@@ -1,0 +1,44 @@
+//! Job reports: what a training did, from what the coordinator stored.
+//!
+//! - [`metrics`]: `metrics.jsonl`, every line the ranks emitted.
+//! - [`summary`]: the performance summary (throughput, step-time
+//!   percentiles, compute vs communication share, memory, GPU use per rank).
+//! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
+//! - [`scaling`]: speed-up and efficiency across world sizes of one config.
+//! - [`stats`]: mean and percentiles.
+//! - [`load`]: reads the database and builds a [`Report`].
+//! - [`files`]: the report files under the data dir, written at a job's end.
+//!
+//! Everything but `load` and `files` is pure.
+
+pub mod files;
+pub mod gpu;
+pub mod load;
+pub mod metrics;
+pub mod scaling;
+pub mod stats;
+pub mod summary;
+
+#[cfg(test)]
+mod tests;
+
+pub use load::build_report;
+pub use scaling::{Scaling, ScalingRow, ScalingRun};
+pub use summary::{RankSummary, Summary, TrainingFacts};
+
+use crate::model::JobState;
+use serde::Serialize;
+
+/// The report of one training (`summary.json` is this without the metrics lines).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub training_id: String,
+    pub state: JobState,
+    /// False while the training has not ended: the figures may still change.
+    #[serde(rename = "final")]
+    pub is_final: bool,
+    pub summary: Summary,
+    pub scaling: Scaling,
+    #[serde(skip)]
+    pub metrics_jsonl: String,
+}

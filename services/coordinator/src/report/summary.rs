@@ -1,0 +1,166 @@
+//! The performance summary of one training, from its stored events (rank
+//! 0's progress windows and finished line, every rank's rank_stats) and the
+//! per-rank GPU usage from telemetry.
+
+use super::gpu::RankGpuUsage;
+use super::stats::{max, mean, percentile};
+use crate::model::{EventPayload, StoredEvent};
+use cohort_spec::progress::ProgressLine;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What the summary needs to know of the training itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingFacts {
+    /// Ranks of the (last) placement; 0 if never placed.
+    pub world_size: i32,
+    /// Attempts made (1 + restarts once placed).
+    pub attempts: i32,
+    /// Seconds from the first start to the end (or to now while running);
+    /// 0 if it never started.
+    pub wall_time_s: f64,
+}
+
+/// Global and per-rank performance of one training.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub world_size: i32,
+    pub attempts: i32,
+    /// The last step reported (finished, else the newest progress window).
+    pub steps: i64,
+    /// Steps the config asks for (from the started line; 0 if none yet).
+    pub total_steps: i64,
+    /// The finished line's loss, else the newest progress window's.
+    pub final_loss: Option<f64>,
+    /// See [`TrainingFacts::wall_time_s`].
+    pub wall_time_s: f64,
+    /// Rank 0's own measure of its training loop (finished line), if it finished.
+    pub training_time_s: Option<f64>,
+    /// Global samples/s over rank 0's progress windows: mean and best window.
+    pub mean_samples_per_sec: Option<f64>,
+    pub best_samples_per_sec: Option<f64>,
+    /// Mean step time of rank 0's progress windows: nearest-rank percentiles.
+    pub step_time_p50_ms: Option<f64>,
+    pub step_time_p90_ms: Option<f64>,
+    pub step_time_p99_ms: Option<f64>,
+    /// Progress windows the figures above come from.
+    pub progress_windows: u64,
+    pub ranks: Vec<RankSummary>,
+}
+
+/// One rank: its own timing from rank_stats, and its GPU from telemetry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankSummary {
+    pub rank: i32,
+    /// rank_stats windows seen.
+    pub stats_windows: u64,
+    pub mean_step_time_ms: Option<f64>,
+    /// compute / (compute + communication) over every window; `None` when
+    /// both are 0. The two shares add up to 1.
+    pub compute_share: Option<f64>,
+    pub comm_share: Option<f64>,
+    pub peak_memory_bytes: u64,
+    pub gpu: RankGpuUsage,
+}
+
+#[derive(Default)]
+struct RankAcc {
+    windows: u64,
+    step_times: Vec<f64>,
+    compute_ms: f64,
+    comm_ms: f64,
+    peak_memory: u64,
+}
+
+/// Builds the summary; `gpu` is the per-rank usage from telemetry.
+pub fn summarize(
+    facts: &TrainingFacts,
+    events: &[StoredEvent],
+    mut gpu: BTreeMap<i32, RankGpuUsage>,
+) -> Summary {
+    let mut throughput = Vec::new();
+    let mut step_times = Vec::new();
+    let mut last_step = 0;
+    let mut total_steps = 0;
+    let mut last_loss = None;
+    let mut finished = None;
+    let mut ranks: BTreeMap<i32, RankAcc> = BTreeMap::new();
+    for event in events {
+        let EventPayload::Rank(line) = &event.payload else {
+            continue;
+        };
+        match line {
+            ProgressLine::Started { total_steps: t, .. } => total_steps = *t,
+            ProgressLine::Progress {
+                step,
+                total_steps: t,
+                loss,
+                samples_per_sec,
+                step_time_ms,
+                ..
+            } => {
+                throughput.push(*samples_per_sec);
+                step_times.push(*step_time_ms);
+                last_step = *step;
+                total_steps = *t;
+                last_loss = Some(*loss);
+            }
+            ProgressLine::RankStats {
+                rank,
+                step_time_ms,
+                compute_ms,
+                comm_ms,
+                memory_bytes,
+                ..
+            } => {
+                let acc = ranks.entry(*rank as i32).or_default();
+                acc.windows += 1;
+                acc.step_times.push(*step_time_ms);
+                acc.compute_ms += compute_ms;
+                acc.comm_ms += comm_ms;
+                acc.peak_memory = acc.peak_memory.max(*memory_bytes);
+            }
+            ProgressLine::Finished {
+                step,
+                loss,
+                wall_time_s,
+                ..
+            } => finished = Some((*step, *loss, *wall_time_s)),
+            ProgressLine::RankFinished { .. } | ProgressLine::Checkpoint { .. } => {}
+        }
+    }
+    for rank in gpu.keys() {
+        ranks.entry(*rank).or_default();
+    }
+    let ranks = ranks
+        .into_iter()
+        .map(|(rank, acc)| {
+            let busy = acc.compute_ms + acc.comm_ms;
+            RankSummary {
+                rank,
+                stats_windows: acc.windows,
+                mean_step_time_ms: mean(&acc.step_times),
+                compute_share: (busy > 0.0).then(|| acc.compute_ms / busy),
+                comm_share: (busy > 0.0).then(|| acc.comm_ms / busy),
+                peak_memory_bytes: acc.peak_memory,
+                gpu: gpu.remove(&rank).unwrap_or_default(),
+            }
+        })
+        .collect();
+    Summary {
+        world_size: facts.world_size,
+        attempts: facts.attempts,
+        steps: finished.map_or(last_step, |f| f.0),
+        total_steps,
+        final_loss: finished.map(|f| f.1).or(last_loss),
+        wall_time_s: facts.wall_time_s,
+        training_time_s: finished.map(|f| f.2),
+        mean_samples_per_sec: mean(&throughput),
+        best_samples_per_sec: max(&throughput),
+        step_time_p50_ms: percentile(&step_times, 50.0),
+        step_time_p90_ms: percentile(&step_times, 90.0),
+        step_time_p99_ms: percentile(&step_times, 99.0),
+        progress_windows: step_times.len() as u64,
+        ranks,
+    }
+}
