@@ -40,7 +40,8 @@ impl Evaluator {
             training_id: r.hold.as_ref().map(|h| h.training_id.clone()),
             ..Draft::default()
         };
-        let gpu = format!("GPU {} of {}", s.index, r.agent_name);
+        // Formatted only when an alert is raised (this runs for every sample).
+        let gpu = || format!("GPU {} of {}", s.index, r.agent_name);
         let mut out = Vec::new();
 
         if s.memory_total_bytes > 0 {
@@ -58,7 +59,8 @@ impl Evaluator {
                 now,
                 || Draft {
                     message: format!(
-                        "{gpu}: memory {percent:.1}% used for {} (threshold {}%)",
+                        "{}: memory {percent:.1}% used for {} (threshold {}%)",
+                        gpu(),
                         human(settings.memory_for),
                         settings.memory_percent
                     ),
@@ -83,7 +85,8 @@ impl Evaluator {
                 now,
                 || Draft {
                     message: format!(
-                        "{gpu}: temperature {t:.0} °C (threshold {} °C)",
+                        "{}: temperature {t:.0} °C (threshold {} °C)",
+                        gpu(),
                         settings.temperature_celsius
                     ),
                     value: Some(t),
@@ -113,7 +116,8 @@ impl Evaluator {
                 let hold = r.hold.as_ref().expect("firing only while held");
                 Draft {
                     message: format!(
-                        "{gpu}: utilization {util:.0}% for {} while training {} rank {} runs on it (threshold {}%)",
+                        "{}: utilization {util:.0}% for {} while training {} rank {} runs on it (threshold {}%)",
+                        gpu(),
                         human(settings.utilization_for),
                         hold.training_id,
                         hold.rank,
@@ -152,7 +156,8 @@ impl Evaluator {
                     now,
                     || Draft {
                         message: format!(
-                            "{gpu}: {new} new uncorrected ECC error(s), {total} since the driver loaded"
+                            "{}: {new} new uncorrected ECC error(s), {total} since the driver loaded",
+                            gpu(),
                         ),
                         value: Some(total as f64),
                         threshold: Some(before as f64),
