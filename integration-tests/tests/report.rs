@@ -1,0 +1,246 @@
+//! Job reports end to end: a 1-rank and a 2-rank training of the same config
+//! run to SUCCEEDED on real cohort-rank processes; GetTrainingReport and
+//! `cohort train report` give the summary and the scaling row of the 2-rank
+//! run against the 1-rank one; the report files are in the data dir.
+
+use cohort_integration_tests::job::create_request;
+use cohort_integration_tests::poll::eventually;
+use cohort_integration_tests::status::expect_error;
+use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
+use cohort_proto::v1;
+use cohort_proto::v1::training::State;
+use std::time::Duration;
+use tonic::Code;
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn run_to_success(cluster: &Cluster, job: &SaeJob, ranks: i32) -> String {
+    let mut client = cluster.training().await;
+    let id = client
+        .create_training(create_request(job, ranks, true))
+        .await
+        .expect("create")
+        .into_inner()
+        .id;
+    cluster.wait_state(&id, State::Succeeded, JOB_TIMEOUT).await;
+    id
+}
+
+async fn report(cluster: &Cluster, id: &str) -> v1::TrainingReport {
+    cluster
+        .training()
+        .await
+        .get_training_report(v1::GetTrainingReportRequest {
+            id: id.to_string(),
+            omit_metrics: false,
+        })
+        .await
+        .expect("GetTrainingReport")
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_of_one_and_two_rank_runs() {
+    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let job = SaeJob::small();
+    let one = run_to_success(&cluster, &job, 1).await;
+    let two = run_to_success(&cluster, &job, 2).await;
+
+    let r = report(&cluster, &two).await;
+    assert_eq!(r.training_id, two);
+    assert_eq!(r.state(), State::Succeeded);
+    assert!(r.r#final);
+    let s = r.summary.clone().expect("a summary");
+    assert_eq!(s.world_size, 2);
+    assert_eq!(s.attempts, 1);
+    assert_eq!(s.steps, job.steps);
+    assert_eq!(s.total_steps, job.steps);
+    assert!(s.final_loss.is_some_and(f64::is_finite), "{s:?}");
+    // A window every log_every steps (and the first step's).
+    assert!(
+        s.progress_windows >= (job.steps / job.log_every) as u64,
+        "{s:?}"
+    );
+    let (mean, best) = (
+        s.mean_samples_per_sec.unwrap(),
+        s.best_samples_per_sec.unwrap(),
+    );
+    assert!(mean > 0.0 && best >= mean, "{s:?}");
+    let (p50, p90, p99) = (
+        s.step_time_p50_ms.unwrap(),
+        s.step_time_p90_ms.unwrap(),
+        s.step_time_p99_ms.unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p90 && p90 <= p99, "{s:?}");
+    assert!(s.training_time_s.is_some_and(|t| t > 0.0) && s.wall_time_s > 0.0);
+    let ranks: Vec<i32> = s.ranks.iter().map(|k| k.rank).collect();
+    assert_eq!(ranks, [0, 1], "{s:?}");
+    for rank in &s.ranks {
+        assert!(rank.stats_windows > 0, "{rank:?}");
+        let (compute, comm) = (rank.compute_share.unwrap(), rank.comm_share.unwrap());
+        assert!((compute + comm - 1.0).abs() < 1e-9, "{rank:?}");
+        assert!(rank.peak_memory_bytes > 0, "{rank:?}");
+    }
+
+    // Each rank's GPU, from the telemetry history (samples land in batches).
+    let gpus = eventually(
+        "telemetry of both ranks",
+        Duration::from_secs(20),
+        || async {
+            let s = report(&cluster, &two).await.summary.unwrap();
+            match s.ranks.iter().all(|k| k.gpu_samples > 0) {
+                true => Ok(s.ranks),
+                false => Err(format!("{:?}", s.ranks)),
+            }
+        },
+    )
+    .await;
+    for rank in &gpus {
+        assert_eq!(rank.gpu_uuids.len(), 1, "{rank:?}");
+        assert!(rank.gpu_memory_total_bytes > 0, "{rank:?}");
+        assert!(rank.gpu_memory_used_max_bytes >= rank.gpu_memory_used_mean_bytes);
+        let (mean, max) = (
+            rank.gpu_utilization_mean_percent.unwrap(),
+            rank.gpu_utilization_max_percent.unwrap(),
+        );
+        assert!((0.0..=100.0).contains(&mean) && mean <= max, "{rank:?}");
+    }
+    assert_ne!(gpus[0].gpu_uuids, gpus[1].gpu_uuids);
+
+    // The scaling row of 2 ranks against the 1-rank run.
+    let scaling = r.scaling.clone().expect("a scaling report");
+    assert_eq!(scaling.baseline_training_id, one, "{scaling:?}");
+    assert!(scaling.note.is_empty(), "{scaling:?}");
+    let rows: Vec<(i32, &str, bool)> = scaling
+        .rows
+        .iter()
+        .map(|row| (row.world_size, row.training_id.as_str(), row.current))
+        .collect();
+    assert_eq!(rows, [(1, one.as_str(), false), (2, two.as_str(), true)]);
+    let base = report(&cluster, &one).await;
+    let base_throughput = base.summary.unwrap().mean_samples_per_sec.unwrap();
+    let row = &scaling.rows[1];
+    assert_eq!(row.samples_per_sec, Some(mean));
+    let speedup = row.speedup.expect("a speed-up");
+    assert!((speedup - mean / base_throughput).abs() < 1e-9, "{row:?}");
+    assert!(
+        (row.efficiency.unwrap() - speedup / 2.0).abs() < 1e-9,
+        "{row:?}"
+    );
+    assert_eq!(scaling.rows[0].speedup, Some(1.0));
+
+    // metrics.jsonl: every rank line, progress among them.
+    let text = String::from_utf8(r.metrics_jsonl.clone()).expect("UTF-8");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let count = |event: &str| lines.iter().filter(|l| l["event"] == event).count();
+    assert_eq!(count("progress") as u64, s.progress_windows);
+    assert_eq!(count("started"), 1);
+    assert_eq!(count("finished"), 1);
+    assert_eq!(count("rank_finished"), 2);
+    assert!(lines
+        .iter()
+        .all(|l| l["seq"].as_i64().unwrap() > 0 && l["time"].is_string()));
+
+    // The report files, written when each job ended.
+    let line_count = lines.len();
+    let dir = cluster
+        .root()
+        .join("coordinator")
+        .join("reports")
+        .join(&two);
+    let summary: serde_json::Value =
+        eventually("the report files", Duration::from_secs(20), || {
+            let dir = dir.clone();
+            async move {
+                let metrics = std::fs::read_to_string(dir.join("metrics.jsonl"))
+                    .map_err(|e| format!("metrics.jsonl: {e}"))?;
+                let summary = std::fs::read_to_string(dir.join("summary.json"))
+                    .map_err(|e| format!("summary.json: {e}"))?;
+                assert_eq!(metrics.lines().count(), line_count, "metrics.jsonl lines");
+                serde_json::from_str(&summary).map_err(|e| format!("summary.json: {e}"))
+            }
+        })
+        .await;
+    assert_eq!(summary["training_id"], two.as_str());
+    assert_eq!(summary["final"], true);
+    assert_eq!(summary["state"], "SUCCEEDED");
+    assert_eq!(summary["summary"]["steps"], job.steps);
+    assert_eq!(summary["scaling"]["baseline_training_id"], one.as_str());
+    assert!(cluster
+        .root()
+        .join("coordinator/reports")
+        .join(&one)
+        .join("summary.json")
+        .is_file());
+
+    // The CLI: the summary and the scaling table; JSON for scripts.
+    let table = cluster.cli_ok(&["train", "report", &two]).await;
+    println!("{table}");
+    assert!(
+        table.starts_with(&format!("training {two}  SUCCEEDED\n")),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("steps {0}/{0}", job.steps)),
+        "{table}"
+    );
+    assert!(table.contains(&format!("vs 1-rank {one}")), "{table}");
+    assert!(table.contains(&format!("{two} *")), "{table}");
+    let json: serde_json::Value = serde_json::from_str(
+        &cluster
+            .cli_ok(&["-o", "json", "train", "report", &two])
+            .await,
+    )
+    .expect("JSON");
+    assert_eq!(json["summary"]["steps"], job.steps);
+    assert_eq!(json["scaling"]["rows"][1]["speedup"], speedup);
+    let metrics = cluster
+        .cli_ok(&["train", "report", &two, "--metrics"])
+        .await;
+    assert_eq!(metrics.lines().count(), lines.len());
+
+    // A training that has not ended: allowed, not final.
+    let mut client = cluster.training().await;
+    let running = client
+        .create_training(create_request(&job, 2, true))
+        .await
+        .expect("create")
+        .into_inner()
+        .id;
+    let r = report(&cluster, &running).await;
+    assert!(!r.r#final, "{r:?}");
+    assert!(
+        [State::Queued, State::Scheduled, State::Running].contains(&r.state()),
+        "{r:?}"
+    );
+    let scaling = r.scaling.unwrap();
+    assert_eq!(scaling.baseline_training_id, one);
+    assert!(scaling
+        .rows
+        .iter()
+        .any(|row| row.current && row.training_id == running));
+    client
+        .cancel_training(v1::CancelTrainingRequest {
+            id: running.clone(),
+            reason: "test over".into(),
+        })
+        .await
+        .expect("cancel");
+
+    // An unknown training.
+    let err = client
+        .get_training_report(v1::GetTrainingReportRequest {
+            id: "trn-nope".into(),
+            omit_metrics: true,
+        })
+        .await;
+    expect_error(
+        "an unknown training",
+        err,
+        Code::NotFound,
+        "TRAINING_NOT_FOUND",
+    );
+}
