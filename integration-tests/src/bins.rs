@@ -1,12 +1,13 @@
 //! The binaries under test, and how they get built.
 //!
 //! Cargo builds the binaries of the package under test only, so the first
-//! test that needs them runs `cargo build -p cohort-coordinator -p cohort-agent
-//! -p cohort-cli -p cohort-rank` once per test process, into the target
-//! directory and profile this test executable was built in (a no-op when they
-//! are fresh). Environment:
+//! test that needs them runs `cargo build --workspace --bins` once per test
+//! process, into the target directory and profile this test executable was
+//! built in. That is the very command scripts/test.sh runs before
+//! `cargo test --workspace`, so there it is a no-op (same features, same
+//! artifacts); run alone, it makes the tests self-sufficient. Environment:
 //! - `COHORT_RANK_BIN=PATH`: use this `cohort-rank` and don't build it
-//!   (it needs libtorch; `scripts/env.sh` sets up the build).
+//!   (`--exclude cohort-rank`; it needs libtorch, which `scripts/env.sh` sets up).
 //! - `COHORT_TEST_SKIP_BUILD=1`: build nothing; use what is there.
 //! - `COHORT_GRPCURL=PATH`: the grpcurl executable (default: the project venv's).
 
@@ -73,7 +74,7 @@ pub fn binaries() -> &'static Binaries {
     })
 }
 
-/// `cargo build` of the binaries into `profile`'s target dir and profile.
+/// `cargo build --workspace --bins` into `profile`'s target dir and profile.
 fn build(profile: &Path, with_rank: bool) {
     let target_dir = profile.parent().expect("the profile dir has a parent");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -91,24 +92,20 @@ fn build(profile: &Path, with_rank: bool) {
             command.args(["--profile", other]);
         }
     }
-    let mut packages = vec!["cohort-coordinator", "cohort-agent", "cohort-cli"];
-    if with_rank {
-        packages.push("cohort-rank");
+    command.args(["--workspace", "--bins"]);
+    if !with_rank {
+        command.args(["--exclude", "cohort-rank"]);
+    } else if std::env::var_os("LIBTORCH").is_none()
+        && std::env::var_os("LIBTORCH_USE_PYTORCH").is_none()
+    {
         // What scripts/env.sh sets: tch builds against the project venv's PyTorch.
-        if std::env::var_os("LIBTORCH").is_none()
-            && std::env::var_os("LIBTORCH_USE_PYTORCH").is_none()
-        {
-            let venv_bin = workspace_root().join(".venv/bin");
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            let mut paths = vec![venv_bin];
-            paths.extend(std::env::split_paths(&path));
-            command
-                .env("LIBTORCH_USE_PYTORCH", "1")
-                .env("PATH", std::env::join_paths(paths).expect("PATH"));
-        }
-    }
-    for p in packages {
-        command.args(["-p", p]);
+        let venv_bin = workspace_root().join(".venv/bin");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut paths = vec![venv_bin];
+        paths.extend(std::env::split_paths(&path));
+        command
+            .env("LIBTORCH_USE_PYTORCH", "1")
+            .env("PATH", std::env::join_paths(paths).expect("PATH"));
     }
     eprintln!("integration-tests: building the binaries: {command:?}");
     let output = command.output().expect("running cargo build");

@@ -129,7 +129,6 @@ async fn cancel_mid_run_stops_ranks_and_frees_gpus() {
 /// training.proto: RANK_STATE_STOPPED "The process was stopped on request
 /// (cancel or restart)" — not FAILED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the coordinator to keep cancelled ranks STOPPED (the agent's RankExited with SIGTERM overwrites them with FAILED)"]
 async fn cancelled_ranks_are_stopped_not_failed() {
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     let id = cancel_mid_run(&cluster, 2).await;
