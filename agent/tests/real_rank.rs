@@ -1,6 +1,7 @@
 //! The supervisor with the real `cohort-rank` (gloo on CPU, two ranks). Needs a
-//! built rank binary, so it runs only when `COHORT_RANK_BIN` names one, e.g.
-//! `COHORT_RANK_BIN=target/release/cohort-rank cargo test -p cohort-agent --test real_rank`.
+//! built rank binary: `COHORT_RANK_BIN`, else `cohort-rank` beside this test's
+//! build (`scripts/test.sh` builds every binary before the tests). It fails,
+//! saying how to build it, when there is none.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,25 +28,35 @@ num_features = 32
 log_every_steps = 10
 "#;
 
-fn rank_binary() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("COHORT_RANK_BIN")?);
+fn rank_binary() -> PathBuf {
+    let Some(path) = std::env::var_os("COHORT_RANK_BIN").map(PathBuf::from) else {
+        // <target>/debug/deps/real_rank-<hash> -> <target>/debug/cohort-rank
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("target profile dir");
+        let beside = profile.join("cohort-rank");
+        assert!(
+            beside.is_file(),
+            "{} is missing: build it (source scripts/env.sh && cargo build -p cohort-rank) or set COHORT_RANK_BIN",
+            beside.display()
+        );
+        return beside;
+    };
     // Relative paths are relative to the workspace root, like cargo's output.
-    let path = if path.is_relative() {
+    if path.is_relative() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join(path)
     } else {
         path
-    };
-    Some(path)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_real_ranks_train_to_success() {
-    let Some(program) = rank_binary() else {
-        eprintln!("skipped: set COHORT_RANK_BIN to a built cohort-rank to run this test");
-        return;
-    };
+    let program = rank_binary();
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("config.toml");
     std::fs::write(&config_path, CONFIG).unwrap();

@@ -211,7 +211,7 @@ impl TrainingApi {
         if new.gpu_request.queue {
             return Ok(());
         }
-        match self.ctx.jobs.plan(&new.gpu_request) {
+        match self.ctx.jobs.plan_first(&new.gpu_request, &new.config) {
             Ok(_) => Ok(()),
             Err(why) => {
                 let (reason, key, value) = match &why {
@@ -223,6 +223,9 @@ impl TrainingApi {
                         (wanted - free).to_string(),
                     ),
                     Unplaceable::NoAgents => (reason::INSUFFICIENT_GPUS, "agents", "0".to_string()),
+                    Unplaceable::NotSuitable(why) => {
+                        (reason::INSUFFICIENT_GPUS, "why", why.clone())
+                    }
                 };
                 let code = if matches!(why, Unplaceable::Unknown(_)) {
                     tonic::Code::NotFound

@@ -185,12 +185,47 @@ impl Jobs {
         }
     }
 
-    /// Where a training asking for `request` would go right now, without placing it.
-    pub fn plan(&self, request: &GpuRequest) -> Plan {
-        self.plan_avoiding(request, &HashSet::new(), None)
+    /// Where a new training would go right now, without placing it: count and
+    /// AUTO requests follow the recommender (healthy, free GPUs with enough
+    /// memory for the config's estimate, on the fewest hosts); explicit ids
+    /// are taken as given.
+    pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::TrainingConfig) -> Plan {
+        use crate::selection::{candidates, estimate, recommend, EstimateInput};
+        if let GpuSelection::Ids { .. } = request.selection {
+            return self.plan_avoiding(request, &HashSet::new(), None);
+        }
+        if self.fleet.agents().is_empty() {
+            return Err(Unplaceable::NoAgents);
+        }
+        let need = estimate(&EstimateInput::from_config(config)).total;
+        let candidates = candidates(&self.fleet);
+        let count = match request.selection {
+            GpuSelection::Count { count } => count as usize,
+            GpuSelection::Auto { max_gpus } => {
+                let suitable = candidates
+                    .iter()
+                    .filter(|c| c.unsuitable(need).is_none())
+                    .count();
+                let bound = if max_gpus == 0 {
+                    usize::MAX
+                } else {
+                    max_gpus as usize
+                };
+                suitable.min(bound).max(1)
+            }
+            GpuSelection::Ids { .. } => unreachable!("handled above"),
+        };
+        let choice = recommend(&candidates, need, count, false);
+        if let Some(why) = choice.shortfall {
+            return Err(Unplaceable::NotSuitable(why));
+        }
+        let free = self.fleet.free_gpus();
+        let known: Vec<String> = candidates.iter().map(|c| c.uuid.clone()).collect();
+        let ids: Vec<String> = choice.chosen.iter().map(|c| c.uuid.clone()).collect();
+        placement::by_ids(&free, &known, &ids)
     }
 
-    /// As [`Jobs::plan`], avoiding `avoid` GPUs when possible and putting rank 0
+    /// A restart's placement: avoiding `avoid` GPUs when possible and putting rank 0
     /// on `leader` (the agent holding the newest checkpoint) when it is chosen.
     fn plan_avoiding(
         &self,
@@ -278,7 +313,14 @@ impl Jobs {
             } else {
                 None
             };
-            match self.plan_avoiding(&training.gpu_request, &avoid, leader.as_deref()) {
+            // First placements follow the recommender; restarts keep rank 0 on
+            // the checkpoint's host and avoid the faulty GPU.
+            let plan = if training.attempt == 0 {
+                self.plan_first(&training.gpu_request, &training.config)
+            } else {
+                self.plan_avoiding(&training.gpu_request, &avoid, leader.as_deref())
+            };
+            match plan {
                 Ok(slots) => self.start(&training, slots).await?,
                 Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
                     let reason = format!("cannot be placed and queueing is off: {why}");

@@ -20,6 +20,8 @@ pub enum Unplaceable {
     Busy(Vec<String>),
     /// Requested GPUs no connected agent has.
     Unknown(Vec<String>),
+    /// Not enough suitable GPUs (free, healthy, enough memory): the recommender's reason.
+    NotSuitable(String),
 }
 
 impl Unplaceable {
@@ -30,6 +32,7 @@ impl Unplaceable {
             Unplaceable::InsufficientGpus { .. } => "INSUFFICIENT_GPUS",
             Unplaceable::Busy(_) => "GPU_BUSY",
             Unplaceable::Unknown(_) => "GPU_NOT_FOUND",
+            Unplaceable::NotSuitable(_) => "INSUFFICIENT_GPUS",
         }
     }
 }
@@ -51,6 +54,7 @@ impl std::fmt::Display for Unplaceable {
                 "GPU_NOT_FOUND: no connected agent has {}",
                 ids.join(", ")
             ),
+            Unplaceable::NotSuitable(why) => write!(f, "INSUFFICIENT_GPUS: {why}"),
         }
     }
 }

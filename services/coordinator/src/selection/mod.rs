@@ -14,6 +14,18 @@ pub use estimate::{estimate, EstimateInput, MemoryEstimate, CUDA_CONTEXT_BYTES};
 pub use recommend::{recommend, Recommendation};
 pub use validate::{validate, Problem};
 
+/// Every connected GPU as a selection candidate (the live fleet's view).
+pub fn candidates(fleet: &crate::fleet::Fleet) -> Vec<Candidate> {
+    fleet
+        .all_gpus()
+        .into_iter()
+        .map(|(agent, info)| {
+            let latest = fleet.latest(&info.uuid);
+            Candidate::new(&agent, &info, fleet.holder(&info.uuid), latest.as_ref())
+        })
+        .collect()
+}
+
 /// Bytes as GiB with two decimals, for messages.
 pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
