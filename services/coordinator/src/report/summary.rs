@@ -36,7 +36,11 @@ pub struct Summary {
     pub wall_time_s: f64,
     /// Rank 0's own measure of its training loop (finished line), if it finished.
     pub training_time_s: Option<f64>,
-    /// Global samples/s over rank 0's progress windows: mean and best window.
+    /// Global samples/s over rank 0's progress windows: the time-weighted
+    /// mean (samples over time, each window lasting its steps x its step
+    /// time; a window's steps count from the previous one, or from the
+    /// started line's start step), leaving out each attempt's one-step
+    /// warm-up window when other windows exist; and the best window.
     pub mean_samples_per_sec: Option<f64>,
     pub best_samples_per_sec: Option<f64>,
     /// Mean step time of rank 0's progress windows: nearest-rank percentiles.
@@ -79,6 +83,11 @@ pub fn summarize(
     mut gpu: BTreeMap<i32, RankGpuUsage>,
 ) -> Summary {
     let mut throughput = Vec::new();
+    // Sums of samples x ms and of ms over the windows (all, and without the
+    // warm-up windows), for the weighted mean.
+    let (mut all, mut steady) = ((0.0, 0.0), (0.0, 0.0));
+    let mut prev_step = 0;
+    let mut warmup = false;
     let mut step_times = Vec::new();
     let mut last_step = 0;
     let mut total_steps = 0;
@@ -90,7 +99,15 @@ pub fn summarize(
             continue;
         };
         match line {
-            ProgressLine::Started { total_steps: t, .. } => total_steps = *t,
+            ProgressLine::Started {
+                total_steps: t,
+                start_step,
+                ..
+            } => {
+                total_steps = *t;
+                prev_step = *start_step;
+                warmup = true;
+            }
             ProgressLine::Progress {
                 step,
                 total_steps: t,
@@ -100,6 +117,14 @@ pub fn summarize(
                 ..
             } => {
                 throughput.push(*samples_per_sec);
+                let steps = (step - prev_step).max(1);
+                let ms = step_time_ms * steps as f64;
+                all = (all.0 + samples_per_sec * ms, all.1 + ms);
+                if !(warmup && steps == 1) {
+                    steady = (steady.0 + samples_per_sec * ms, steady.1 + ms);
+                }
+                warmup = false;
+                prev_step = *step;
                 step_times.push(*step_time_ms);
                 last_step = *step;
                 total_steps = *t;
@@ -155,7 +180,11 @@ pub fn summarize(
         final_loss: finished.map(|f| f.1).or(last_loss),
         wall_time_s: facts.wall_time_s,
         training_time_s: finished.map(|f| f.2),
-        mean_samples_per_sec: mean(&throughput),
+        mean_samples_per_sec: [steady, all]
+            .into_iter()
+            .find(|(_, ms)| *ms > 0.0)
+            .map(|(sum, ms)| sum / ms)
+            .or_else(|| mean(&throughput)),
         best_samples_per_sec: max(&throughput),
         step_time_p50_ms: percentile(&step_times, 50.0),
         step_time_p90_ms: percentile(&step_times, 90.0),

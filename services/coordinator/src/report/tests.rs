@@ -115,7 +115,9 @@ fn summary_of_progress_windows_and_rank_stats() {
     assert_eq!(s.training_time_s, Some(11.0));
     assert_eq!(s.wall_time_s, 12.5);
     assert_eq!(s.progress_windows, 10);
-    assert_eq!(s.mean_samples_per_sec, Some(550.0));
+    // Windows of 10 steps at 10i ms a step and 100i samples/s: weighted by
+    // time, sum(100i x 100i) / sum(100i) = 100 x 385 / 55.
+    assert_eq!(s.mean_samples_per_sec, Some(700.0));
     assert_eq!(s.best_samples_per_sec, Some(1000.0));
     assert_eq!(s.step_time_p50_ms, Some(50.0));
     assert_eq!(s.step_time_p90_ms, Some(90.0));
@@ -132,6 +134,43 @@ fn summary_of_progress_windows_and_rank_stats() {
     assert_eq!(r0.gpu, RankGpuUsage::default());
 }
 
+fn started(start_step: i64) -> EventPayload {
+    EventPayload::Rank(ProgressLine::Started {
+        world_size: 1,
+        device: "cpu".into(),
+        total_steps: 40,
+        start_step,
+        global_batch: 32,
+        parameters: 1000,
+    })
+}
+
+#[test]
+fn warmup_windows_are_left_out_of_the_mean_only() {
+    let lines = vec![
+        started(0),
+        progress(1, 1.0, 500.0, 3.0),
+        progress(11, 100.0, 10.0, 2.0),
+        // A restart resumes from step 11: its first step warms up again.
+        started(11),
+        progress(12, 2.0, 400.0, 2.0),
+        progress(22, 300.0, 10.0, 1.0),
+    ];
+    let s = summarize(&facts(), &events(lines), BTreeMap::new());
+    // 10 steps x 10 ms at 100/s, then 10 x 10 ms at 300/s.
+    assert_eq!(s.mean_samples_per_sec, Some(200.0));
+    assert_eq!(s.best_samples_per_sec, Some(300.0));
+    assert_eq!(s.progress_windows, 4);
+    assert_eq!(s.step_time_p99_ms, Some(500.0), "percentiles keep warm-up");
+    // Only warm-up windows: they are all there is.
+    let s = summarize(
+        &facts(),
+        &events(vec![started(0), progress(1, 4.0, 250.0, 3.0)]),
+        BTreeMap::new(),
+    );
+    assert_eq!(s.mean_samples_per_sec, Some(4.0));
+}
+
 #[test]
 fn unfinished_training_uses_the_newest_window() {
     let lines = vec![progress(5, 10.0, 3.0, 2.0), progress(10, 30.0, 1.0, 1.5)];
@@ -139,7 +178,8 @@ fn unfinished_training_uses_the_newest_window() {
     assert_eq!(s.steps, 10);
     assert_eq!(s.final_loss, Some(1.5));
     assert_eq!(s.training_time_s, None);
-    assert_eq!(s.mean_samples_per_sec, Some(20.0));
+    // 5 steps x 3 ms at 10/s, then 5 steps x 1 ms at 30/s: 300 / 20.
+    assert_eq!(s.mean_samples_per_sec, Some(15.0));
     assert!(s.ranks.is_empty());
 }
 
