@@ -1,5 +1,5 @@
 //! Job reports end to end: a 1-rank and a 2-rank training of the same config
-//! run to SUCCEEDED on real cohort-rank processes; GetTrainingReport and
+//! run to SUCCEEDED on real cohort-rank processes (SQLite and PostgreSQL); GetTrainingReport and
 //! `cohort train report` give the summary and the scaling row of the 2-rank
 //! run against the 1-rank one; the report files are in the data dir.
 
@@ -40,8 +40,17 @@ async fn report(cluster: &Cluster, id: &str) -> v1::TrainingReport {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn report_of_one_and_two_rank_runs() {
-    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+async fn report_of_one_and_two_rank_runs_sqlite() {
+    one_and_two_rank_runs(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_of_one_and_two_rank_runs_postgres() {
+    one_and_two_rank_runs(Backend::Postgres).await;
+}
+
+async fn one_and_two_rank_runs(backend: Backend) {
+    let cluster = Cluster::start(ClusterOptions::new(backend, 1)).await;
     let job = SaeJob::small();
     let one = run_to_success(&cluster, &job, 1).await;
     let two = run_to_success(&cluster, &job, 2).await;
