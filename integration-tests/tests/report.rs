@@ -1,7 +1,8 @@
-//! Job reports end to end: a 1-rank and a 2-rank training of the same config
-//! run to SUCCEEDED on real cohort-rank processes (SQLite and PostgreSQL); GetTrainingReport and
-//! `cohort train report` give the summary and the scaling row of the 2-rank
-//! run against the 1-rank one; the report files are in the data dir.
+//! Job reports end to end, on SQLite and PostgreSQL: a 1-rank and a 2-rank
+//! training of the same config run to SUCCEEDED on real cohort-rank
+//! processes; GetTrainingReport and `cohort train report` give the summary
+//! and the scaling row of the 2-rank run against the 1-rank one; the report
+//! files are in the data dir.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
