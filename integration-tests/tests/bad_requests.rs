@@ -203,7 +203,6 @@ async fn request_id_creates_one_training_postgres() {
 /// common.proto's error model: REQUEST_ID_CONFLICT "a request_id was reused
 /// with a different request (ALREADY_EXISTS)".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the coordinator to compare a replayed request_id's request (it returns the first training instead of REQUEST_ID_CONFLICT)"]
 async fn reused_request_id_with_another_request_conflicts() {
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 0)).await;
     let mut client = cluster.training().await;

@@ -243,7 +243,6 @@ async fn four_ranks_across_two_agents_postgres() {
 /// training, newest first", pages included; with `checkpoint.keep` (default 3)
 /// the ranks delete older ones, which are then not complete checkpoints anymore.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs ListCheckpoints newest first and without pruned checkpoints (services/coordinator/src/api/training.rs lists all, oldest first)"]
 async fn checkpoints_are_listed_newest_first() {
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     let job = SaeJob {
@@ -325,7 +324,6 @@ async fn running_before_progress_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittent (2 of 4 runs fail): needs the RankStarted race fixed on PostgreSQL: concurrent rank_started transactions (persistence/placements.rs, READ COMMITTED) each see the other agent's ranks PENDING, so SCHEDULED -> RUNNING is only recorded when the ranks exit"]
 async fn running_before_progress_postgres() {
     running_before_progress(Backend::Postgres).await;
 }

@@ -161,7 +161,6 @@ async fn coordinator_killed_mid_job_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittent: needs the RankStarted race fixed on PostgreSQL (see end_to_end::running_before_progress_postgres): the training can stay SCHEDULED, and after the restart it is declared hung (60 s) and restarted"]
 async fn coordinator_killed_mid_job_postgres() {
     coordinator_killed_mid_job(Backend::Postgres).await;
 }

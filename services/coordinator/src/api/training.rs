@@ -419,8 +419,9 @@ impl TrainingService for TrainingApi {
             ));
         }
         let limit = page_size(req.page_size)? as usize;
-        let after: i64 = if req.page_token.is_empty() {
-            -1
+        // The token is the step of the last checkpoint of the previous page.
+        let before: i64 = if req.page_token.is_empty() {
+            i64::MAX
         } else {
             req.page_token.parse().map_err(|_| {
                 bad_field(
@@ -431,24 +432,28 @@ impl TrainingService for TrainingApi {
             })?
         };
         let db = &self.ctx.db;
-        if db
+        let training = db
             .get_training(&req.training_id)
             .await
             .map_err(|e| from_db("list_checkpoints", e))?
-            .is_none()
-        {
-            return Err(from_db(
-                "list_checkpoints",
-                DatabaseError::TrainingNotFound(req.training_id),
-            ));
-        }
+            .ok_or_else(|| {
+                from_db(
+                    "list_checkpoints",
+                    DatabaseError::TrainingNotFound(req.training_id.clone()),
+                )
+            })?;
         let all = db
             .checkpoints(&req.training_id)
             .await
             .map_err(|e| from_db("list_checkpoints", e))?;
+        // Newest first, and only those rank 0 keeps on disk (the newest
+        // `checkpoint.keep`; it prunes older ones as it writes new ones).
+        let kept = training.config.checkpoint.keep.max(1) as usize;
         let page: Vec<_> = all
             .iter()
-            .filter(|c| c.step > after)
+            .rev()
+            .take(kept)
+            .filter(|c| c.step < before)
             .take(limit + 1)
             .collect();
         let next_page_token = if page.len() > limit {

@@ -130,6 +130,15 @@ fn place_in(
     transition_in(conn, training_id, JobState::Scheduled, reason)
 }
 
+/// Takes the training row's write lock until the transaction ends (a no-op
+/// update: PostgreSQL locks the row, SQLite the database).
+fn lock_training(conn: &mut DbConnection, training_id: &str) -> Result<(), DatabaseError> {
+    diesel::update(trainings::table.find(training_id))
+        .set(trainings::update_time.eq(trainings::update_time))
+        .execute(conn)?;
+    Ok(())
+}
+
 fn set_rank_in(
     conn: &mut DbConnection,
     training_id: &str,
@@ -213,6 +222,10 @@ impl Persistence {
     ) -> Result<Option<Training>, DatabaseError> {
         let id = training_id.to_string();
         self.transaction("rank_started", move |c| {
+            // Lock the training row first: ranks of one attempt start at once on
+            // several agents, and under READ COMMITTED two such transactions
+            // would each miss the other's start and neither would see them all.
+            lock_training(c, &id)?;
             set_rank_in(
                 c,
                 &id,
@@ -249,6 +262,7 @@ impl Persistence {
     ) -> Result<Vec<RankRecord>, DatabaseError> {
         let id = training_id.to_string();
         self.transaction("rank_ended", move |c| {
+            lock_training(c, &id)?;
             set_rank_in(c, &id, attempt, rank, state, None, (exit_code, signal))?;
             ranks_in(c, &id, attempt)
         })

@@ -118,7 +118,12 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
     let gpu_request_json = serde_json::to_string(&new.gpu_request).expect("gpu request serialises");
     if let Some(request_id) = &new.request_id {
         if let Some(row) = find_by_request_id(conn, request_id)? {
-            if row.config_json != config_json || row.gpu_request_json != gpu_request_json {
+            let same = row.config_json == config_json
+                && row.gpu_request_json == gpu_request_json
+                && row.priority == new.priority
+                && row.max_restarts == new.max_restarts
+                && row.display_name == new.display_name;
+            if !same {
                 return Err(DatabaseError::RequestIdConflict {
                     request_id: request_id.clone(),
                     existing: row.id,
