@@ -355,6 +355,11 @@ impl<'a> Trainer<'a> {
         if self.total_steps > start_step || checkpoint::latest(self.run_dir).is_none() {
             self.save_checkpoint(self.total_steps)?;
         }
+        if last_loss.is_nan() {
+            // Resumed at the last step: nothing ran, so measure the loss the
+            // final parameters give on the last step's batch.
+            last_loss = self.evaluate_last_batch()?;
+        }
         let checksum = self.sae.checksum();
         let wall = begun.elapsed().as_secs_f64();
         self.out.emit(&ProgressLine::RankFinished {
@@ -378,6 +383,26 @@ impl<'a> Trainer<'a> {
             group.barrier()?;
         }
         Ok(())
+    }
+
+    /// The loss (mse + l1 term, averaged across ranks) of the current
+    /// parameters on each rank's batch of the last step.
+    fn evaluate_last_batch(&self) -> Result<f64, RankError> {
+        let (epoch, batch) = self.sampler.position(self.total_steps - 1);
+        let indices = self.sampler.epoch_indices(epoch);
+        let x = self
+            .data
+            .batch(&indices[self.sampler.batch_range(batch)], self.kind);
+        let mut stats = tch::no_grad(|| {
+            let l = self.sae.losses(&x);
+            Tensor::stack(&[l.mse, l.l1], 0).to_kind(Kind::Float)
+        });
+        if let Some(group) = &self.group {
+            group.allreduce_sum(&mut [&mut stats], false)?;
+            stats = stats / self.launch.world_size as f64;
+        }
+        let v = Vec::<f64>::try_from(stats.to_kind(Kind::Double).to_device(Device::Cpu))?;
+        Ok(v[0] + self.cfg.model.l1_coefficient * v[1])
     }
 
     fn report(&self, step: i64, epoch: i64, mse: f64, l1: f64, w: &Window) {

@@ -164,3 +164,37 @@ fn every_allreduce_mode_trains_the_same_parameters() {
         }
     }
 }
+
+#[test]
+fn a_run_resumed_at_its_last_step_reports_the_final_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "sae.toml", &config(32, 20, 10));
+    let run = dir.path().join("run");
+    let finished_loss = |results: &[Finished]| {
+        results[0]
+            .lines
+            .iter()
+            .find_map(|l| match l {
+                ProgressLine::Finished { loss, .. } => Some(*loss),
+                _ => None,
+            })
+            .expect("a finished line")
+    };
+    let first = run_group(&cfg, &run, 2);
+    assert!(first.iter().all(|r| r.code == Some(0)));
+    let again = run_group(&cfg, &run, 2);
+    assert!(
+        again.iter().all(|r| r.code == Some(0)),
+        "{}",
+        again[0].stderr
+    );
+    let (before, after) = (finished_loss(&first), finished_loss(&again));
+    assert!(after.is_finite(), "loss {after}");
+    // the final parameters on the last batch: the last step's loss was taken
+    // just before its update, so the two are close, not equal
+    assert!(
+        (after - before).abs() <= 0.05 * before.abs(),
+        "{before} vs {after}"
+    );
+    assert_eq!(checksum(&first[0]), checksum(&again[0]));
+}
