@@ -399,7 +399,7 @@ impl<'a> Trainer<'a> {
         });
         if let Some(group) = &self.group {
             group.allreduce_sum(&mut [&mut stats], false)?;
-            stats = stats / self.launch.world_size as f64;
+            stats /= self.launch.world_size as f64;
         }
         let v = Vec::<f64>::try_from(stats.to_kind(Kind::Double).to_device(Device::Cpu))?;
         Ok(v[0] + self.cfg.model.l1_coefficient * v[1])
