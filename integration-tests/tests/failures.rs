@@ -362,3 +362,86 @@ async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried()
     );
     assert_clean(&cluster).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slowed_rank_is_reported_as_a_straggler_and_the_job_continues() {
+    let cluster = cluster(2).await;
+    let job = SaeJob {
+        steps: 1_000_000,
+        log_every: 10,
+        ..SaeJob::small()
+    };
+    let id = create(&cluster, create_request(&job, 4, true)).await;
+    cluster
+        .wait_state(&id, State::Running, Duration::from_secs(60))
+        .await;
+    wait_first_progress(&cluster, &id).await;
+    let slow = rank_pid(&cluster, &id, 1, 3).expect("rank 3 runs");
+    // Rank 3 runs a quarter of the time: its compute per step grows, its
+    // peers wait for it in the all-reduce.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let throttle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                signal(slow, Signal::SIGSTOP);
+                std::thread::sleep(Duration::from_millis(30));
+                signal(slow, Signal::SIGCONT);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut client = cluster.training().await;
+    let seen = watch_until(
+        &mut client,
+        &id,
+        0,
+        Duration::from_secs(90),
+        |e| matches!(&e.event, Some(Event::Straggler(s)) if s.rank == 3 && s.straggling),
+    )
+    .await
+    .expect("WatchTraining");
+    let flagged = cluster.get_training(&id).await.straggler_ranks;
+    let notes: Vec<String> = cluster
+        .list_gpus()
+        .await
+        .into_iter()
+        .flat_map(|g| g.health_notes)
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    throttle.join().unwrap();
+    signal(slow, Signal::SIGCONT);
+    assert!(
+        seen.events
+            .iter()
+            .any(|e| matches!(&e.event, Some(Event::Straggler(s)) if s.rank == 3)),
+        "no straggler report: {:?}",
+        seen.events.iter().rev().take(5).collect::<Vec<_>>()
+    );
+    assert_eq!(flagged, vec![3]);
+    assert!(
+        notes.iter().any(|n| n.contains("straggler: rank 3")),
+        "{notes:?}"
+    );
+    // the job goes on
+    assert_eq!(cluster.get_training(&id).await.state(), State::Running);
+    cluster
+        .training()
+        .await
+        .cancel_training(v1::CancelTrainingRequest {
+            id: id.clone(),
+            reason: "done".into(),
+        })
+        .await
+        .expect("cancel");
+    assert_clean(&cluster).await;
+}
+
+async fn wait_first_progress(cluster: &Cluster, id: &str) {
+    let mut client = cluster.training().await;
+    watch_until(&mut client, id, 0, Duration::from_secs(60), |e| {
+        matches!(e.event, Some(Event::Progress(_)))
+    })
+    .await
+    .expect("WatchTraining");
+}

@@ -47,6 +47,14 @@ impl GpuApi {
                         .iter()
                         .map(|(pid, name)| selection::candidate::foreign_note(*pid, name)),
                 );
+                if let Some(h) = hold.as_ref() {
+                    if self.ctx.jobs.stragglers(&h.training_id).contains(&h.rank) {
+                        notes.push(format!(
+                            "straggler: rank {} of {} computes over 1.5x slower than its peers",
+                            h.rank, h.training_id
+                        ));
+                    }
+                }
                 if info.simulated {
                     notes.push("simulated GPU".to_string());
                 }
