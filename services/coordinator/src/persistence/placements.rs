@@ -130,6 +130,27 @@ fn place_in(
     transition_in(conn, training_id, JobState::Scheduled, reason)
 }
 
+/// Trainings in `state` by priority (higher first), then age.
+fn trainings_in_state(
+    conn: &mut DbConnection,
+    state: JobState,
+) -> Result<Vec<Training>, DatabaseError> {
+    let ids: Vec<String> = trainings::table
+        .filter(trainings::state.eq(state.as_str()))
+        .order((
+            trainings::priority.desc(),
+            trainings::create_time.asc(),
+            trainings::id.asc(),
+        ))
+        .select(trainings::id)
+        .load(conn)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.extend(load_training(conn, &id)?);
+    }
+    Ok(out)
+}
+
 /// Takes the training row's write lock until the transaction ends (a no-op
 /// update: PostgreSQL locks the row, SQLite the database).
 fn lock_training(conn: &mut DbConnection, training_id: &str) -> Result<(), DatabaseError> {
@@ -395,23 +416,10 @@ impl Persistence {
         .await
     }
 
-    /// QUEUED trainings in scheduling order: priority (higher first), then age.
+    /// QUEUED trainings by priority (higher first), then age.
     pub async fn queued_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
         self.transaction("queued_trainings", |c| {
-            let ids: Vec<String> = trainings::table
-                .filter(trainings::state.eq(JobState::Queued.as_str()))
-                .order((
-                    trainings::priority.desc(),
-                    trainings::create_time.asc(),
-                    trainings::id.asc(),
-                ))
-                .select(trainings::id)
-                .load(c)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                out.extend(load_training(c, &id)?);
-            }
-            Ok(out)
+            trainings_in_state(c, JobState::Queued)
         })
         .await
     }
@@ -457,19 +465,10 @@ impl Persistence {
         .await
     }
 
-    /// RESTARTING trainings, oldest first.
+    /// RESTARTING trainings by priority (higher first), then age.
     pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
         self.transaction("restarting_trainings", |c| {
-            let ids: Vec<String> = trainings::table
-                .filter(trainings::state.eq(JobState::Restarting.as_str()))
-                .order((trainings::priority.desc(), trainings::create_time.asc()))
-                .select(trainings::id)
-                .load(c)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                out.extend(load_training(c, &id)?);
-            }
-            Ok(out)
+            trainings_in_state(c, JobState::Restarting)
         })
         .await
     }
