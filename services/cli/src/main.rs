@@ -16,6 +16,7 @@ mod errors;
 mod render;
 
 use clap::{Args, Parser, Subcommand};
+use cohort_spec::duration::parse_duration;
 use errors::CliError;
 use render::OutputFormat;
 use std::io::Write;
@@ -295,10 +296,10 @@ pub struct TelemetryQueryArgs {
     #[command(flatten)]
     pub filter: MetricsFilterArgs,
     /// How far back to look, e.g. `90s`, `10m`, `2h`, `1d`.
-    #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_span)]
+    #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_duration)]
     pub since: Duration,
     /// Bucket width, e.g. `30s` (default: the range / 100, at least 1 s).
-    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
     pub step: Option<Duration>,
 }
 
@@ -307,10 +308,10 @@ pub struct TelemetryHistoryArgs {
     #[command(flatten)]
     pub filter: MetricsFilterArgs,
     /// How far back to look, e.g. `90s`, `15m`, `2h`, `1d`.
-    #[arg(long, value_name = "SPAN", default_value = "15m", value_parser = parse_span)]
+    #[arg(long, value_name = "SPAN", default_value = "15m", value_parser = parse_duration)]
     pub since: Duration,
     /// Bucket width, e.g. `10s` (default: the range / 60, at least 1 s).
-    #[arg(long, value_name = "SPAN", value_parser = parse_span)]
+    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
     pub step: Option<Duration>,
 }
 
@@ -320,6 +321,16 @@ pub enum SeverityArg {
     Info,
     Warning,
     Critical,
+}
+
+impl From<SeverityArg> for cohort_proto::v1::AlertSeverity {
+    fn from(s: SeverityArg) -> Self {
+        match s {
+            SeverityArg::Info => Self::Info,
+            SeverityArg::Warning => Self::Warning,
+            SeverityArg::Critical => Self::Critical,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -337,7 +348,7 @@ pub struct AlertsListArgs {
     #[arg(long)]
     pub all: bool,
     /// With `--all`: how far back resolved alerts go, e.g. `90m`, `24h`, `7d`.
-    #[arg(long, value_name = "SPAN", default_value = "24h", value_parser = parse_span)]
+    #[arg(long, value_name = "SPAN", default_value = "24h", value_parser = parse_duration)]
     pub since: Duration,
     /// After the table, keep following raises and resolutions.
     #[arg(long)]
@@ -369,29 +380,6 @@ pub struct AlertsWatchArgs {
     /// Stop after this many alerts (default: until interrupted).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
-}
-
-/// A time span: a number with `s`, `m`, `h` or `d` (seconds without a unit).
-fn parse_span(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (t, "s"),
-    };
-    let scale = match unit {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a time span like 90s, 10m or 2h"))?;
-    Duration::try_from_secs_f64(value * scale)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{text:?} must be a positive time span"))
 }
 
 /// A duration in seconds, e.g. `5` or `0.5`.
@@ -571,13 +559,6 @@ mod tests {
 
     #[test]
     fn spans() {
-        assert_eq!(parse_span("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_span("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_span("30"), Ok(Duration::from_secs(30)));
-        assert!(parse_span("10y").is_err());
-        assert!(parse_span("0s").is_err());
-        assert!(parse_span("-1m").is_err());
         let cli = parse(&["telemetry", "query", "--since", "1h", "--step", "1m"]).unwrap();
         let Command::Telemetry(TelemetryCommand::Query(args)) = cli.command else {
             panic!("not query");

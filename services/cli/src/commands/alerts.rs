@@ -6,7 +6,7 @@ use super::telemetry::filter;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::{AlertsWatchArgs, SeverityArg};
+use crate::AlertsWatchArgs;
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event, AlertSeverity,
     WatchAlertsRequest,
@@ -14,12 +14,9 @@ use cohort_proto::v1::{
 
 /// The request the flags describe.
 pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
-    let min_severity = match args.min_severity {
-        None => AlertSeverity::Unspecified,
-        Some(SeverityArg::Info) => AlertSeverity::Info,
-        Some(SeverityArg::Warning) => AlertSeverity::Warning,
-        Some(SeverityArg::Critical) => AlertSeverity::Critical,
-    };
+    let min_severity = args
+        .min_severity
+        .map_or(AlertSeverity::Unspecified, AlertSeverity::from);
     WatchAlertsRequest {
         min_severity: min_severity as i32,
         filter: Some(filter(&args.filter)),

@@ -9,7 +9,7 @@ use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::table::{alert_line, Table};
 use crate::render::{emit, emit_json, json, short_name, time, OutputFormat};
-use crate::{AlertsListArgs, SeverityArg};
+use crate::AlertsListArgs;
 use cohort_proto::v1::{
     self, telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event,
     AlertSeverity, WatchAlertsRequest,
@@ -18,12 +18,9 @@ use serde_json::Value;
 
 /// The request the flags describe.
 pub fn request(args: &AlertsListArgs) -> WatchAlertsRequest {
-    let min_severity = match args.min_severity {
-        None => AlertSeverity::Unspecified,
-        Some(SeverityArg::Info) => AlertSeverity::Info,
-        Some(SeverityArg::Warning) => AlertSeverity::Warning,
-        Some(SeverityArg::Critical) => AlertSeverity::Critical,
-    };
+    let min_severity = args
+        .min_severity
+        .map_or(AlertSeverity::Unspecified, AlertSeverity::from);
     WatchAlertsRequest {
         min_severity: min_severity as i32,
         filter: Some(filter(&args.filter)),
@@ -128,6 +125,7 @@ pub async fn list(
 mod tests {
     use super::*;
     use crate::MetricsFilterArgs;
+    use crate::SeverityArg;
     use std::time::Duration;
 
     fn args(all: bool) -> AlertsListArgs {
