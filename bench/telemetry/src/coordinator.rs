@@ -103,6 +103,7 @@ impl Coordinator {
             .arg("--metrics-listen")
             .arg(metrics.to_string())
             .args(&db_args)
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)

@@ -66,6 +66,9 @@ struct Args {
     connect_concurrency: usize,
 }
 
+/// Connect attempts per agent during set-up.
+const CONNECT_ATTEMPTS: u64 = 5;
+
 /// Runs `make(i)` for i in 0..n, at most `limit` at a time; all must succeed.
 async fn all_of<T, F, Fut>(n: usize, limit: usize, make: F) -> anyhow::Result<Vec<T>>
 where
@@ -95,7 +98,9 @@ where
 struct Reading {
     at: Instant,
     coordinator_cpu: Option<Duration>,
+    coordinator_wait: Option<Duration>,
     bench_cpu: Option<Duration>,
+    bench_wait: Option<Duration>,
     ingested: Option<u64>,
 }
 
@@ -115,7 +120,11 @@ async fn read(coordinator: &Coordinator) -> Reading {
         coordinator_cpu: coordinator
             .pid
             .and_then(|pid| procstat::cpu_time(Some(pid)).ok()),
+        coordinator_wait: coordinator
+            .pid
+            .and_then(|pid| procstat::run_queue_wait(Some(pid)).ok()),
         bench_cpu: procstat::cpu_time(None).ok(),
+        bench_wait: procstat::run_queue_wait(None).ok(),
         ingested,
     }
 }
@@ -134,6 +143,9 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let result = run(&args, &coordinator).await;
+    if let Some(log) = &coordinator.log {
+        print_warnings(log);
+    }
     if result.is_err() {
         if let Some(log) = &coordinator.log {
             eprintln!("coordinator log: {}", log.display());
@@ -167,9 +179,25 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
     .await?;
     let prefix = format!("bench-{}", std::process::id());
     let connect_started = Instant::now();
+    // Like a real agent, one whose Connect is refused tries again after a pause.
+    let retries = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let registered = all_of(args.agents, args.connect_concurrency, |i| {
-        let (url, prefix) = (url.clone(), prefix.clone());
-        async move { agents::connect(&url, &prefix, i).await }
+        let (url, prefix, retries) = (url.clone(), prefix.clone(), retries.clone());
+        async move {
+            let mut attempt = 1;
+            loop {
+                match agents::connect(&url, &prefix, i).await {
+                    Ok(agent) => return Ok(agent),
+                    Err(e) if attempt < CONNECT_ATTEMPTS => {
+                        eprintln!("bench: agent {i}: {e:#}; retrying");
+                        retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                        attempt += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
     })
     .await?;
     let connect_took = connect_started.elapsed();
@@ -187,9 +215,10 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
     let t1 = t0 + args.duration;
     let stop = t1 + args.drain;
     eprintln!(
-        "bench: {} agents registered in {:.1}s; warm-up {:?}, window {:?}, drain {:?}",
+        "bench: {} agents registered in {:.1}s ({} refused Connects retried); warm-up {:?}, window {:?}, drain {:?}",
         args.agents,
         connect_took.as_secs_f64(),
+        retries.load(std::sync::atomic::Ordering::Relaxed),
         args.warmup,
         args.duration,
         args.drain
@@ -255,10 +284,40 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
             (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
             _ => None,
         },
+        coordinator_wait_percent: match (before.coordinator_wait, after.coordinator_wait) {
+            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
+            _ => None,
+        },
+        bench_wait_percent: match (before.bench_wait, after.bench_wait) {
+            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
+            _ => None,
+        },
+        load_average: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string)),
         coordinator_peak_rss: peak_rss,
     };
     print!("{}", figures.render());
     Ok(())
+}
+
+/// The coordinator's WARN and ERROR log lines (e.g. the history writer
+/// dropping rows): how many, and the first few.
+fn print_warnings(log: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return;
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    if lines.is_empty() {
+        return;
+    }
+    println!("coordinator warnings         {} lines; first:", lines.len());
+    for line in lines.iter().take(3) {
+        println!("  {line}");
+    }
 }
 
 /// Stored rows of the window once the history writer has caught up: the

@@ -56,3 +56,25 @@ pub fn peak_rss(pid: Option<u32>) -> anyhow::Result<u64> {
 pub fn percent_of_core(before: Duration, after: Duration, wall: Duration) -> f64 {
     after.saturating_sub(before).as_secs_f64() / wall.as_secs_f64() * 100.0
 }
+
+/// Time the threads of `pid` (or `self`) spent runnable but waiting for a
+/// CPU (the run queue), summed over its live threads, from
+/// /proc/<pid>/task/*/schedstat (field 2, ns). Threads that exit take their
+/// share with them, so this is a lower bound.
+pub fn run_queue_wait(pid: Option<u32>) -> anyhow::Result<Duration> {
+    let dir = match pid {
+        Some(pid) => format!("/proc/{pid}/task"),
+        None => "/proc/self/task".to_string(),
+    };
+    let mut nanos = 0u64;
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
+        let path = entry?.path().join("schedstat");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if let Some(wait) = text.split_whitespace().nth(1) {
+            nanos += wait.parse::<u64>().unwrap_or(0);
+        }
+    }
+    Ok(Duration::from_nanos(nanos))
+}

@@ -20,6 +20,11 @@ pub struct Figures {
     pub seen: Vec<Seen>,
     pub coordinator_cpu_percent: Option<f64>,
     pub bench_cpu_percent: Option<f64>,
+    /// Time runnable but waiting for a CPU, as percent of one core.
+    pub coordinator_wait_percent: Option<f64>,
+    pub bench_wait_percent: Option<f64>,
+    /// The 1-minute load average at the end of the window.
+    pub load_average: Option<String>,
     pub coordinator_peak_rss: Option<u64>,
 }
 
@@ -130,8 +135,19 @@ impl Figures {
         );
         let _ = writeln!(
             w,
-            "bench CPU                    {}% of one core",
-            opt(self.bench_cpu_percent, 0)
+            "coordinator run-queue wait   {}% of one core (runnable, waiting for a CPU)",
+            opt(self.coordinator_wait_percent, 0)
+        );
+        let _ = writeln!(
+            w,
+            "bench CPU                    {}% of one core; run-queue wait {}%",
+            opt(self.bench_cpu_percent, 0),
+            opt(self.bench_wait_percent, 0)
+        );
+        let _ = writeln!(
+            w,
+            "machine load average (1 min) {}",
+            self.load_average.as_deref().unwrap_or("n/a")
         );
         if !errors.is_empty() {
             let _ = writeln!(
@@ -143,7 +159,7 @@ impl Figures {
         }
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
             self.backend,
             self.agents,
             self.agents * GPUS_PER_AGENT,
@@ -159,8 +175,10 @@ impl Figures {
             stored_lost.map_or_else(|| "n/a".into(), |l| l.to_string()),
             format_args!("{lost_total} ({lagged})"),
             opt(self.coordinator_cpu_percent, 0),
+            opt(self.coordinator_wait_percent, 0),
             opt(rss_mib, 0),
             opt(self.bench_cpu_percent, 0),
+            self.load_average.as_deref().unwrap_or("n/a"),
         );
         out
     }
