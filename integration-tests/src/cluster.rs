@@ -264,10 +264,15 @@ impl Cluster {
                     .map_err(|s| format!("ListGpus: {s:?}"))?
                     .into_inner()
                     .gpus;
-                if gpus.len() >= want {
+                // GPUs of agents not (yet) connected are listed OFFLINE
+                let live = gpus
+                    .iter()
+                    .filter(|g| g.availability() != v1::GpuAvailability::Offline)
+                    .count();
+                if live >= want {
                     Ok(())
                 } else {
-                    Err(format!("{} of {want} GPUs listed", gpus.len()))
+                    Err(format!("{live} of {want} GPUs connected"))
                 }
             }
         };

@@ -97,7 +97,13 @@ async fn assert_clean(cluster: &Cluster) {
             .list_gpus()
             .await
             .into_iter()
-            .filter(|g| g.availability() != v1::GpuAvailability::Available)
+            // a killed agent's GPUs are listed OFFLINE; every live one must be free
+            .filter(|g| {
+                !matches!(
+                    g.availability(),
+                    v1::GpuAvailability::Available | v1::GpuAvailability::Offline
+                )
+            })
             .map(|g| {
                 format!(
                     "{} held by {}",
@@ -244,6 +250,18 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
     assert!(
         detected < Duration::from_secs(AGENT_TIMEOUT_S + 10),
         "detected after {detected:?}"
+    );
+    let lost: Vec<v1::GpuAvailability> = cluster
+        .list_gpus()
+        .await
+        .into_iter()
+        .filter(|g| g.agent_id == victim_id)
+        .map(|g| g.availability())
+        .collect();
+    assert_eq!(
+        lost,
+        vec![v1::GpuAvailability::Offline; 2],
+        "the lost agent's GPUs"
     );
     let done = cluster
         .wait_state(&id, State::Succeeded, Duration::from_secs(180))

@@ -116,10 +116,44 @@ impl GpuService for GpuApi {
         request: Request<v1::ListGpusRequest>,
     ) -> Result<Response<v1::ListGpusResponse>, Status> {
         let req = request.into_inner();
-        let gpus = self
-            .snapshot()
+        let mut gpus: Vec<v1::Gpu> = self.snapshot().into_iter().map(|(_, gpu)| gpu).collect();
+        // GPUs of agents that are gone: known, OFFLINE, never placed on.
+        let agents = self
+            .ctx
+            .db
+            .list_agents()
+            .await
+            .map_err(|e| crate::api::status::from_db("list_gpus", e))?;
+        for agent in agents
+            .iter()
+            .filter(|a| !self.ctx.fleet.is_connected(&a.id))
+        {
+            for g in &agent.gpus {
+                gpus.push(v1::Gpu {
+                    info: Some(v1::GpuInfo {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        name: g.name.clone(),
+                        memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
+                        compute_capability: g.compute_capability.clone(),
+                        simulated: g.simulated,
+                    }),
+                    agent_id: agent.id.clone(),
+                    agent_name: agent.name.clone(),
+                    host_name: agent.host_name.clone(),
+                    availability: v1::GpuAvailability::Offline as i32,
+                    rank: -1,
+                    health_notes: vec![format!(
+                        "agent disconnected (last seen {})",
+                        agent.last_seen_time.format("%Y-%m-%dT%H:%M:%SZ")
+                    )],
+                    last_seen_time: Some(crate::api::convert::timestamp(agent.last_seen_time)),
+                    ..Default::default()
+                });
+            }
+        }
+        let gpus = gpus
             .into_iter()
-            .map(|(_, gpu)| gpu)
             .filter(|g| {
                 req.agent_id.is_empty()
                     || req.agent_id == g.agent_id

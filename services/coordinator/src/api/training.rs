@@ -226,6 +226,9 @@ impl TrainingApi {
                     Unplaceable::NotSuitable(why) => {
                         (reason::INSUFFICIENT_GPUS, "why", why.clone())
                     }
+                    Unplaceable::WaitingForHealthy(why) => {
+                        (reason::GPU_UNHEALTHY, "why", why.clone())
+                    }
                 };
                 let code = if matches!(why, Unplaceable::Unknown(_)) {
                     tonic::Code::NotFound

@@ -217,6 +217,14 @@ impl Jobs {
         };
         let choice = recommend(&candidates, need, count, false);
         if let Some(why) = choice.shortfall {
+            let unhealthy = choice
+                .rejected
+                .iter()
+                .filter(|(_, u)| matches!(u, crate::selection::Unsuitable::Unhealthy(_)))
+                .count();
+            if choice.chosen.len() + unhealthy >= count {
+                return Err(Unplaceable::WaitingForHealthy(why));
+            }
             return Err(Unplaceable::NotSuitable(why));
         }
         let free = self.fleet.free_gpus();

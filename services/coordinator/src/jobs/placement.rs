@@ -22,6 +22,8 @@ pub enum Unplaceable {
     Unknown(Vec<String>),
     /// Not enough suitable GPUs (free, healthy, enough memory): the recommender's reason.
     NotSuitable(String),
+    /// Enough GPUs exist, but some are unhealthy (ECC errors, faults).
+    WaitingForHealthy(String),
 }
 
 impl Unplaceable {
@@ -33,6 +35,7 @@ impl Unplaceable {
             Unplaceable::Busy(_) => "GPU_BUSY",
             Unplaceable::Unknown(_) => "GPU_NOT_FOUND",
             Unplaceable::NotSuitable(_) => "INSUFFICIENT_GPUS",
+            Unplaceable::WaitingForHealthy(_) => "WAITING_FOR_HEALTHY_GPU",
         }
     }
 }
@@ -55,6 +58,7 @@ impl std::fmt::Display for Unplaceable {
                 ids.join(", ")
             ),
             Unplaceable::NotSuitable(why) => write!(f, "INSUFFICIENT_GPUS: {why}"),
+            Unplaceable::WaitingForHealthy(why) => write!(f, "WAITING_FOR_HEALTHY_GPU: {why}"),
         }
     }
 }
