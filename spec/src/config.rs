@@ -183,12 +183,14 @@ pub enum Device {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AllreduceMode {
-    /// Two flat buckets: the decoder's gradients are all-reduced while the
-    /// encoder's are computed, then the encoder's (the default).
+    /// One flat coalesced buffer, one collective per step, after the backward
+    /// pass (the default: the fastest measured on CPU, docs/benchmarks.md).
     #[default]
-    Overlap,
-    /// One flat coalesced buffer, one collective per step, after the backward pass.
     Flat,
+    /// Two flat buckets: the decoder's gradients are all-reduced while the
+    /// encoder's are computed, then the encoder's. Pays off when the
+    /// collective has cores (or a GPU stream) of its own.
+    Overlap,
     /// One collective per parameter tensor (kept for benchmarks).
     PerParam,
 }
@@ -506,7 +508,7 @@ num_samples = 1000
         let c = TrainingConfig::from_toml(MINIMAL).unwrap();
         assert_eq!(c.d_sae(), 512);
         assert_eq!(c.checkpoint.every_steps, 100);
-        assert_eq!(c.runtime.allreduce, AllreduceMode::Overlap);
+        assert_eq!(c.runtime.allreduce, AllreduceMode::Flat);
         assert_eq!(c.parameter_count(), 64 * 512 * 2 + 512 + 64);
     }
 
