@@ -24,7 +24,7 @@
 //! - `flat` / `per_param`: the graph is freed when the backward pass ends,
 //!   before the gradients are flattened; only the code `z` (held by the
 //!   step's losses) outlives it: max(activations, gradients + z).
-//! - `overlap` (the default): the graph is kept while the decoder's bucket is
+//! - `overlap`: the graph is kept while the decoder's bucket is
 //!   reduced and the encoder's gradients are computed (activations + half the
 //!   gradients); at the end the buckets and their averaged copies are alive
 //!   with `z` and its gradient `dz`: max(activations + gradients / 2,
@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(i.dtype, Dtype::Bf16);
         assert_eq!(i.data_bytes, 1000 * 64 * 4);
         assert!(!i.on_gpu);
-        assert_eq!(i.allreduce, AllreduceMode::Overlap, "the default");
+        assert_eq!(i.allreduce, AllreduceMode::Flat, "the default");
         assert_eq!(
             estimate(&i).parameter_count,
             cfg.parameter_count() as u64,
