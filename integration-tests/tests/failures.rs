@@ -34,7 +34,7 @@ async fn cluster(agents: usize) -> Cluster {
 /// A job long enough to be interrupted: checkpoints every 20 steps.
 fn long_job() -> SaeJob {
     SaeJob {
-        steps: 240,
+        steps: 480,
         checkpoint_every: 20,
         log_every: 10,
         ..SaeJob::small()
@@ -315,20 +315,28 @@ async fn a_frozen_rank_is_a_hang_and_the_gang_restarts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried() {
     let cluster = cluster(1).await;
-    let mut request = create_request(&long_job(), 2, true);
+    // a job that runs until killed, so every attempt is there to be killed
+    let endless = SaeJob {
+        steps: 1_000_000,
+        ..long_job()
+    };
+    let mut request = create_request(&endless, 2, true);
     request.max_restarts = Some(1);
     let id = create(&cluster, request).await;
     for attempt in 1..=2 {
-        let pid = eventually(
-            "a rank of the attempt to run",
-            Duration::from_secs(60),
-            || async {
-                rank_pid(&cluster, &id, attempt, 0)
-                    .ok_or_else(|| format!("attempt {attempt} not running"))
-            },
-        )
+        let pid = eventually("the attempt to run", Duration::from_secs(60), || async {
+            let t = cluster.get_training(&id).await;
+            let running = t.state() == State::Running && t.attempt == attempt;
+            match rank_pid(&cluster, &id, attempt, 0) {
+                Some(pid) if running => Ok(pid),
+                _ => Err(format!(
+                    "attempt {attempt}: {:?} (attempt {})",
+                    t.state(),
+                    t.attempt
+                )),
+            }
+        })
         .await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
         signal(pid, Signal::SIGKILL);
     }
     let failed = cluster
