@@ -9,8 +9,9 @@ use crate::render::{emit, emit_json, json, table, OutputFormat};
 use crate::AlertsWatchArgs;
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event, AlertSeverity,
-    WatchAlertsRequest,
+    WatchAlertsRequest, WatchAlertsResponse,
 };
+use tonic::Streaming;
 
 /// The request the flags describe.
 pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
@@ -31,7 +32,17 @@ pub async fn watch(
     out: OutputFormat,
 ) -> Result<(), CliError> {
     let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
-    let mut stream = client.watch_alerts(request(args)).await?.into_inner();
+    let stream = client.watch_alerts(request(args)).await?.into_inner();
+    follow(stream, out, args.count).await
+}
+
+/// Print alerts as they are raised and resolved until the stream ends, Ctrl-C,
+/// or `count` alerts (one line each; one JSON object per line with `-o json`).
+pub async fn follow(
+    mut stream: Streaming<WatchAlertsResponse>,
+    out: OutputFormat,
+    count: Option<u64>,
+) -> Result<(), CliError> {
     let mut shown = 0u64;
     loop {
         let message = match interruptible(stream.message()).await {
@@ -54,7 +65,7 @@ pub async fn watch(
             (OutputFormat::Table, _) => continue,
         }
         shown += 1;
-        if args.count.is_some_and(|n| shown >= n) {
+        if count.is_some_and(|n| shown >= n) {
             return Ok(());
         }
     }

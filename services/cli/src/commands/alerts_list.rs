@@ -7,7 +7,7 @@ use super::interruptible;
 use super::telemetry::filter;
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::table::{alert_line, Table};
+use crate::render::table::Table;
 use crate::render::{emit, emit_json, json, short_name, time, OutputFormat};
 use crate::AlertsListArgs;
 use cohort_proto::v1::{
@@ -97,28 +97,7 @@ pub async fn list(
     if !args.watch {
         return Ok(());
     }
-    loop {
-        let message = match interruptible(stream.message()).await {
-            None => return Ok(()),
-            Some(next) => match next? {
-                Some(message) => message,
-                None => break,
-            },
-        };
-        match (out, &message.event) {
-            (OutputFormat::Json, _) => emit_json(&json::alerts_response(&message))?,
-            (OutputFormat::Table, Some(Event::Alert(a))) => emit(&alert_line(a))?,
-            (OutputFormat::Table, Some(Event::Lagged(l))) => emit(&format!(
-                "(lagged: missed {} alerts; run `cohort alerts` again to see where things stand)",
-                l.missed_events
-            ))?,
-            (OutputFormat::Table, _) => {}
-        }
-    }
-    if out == OutputFormat::Table {
-        emit("the coordinator closed the alert stream")?;
-    }
-    Ok(())
+    super::alerts::follow(stream, out, None).await
 }
 
 #[cfg(test)]
