@@ -37,6 +37,13 @@ pub struct TrainingApi {
     ctx: Context,
 }
 
+/// Shared facts for describing trainings (see `TrainingApi::lookups`).
+struct Lookups {
+    agents: Vec<crate::model::AgentRecord>,
+    /// Waiting training ids in scheduling order.
+    waiting: Vec<String>,
+}
+
 impl TrainingApi {
     pub fn new(ctx: Context) -> Self {
         Self { ctx }
@@ -128,7 +135,42 @@ fn is_final_change(e: &StoredEvent) -> bool {
 impl TrainingApi {
     /// The full Training message: the row plus the current attempt's rank map
     /// and the latest progress.
-    async fn describe(&self, training: &crate::model::Training) -> Result<v1::Training, Status> {
+    /// What describing `trainings` needs beyond their rows, loaded once per
+    /// request: the agents (for rank hosts) and the waiting order (for queue
+    /// positions), each only when some training needs it.
+    async fn lookups(&self, trainings: &[&crate::model::Training]) -> Result<Lookups, Status> {
+        use crate::model::JobState;
+        let agents = if trainings.iter().any(|t| t.attempt > 0) {
+            self.ctx
+                .db
+                .list_agents()
+                .await
+                .map_err(|e| from_db("get_training", e))?
+        } else {
+            Vec::new()
+        };
+        let waiting = if trainings
+            .iter()
+            .any(|t| matches!(t.state, JobState::Queued | JobState::Restarting))
+        {
+            let waiting = self
+                .ctx
+                .jobs
+                .waiting()
+                .await
+                .map_err(|e| from_db("get_training", e))?;
+            waiting.into_iter().map(|t| t.id).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Lookups { agents, waiting })
+    }
+
+    async fn describe(
+        &self,
+        training: &crate::model::Training,
+        lookups: &Lookups,
+    ) -> Result<v1::Training, Status> {
         let db = &self.ctx.db;
         let mut message = v1::Training::from(training);
         if training.attempt > 0 {
@@ -136,14 +178,11 @@ impl TrainingApi {
                 .ranks(&training.id, training.attempt)
                 .await
                 .map_err(|e| from_db("get_training", e))?;
-            let agents = db
-                .list_agents()
-                .await
-                .map_err(|e| from_db("get_training", e))?;
             message.ranks = ranks
                 .iter()
                 .map(|r| {
-                    let host = agents
+                    let host = lookups
+                        .agents
                         .iter()
                         .find(|a| a.id == r.slot.agent_id)
                         .map_or("", |a| a.host_name.as_str());
@@ -156,18 +195,11 @@ impl TrainingApi {
                 training.config.optim.batch_size * i64::from(training.world_size);
         }
         message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
-        if matches!(
-            training.state,
-            crate::model::JobState::Queued | crate::model::JobState::Restarting
-        ) {
-            let position = self
-                .ctx
-                .jobs
-                .queue_position(&training.id)
-                .await
-                .map_err(|e| from_db("get_training", e))?;
-            message.queue_position = position.map_or(0, |p| p as i32);
-        }
+        message.queue_position = lookups
+            .waiting
+            .iter()
+            .position(|id| *id == training.id)
+            .map_or(0, |p| p as i32 + 1);
         message.latest_progress = db
             .latest_progress(&training.id)
             .await
@@ -285,7 +317,8 @@ impl TrainingService for TrainingApi {
             .await
             .map_err(|e| from_db("get_training", e))?
             .ok_or_else(|| from_db("get_training", DatabaseError::TrainingNotFound(id)))?;
-        Ok(Response::new(self.describe(&training).await?))
+        let lookups = self.lookups(&[&training]).await?;
+        Ok(Response::new(self.describe(&training, &lookups).await?))
     }
 
     async fn list_trainings(
@@ -313,9 +346,10 @@ impl TrainingService for TrainingApi {
         };
         Ok(Response::new(v1::ListTrainingsResponse {
             trainings: {
+                let lookups = self.lookups(&trainings.iter().collect::<Vec<_>>()).await?;
                 let mut out = Vec::with_capacity(trainings.len());
                 for t in &trainings {
-                    out.push(self.describe(t).await?);
+                    out.push(self.describe(t, &lookups).await?);
                 }
                 out
             },

@@ -96,11 +96,10 @@ impl Jobs {
                 compute_ms,
                 ..
             } => {
-                let world = self.fleet_world_size(training_id);
                 let mut rt = self.rt();
                 match rt.progress.get_mut(training_id) {
                     Some(p) if p.attempt == attempt => {
-                        p.rank_stats(*rank as i32, *step, *step_time_ms, *compute_ms, world)
+                        p.rank_stats(*rank as i32, *step, *step_time_ms, *compute_ms)
                     }
                     _ => Vec::new(),
                 }
@@ -125,19 +124,6 @@ impl Jobs {
                 .await?;
         }
         Ok(())
-    }
-
-    /// How many GPUs the fleet says a training holds (its world size).
-    fn fleet_world_size(&self, training_id: &str) -> usize {
-        self.fleet
-            .all_gpus()
-            .iter()
-            .filter(|(_, g)| {
-                self.fleet
-                    .holder(&g.uuid)
-                    .is_some_and(|h| h.training_id == training_id)
-            })
-            .count()
     }
 
     /// After a rank ended: success of the whole gang, or a failure to handle.

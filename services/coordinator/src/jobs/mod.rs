@@ -162,6 +162,7 @@ impl Jobs {
     fn track(&self, training: &Training) {
         let progress = AttemptProgress::new(
             training.attempt,
+            usize::try_from(training.world_size).unwrap_or(0),
             training.config.runtime.log_every_steps,
             Instant::now(),
         );
@@ -283,15 +284,6 @@ impl Jobs {
         let mut all = self.db.restarting_trainings().await?;
         all.extend(queued);
         Ok(all)
-    }
-
-    /// A QUEUED training's position in the scheduling order (1 = next).
-    pub async fn queue_position(&self, training_id: &str) -> Result<Option<usize>, DatabaseError> {
-        let waiting = self.waiting().await?;
-        Ok(waiting
-            .iter()
-            .position(|t| t.id == training_id)
-            .map(|p| p + 1))
     }
 
     /// One look at the waiting trainings: place what fits, in order; refresh

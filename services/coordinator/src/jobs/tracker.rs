@@ -16,6 +16,8 @@ const HISTORY: usize = 64;
 #[derive(Debug)]
 pub struct AttemptProgress {
     pub attempt: i32,
+    /// Ranks of the attempt: a step's stats are complete when all reported.
+    pub world_size: usize,
     pub last_report: Instant,
     pub log_every_steps: i64,
     step_times_ms: Vec<f64>,
@@ -41,9 +43,10 @@ fn median(values: &mut [f64]) -> Option<f64> {
 }
 
 impl AttemptProgress {
-    pub fn new(attempt: i32, log_every_steps: i64, now: Instant) -> Self {
+    pub fn new(attempt: i32, world_size: usize, log_every_steps: i64, now: Instant) -> Self {
         Self {
             attempt,
+            world_size,
             last_report: now,
             log_every_steps: log_every_steps.max(1),
             step_times_ms: Vec::new(),
@@ -83,8 +86,8 @@ impl AttemptProgress {
         step: i64,
         step_time_ms: f64,
         compute_ms: f64,
-        world_size: usize,
     ) -> Vec<StragglerChange> {
+        let world_size = self.world_size;
         self.step_times_ms.push(step_time_ms);
         if self.step_times_ms.len() > HISTORY {
             self.step_times_ms.remove(0);
@@ -141,29 +144,29 @@ mod tests {
     #[test]
     fn hang_deadline_scales_with_step_time_above_a_floor() {
         let now = Instant::now();
-        let mut p = AttemptProgress::new(1, 10, now);
+        let mut p = AttemptProgress::new(1, 2, 10, now);
         let floor = Duration::from_secs(20);
         assert_eq!(p.hang_deadline(5.0, floor), floor);
         for r in 0..2 {
-            p.rank_stats(r, 10, 1000.0, 900.0, 2); // 1 s per step, 10 steps between reports
+            p.rank_stats(r, 10, 1000.0, 900.0); // 1 s per step, 10 steps between reports
         }
         assert_eq!(p.hang_deadline(5.0, floor), Duration::from_secs(50));
     }
 
     #[test]
     fn a_rank_slower_than_1_5x_the_median_three_times_straggles_until_it_recovers() {
-        let mut p = AttemptProgress::new(1, 10, Instant::now());
+        let mut p = AttemptProgress::new(1, 4, 10, Instant::now());
         let mut changes = Vec::new();
         for step in [10, 20, 30] {
             for (rank, c) in [(0, 10.0), (1, 10.0), (2, 11.0), (3, 20.0)] {
-                changes.extend(p.rank_stats(rank, step, 25.0, c, 4));
+                changes.extend(p.rank_stats(rank, step, 25.0, c));
             }
         }
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].straggling && changes[0].rank == 3 && changes[0].step == 30);
         assert_eq!(p.stragglers, vec![3]);
         for (rank, c) in [(0, 10.0), (1, 10.0), (2, 11.0), (3, 10.5)] {
-            changes.extend(p.rank_stats(rank, 40, 12.0, c, 4));
+            changes.extend(p.rank_stats(rank, 40, 12.0, c));
         }
         assert!(!changes[1].straggling && changes[1].rank == 3);
         assert!(p.stragglers.is_empty());
