@@ -2,8 +2,10 @@
 //! reason) while the first runs, then runs to SUCCEEDED after it.
 
 use cohort_integration_tests::job::create_request;
+use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::watch_to_end;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
+use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
 use std::time::Duration;
@@ -41,6 +43,38 @@ async fn second_job_waits_queued_then_runs() {
         "a queued training says why: {second:?}"
     );
     assert!(second.ranks.is_empty(), "{second:?}");
+    // it names what is missing and where it stands, in GetTraining and ListTrainings
+    eventually(
+        "the pending reason and position",
+        Duration::from_secs(10),
+        || async {
+            let waiting = cluster.get_training(&second.id).await;
+            let listed = cluster
+                .training()
+                .await
+                .list_trainings(v1::ListTrainingsRequest::default())
+                .await
+                .expect("ListTrainings")
+                .into_inner()
+                .trainings;
+            let in_list = listed
+                .iter()
+                .find(|t| t.id == second.id)
+                .map(|t| t.queue_position);
+            if waiting.state_reason.starts_with("INSUFFICIENT_GPUS")
+                && waiting.queue_position == 1
+                && in_list == Some(1)
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?} at {} (listed {in_list:?})",
+                    waiting.state_reason, waiting.queue_position
+                ))
+            }
+        },
+    )
+    .await;
     let first_now = cluster.get_training(&first.id).await;
     assert_eq!(
         first_now.state(),
