@@ -52,7 +52,12 @@ async fn report_of_one_and_two_rank_runs_postgres() {
 
 async fn one_and_two_rank_runs(backend: Backend) {
     let cluster = Cluster::start(ClusterOptions::new(backend, 1)).await;
-    let job = SaeJob::small();
+    // long enough (a few seconds) for several telemetry samples of each rank's
+    // GPU to land while the job holds it, even on an idle machine
+    let job = SaeJob {
+        steps: 900,
+        ..SaeJob::small()
+    };
     let one = run_to_success(&cluster, &job, 1).await;
     let two = run_to_success(&cluster, &job, 2).await;
 
