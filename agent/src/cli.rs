@@ -66,9 +66,8 @@ pub struct Args {
     #[arg(long)]
     pub probe_once: bool,
 
-    /// Log as JSON lines instead of human-readable text.
-    #[arg(long)]
-    pub log_json: bool,
+    #[command(flatten)]
+    pub observability: cohort_observe::ObservabilityArgs,
 }
 
 impl Args {

@@ -3,8 +3,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use cohort_observe::Observability;
 use tokio::sync::watch;
-use tracing_subscriber::EnvFilter;
 
 use cohort_agent::cli::{host_name, Args};
 use cohort_agent::connect::{Agent, AgentConfig};
@@ -18,7 +18,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(args.log_json);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -26,25 +25,24 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    // The OTLP exporters are built inside the runtime (they need one).
+    let observability = match runtime
+        .block_on(async { Observability::init("cohort-agent", &args.observability) })
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cohort-agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(args));
+    runtime.block_on(observability.shutdown());
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cohort-agent: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,tower=warn,hyper=warn,tonic=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }
 

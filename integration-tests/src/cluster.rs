@@ -41,6 +41,8 @@ pub struct ClusterOptions {
     pub agents: usize,
     /// Simulated GPUs per agent.
     pub gpus_per_agent: usize,
+    /// Extra environment of the coordinator and the agents.
+    pub env: Vec<(String, String)>,
 }
 
 impl ClusterOptions {
@@ -49,6 +51,7 @@ impl ClusterOptions {
             backend,
             agents,
             gpus_per_agent: 2,
+            env: Vec::new(),
         }
     }
 }
@@ -171,7 +174,9 @@ impl Cluster {
             .env("NO_COLOR", "1")
             .env_remove("COHORT_DATABASE_URL")
             .env_remove("COHORT_LISTEN")
-            .env_remove("COHORT_DATA_DIR");
+            .env_remove("COHORT_DATA_DIR")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(self.options.env.iter().cloned());
         let _ = std::fs::write(
             &log,
             format!("---- coordinator start #{} ----\n", self.coordinator_starts),
@@ -238,7 +243,9 @@ impl Cluster {
             .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
             .env("NO_COLOR", "1")
             .env_remove("COHORT_COORDINATOR")
-            .env_remove("COHORT_AGENT_NAME");
+            .env_remove("COHORT_AGENT_NAME")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(self.options.env.iter().cloned());
         let name = self.agent_name(i);
         let agent = ChildProc::spawn(&name, command, &log);
         if i < self.agents.len() {

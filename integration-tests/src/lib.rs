@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod db;
 pub mod faults;
 pub mod job;
+pub mod otlp;
 pub mod poll;
 pub mod procs;
 pub mod status;

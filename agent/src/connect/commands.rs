@@ -2,8 +2,10 @@
 
 use std::path::PathBuf;
 
+use cohort_observe::propagation;
 use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message as In;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::{convert, Agent};
 use crate::supervisor::{RankKey, RankSpec, RankStopper};
@@ -29,6 +31,22 @@ pub(super) fn handle(agent: &mut Agent, command: v1::CoordinatorMessage) -> Vec<
 }
 
 fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
+    // A child of the coordinator's `training.start` span, when it sent one.
+    let parent = propagation::extract(&cmd.trace_context);
+    let span = tracing::info_span!(
+        "agent.start_ranks",
+        training.id = %cmd.training_id,
+        training.attempt = cmd.attempt,
+        ranks = cmd.ranks.len(),
+        trace_id = propagation::trace_id(&parent).unwrap_or_default(),
+    );
+    let _ = span.set_parent(parent);
+    let _entered = span.enter();
+    // Each rank continues the trace from here (W3C `TRACEPARENT`).
+    let rank_env: Vec<(String, String)> = propagation::traceparent(&span.context())
+        .or_else(|| cmd.trace_context.get(propagation::TRACEPARENT).cloned())
+        .map(|tp| vec![(propagation::TRACEPARENT_ENV.to_string(), tp)])
+        .unwrap_or_default();
     let attempt = u32::try_from(cmd.attempt).unwrap_or(0);
     let keys: Vec<RankKey> = cmd
         .ranks
@@ -89,7 +107,7 @@ fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
             } else {
                 gpu_index.to_string()
             },
-            extra_env: vec![],
+            extra_env: rank_env.clone(),
         };
         if let Err(e) = agent.supervisor.start(spec) {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
@@ -235,6 +253,7 @@ mod tests {
                 gpu_uuid: "GPU-SIM-a-1".into(),
             }],
             run_dir: String::new(),
+            trace_context: Default::default(),
         }
     }
 

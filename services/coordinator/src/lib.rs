@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod api;
 pub mod fleet;
 pub mod history;
+pub mod instruments;
 pub mod jobs;
 pub mod metrics;
 pub mod model;

@@ -5,11 +5,11 @@ use clap::Parser;
 use cohort_coordinator::api::Context;
 use cohort_coordinator::jobs::JobSettings;
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use cohort_observe::{Observability, ObservabilityArgs};
 use cohort_spec::duration::parse_duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
 
 const LISTEN_DEFAULT: &str = "127.0.0.1:50051";
 const DATA_DIR_DEFAULT: &str = ".cohort";
@@ -37,9 +37,6 @@ struct Args {
     /// How long 1-minute GPU metric rollups are kept.
     #[arg(long, default_value = "30d", value_parser = cohort_spec::duration::parse_duration)]
     metrics_rollup_retention: std::time::Duration,
-    /// Log as JSON lines instead of human-readable text.
-    #[arg(long)]
-    log_json: bool,
     /// An agent silent this long (no heartbeat, or disconnected) is lost and
     /// its trainings restart elsewhere.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "COHORT_AGENT_TIMEOUT")]
@@ -60,17 +57,8 @@ struct Args {
     metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     alerts: cohort_coordinator::alerts::AlertFlags,
-}
-
-fn init_tracing(json: bool) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,h2=warn,tower=warn,hyper=warn,tonic=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    #[command(flatten)]
+    observability: ObservabilityArgs,
 }
 
 async fn shutdown_signal() {
@@ -98,7 +86,13 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_tracing(args.log_json);
+    let observability = Observability::init("cohort-coordinator", &args.observability)?;
+    let result = serve(args).await;
+    observability.shutdown().await;
+    result
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
     let target = match &args.database_url {
         Some(url) => DatabaseTarget::from_url(url),
         None => DatabaseTarget::Sqlite(args.data_dir.join(SQLITE_FILE)),

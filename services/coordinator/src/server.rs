@@ -66,6 +66,7 @@ pub async fn run(
     ));
 
     let history = ctx.history.start(ctx.db.clone(), ctx.fleet.clone());
+    let instruments = crate::instruments::register(&ctx);
 
     let streams = ctx.clone();
     let shutdown = async move {
@@ -75,6 +76,7 @@ pub async fn run(
     let addr = listener.local_addr().ok();
     tracing::info!(addr = ?addr, "serving gRPC");
     tonic::transport::Server::builder()
+        .layer(cohort_observe::grpc::GrpcTraceLayer::new())
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -86,6 +88,7 @@ pub async fn run(
         .await?;
     let _ = stop_jobs.send(true);
     let _ = scheduler.await;
+    drop(instruments);
     history.stop().await;
     let _ = alerts.await;
     tracing::info!("gRPC server stopped");

@@ -246,6 +246,7 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
             },
             priority: 0,
             max_restarts: 0,
+            trace_context: None,
         };
         let quiet = db.create_training(new()).await.unwrap().training.id;
         let busy = db.create_training(new()).await.unwrap().training.id;

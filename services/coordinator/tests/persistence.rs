@@ -30,6 +30,7 @@ fn new_training(request_id: Option<&str>) -> NewTraining {
         },
         priority: 0,
         max_restarts: 3,
+        trace_context: None,
     }
 }
 

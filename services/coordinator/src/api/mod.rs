@@ -36,6 +36,8 @@ pub struct Context {
     pub history: crate::history::History,
     /// Active alerts and their live feed (the alert task runs in `server::run`).
     pub alerts: crate::alerts::AlertHub,
+    /// Open WatchGpuMetrics streams and their lag.
+    pub watchers: telemetry::watchers::WatcherStats,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -56,6 +58,7 @@ impl Context {
             jobs,
             history: crate::history::History::default(),
             alerts: crate::alerts::AlertHub::default(),
+            watchers: Default::default(),
             stopping,
         }
     }

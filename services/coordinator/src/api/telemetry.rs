@@ -12,6 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 pub mod alerts;
 mod query;
 mod watch;
+pub mod watchers;
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_server::TelemetryService;
 use std::pin::Pin;
@@ -61,7 +62,12 @@ impl TelemetryService for TelemetryApi {
             training_id: filter.training_id,
         };
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(watch::run(self.ctx.fleet.clone(), view, filter, tx));
+        let open = self.ctx.watchers.open();
+        let fleet = self.ctx.fleet.clone();
+        tokio::spawn(async move {
+            let _open = open;
+            watch::run(fleet, view, filter, tx).await;
+        });
         Ok(Response::new(
             self.ctx.until_stopping(ReceiverStream::new(rx)),
         ))

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Restarts allowed when CreateTraining does not say.
 pub const DEFAULT_MAX_RESTARTS: i32 = 3;
@@ -80,6 +81,7 @@ fn validate_create(req: v1::CreateTrainingRequest) -> Result<NewTraining, Status
         gpu_request,
         priority: req.priority,
         max_restarts,
+        trace_context: None,
     })
 }
 
@@ -286,7 +288,10 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::CreateTrainingRequest>,
     ) -> Result<Response<v1::Training>, Status> {
-        let new = validate_create(request.into_inner())?;
+        let mut new = validate_create(request.into_inner())?;
+        // The lifecycle spans join the trace of this call (see jobs::lifecycle).
+        new.trace_context =
+            cohort_observe::propagation::traceparent(&tracing::Span::current().context());
         self.check_placeable(&new).await?;
         let created = self
             .ctx

@@ -4,7 +4,7 @@ use crate::fleet::Fleet;
 use crate::model::{Placement, RankRecord, Training};
 use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 fn grace(d: Duration) -> Option<prost_types::Duration> {
@@ -18,6 +18,7 @@ pub(super) fn start_ranks(
     training: &Training,
     placement: &Placement,
     config: &cohort_spec::TrainingConfig,
+    trace_context: &HashMap<String, String>,
 ) -> Result<(), String> {
     let mut by_agent: BTreeMap<&str, Vec<v1::LocalRankAssignment>> = BTreeMap::new();
     for s in &placement.slots {
@@ -45,6 +46,7 @@ pub(super) fn start_ranks(
                 ranks,
                 // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
                 run_dir: String::new(),
+                trace_context: trace_context.clone(),
             })),
         };
         if !fleet.send(agent_id, message) {

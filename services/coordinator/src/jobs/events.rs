@@ -26,6 +26,7 @@ impl Jobs {
                     .await?
                 {
                     tracing::info!(training_id = %t.id, attempt, "training running");
+                    self.rt().lifecycle.running(id, attempt);
                 }
             }
             Some(Kind::Progress(p)) => match ProgressLine::parse(&p.json_line) {
@@ -88,6 +89,9 @@ impl Jobs {
         attempt: i32,
         line: ProgressLine,
     ) -> Result<(), DatabaseError> {
+        if let ProgressLine::Progress { step, .. } = &line {
+            self.rt().lifecycle.progressed(training_id, attempt, *step);
+        }
         let changes = match &line {
             ProgressLine::RankStats {
                 rank,

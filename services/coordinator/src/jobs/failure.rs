@@ -256,6 +256,7 @@ impl Jobs {
         {
             let mut rt = self.rt();
             rt.progress.remove(training_id);
+            rt.lifecycle.ended(training_id, false, cause);
             rt.teardown_since
                 .insert(training_id.to_string(), std::time::Instant::now());
         }

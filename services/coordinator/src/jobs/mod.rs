@@ -8,6 +8,7 @@
 mod commands;
 mod events;
 mod failure;
+mod lifecycle;
 pub mod placement;
 pub mod queue;
 mod tracker;
@@ -82,6 +83,8 @@ struct Runtime {
     deciding: HashSet<(String, i32)>,
     /// When a restart's teardown began.
     teardown_since: HashMap<String, Instant>,
+    /// Open lifecycle spans of the current attempts.
+    lifecycle: lifecycle::Lifecycle,
 }
 
 /// Shared by the services; cheap to clone.
@@ -406,10 +409,10 @@ impl Jobs {
             .iter()
             .map(|s| s.agent_id.as_str())
             .collect();
+        let agents = hosts.len();
         let reason = format!(
-            "placed {} ranks on {} agent(s)",
+            "placed {} ranks on {agents} agent(s)",
             placement.slots.len(),
-            hosts.len()
         );
         let placed = match self
             .db
@@ -427,7 +430,18 @@ impl Jobs {
         tracing::info!(training_id = %placed.id, attempt, world_size = placed.world_size,
             master = %format!("{}:{}", placement.master_addr, placement.master_port), "training placed");
         let config = self.launch_config(&placed);
-        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement, &config) {
+        // The wait began at creation, or when the previous attempt ended.
+        let waited_since = if placed.attempt <= 1 {
+            training.create_time
+        } else {
+            training.update_time
+        };
+        let trace = self
+            .rt()
+            .lifecycle
+            .placed(&placed, waited_since.into(), agents);
+        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement, &config, &trace)
+        {
             let why = format!("agent {agent} went away before its ranks started");
             self.stop_attempt(&placed, &why).await;
             self.finish(&placed.id, JobState::Queued, &why).await?;
@@ -480,6 +494,9 @@ impl Jobs {
         reason: &str,
     ) -> Result<(), DatabaseError> {
         self.finish_keep(training_id, to, reason).await?;
+        self.rt()
+            .lifecycle
+            .ended(training_id, to == JobState::Succeeded, reason);
         if to.is_final() {
             self.write_report(training_id);
             let mut rt = self.rt();

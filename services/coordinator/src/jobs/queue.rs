@@ -84,6 +84,7 @@ mod tests {
             update_time: now,
             start_time: None,
             end_time: None,
+            trace_context: None,
         }
     }
 

@@ -215,6 +215,21 @@ pub async fn render(ctx: &Context) -> String {
         "GPU samples ingested since start.",
     );
     samples_total.series.push((String::new(), samples as f64));
+    let watch = ctx.watchers.counts();
+    let mut watchers = Family::new(
+        "cohort_telemetry_watchers",
+        "gauge",
+        "Open WatchGpuMetrics streams.",
+    );
+    watchers.series.push((String::new(), watch.open as f64));
+    let mut lag_notices = Family::new(
+        "cohort_telemetry_watcher_lag_notices_total",
+        "counter",
+        "Times a watcher fell behind the live fan-out and was sent a lag notice.",
+    );
+    lag_notices
+        .series
+        .push((String::new(), watch.lag_notices as f64));
 
     let mut out = String::new();
     for family in [
@@ -234,6 +249,8 @@ pub async fn render(ctx: &Context) -> String {
         &raised,
         &batches_total,
         &samples_total,
+        &watchers,
+        &lag_notices,
     ] {
         family.write(&mut out);
     }

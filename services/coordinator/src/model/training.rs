@@ -37,6 +37,9 @@ pub struct Training {
     pub update_time: DateTime<Utc>,
     pub start_time: Option<DateTime<Utc>>,
     pub end_time: Option<DateTime<Utc>>,
+    /// The W3C traceparent of the call that created it, when traced: the
+    /// lifecycle spans join that trace.
+    pub trace_context: Option<String>,
 }
 
 /// One row of a training's state history.

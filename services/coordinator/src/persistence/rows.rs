@@ -48,6 +48,7 @@ pub struct TrainingRow {
     pub update_time: NaiveDateTime,
     pub start_time: Option<NaiveDateTime>,
     pub end_time: Option<NaiveDateTime>,
+    pub trace_context: Option<String>,
 }
 
 impl TryFrom<TrainingRow> for Training {
@@ -79,6 +80,7 @@ impl TryFrom<TrainingRow> for Training {
             master_addr: row.master_addr,
             master_port: row.master_port,
             last_event_seq: row.last_event_seq,
+            trace_context: row.trace_context,
         })
     }
 }

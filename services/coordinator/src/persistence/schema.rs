@@ -49,6 +49,7 @@ diesel::table! {
         update_time -> Timestamp,
         start_time -> Nullable<Timestamp>,
         end_time -> Nullable<Timestamp>,
+        trace_context -> Nullable<Text>,
     }
 }
 

@@ -21,6 +21,8 @@ pub struct NewTraining {
     pub gpu_request: GpuRequest,
     pub priority: i32,
     pub max_restarts: i32,
+    /// The creating call's W3C traceparent, when traced.
+    pub trace_context: Option<String>,
 }
 
 /// The result of [`Persistence::create_training`].
@@ -157,6 +159,7 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
         update_time: to_db_time(at),
         start_time: None,
         end_time: None,
+        trace_context: new.trace_context.clone(),
     };
     diesel::insert_into(trainings::table)
         .values(&row)

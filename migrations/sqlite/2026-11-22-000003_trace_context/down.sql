@@ -1,0 +1,1 @@
+ALTER TABLE trainings DROP COLUMN trace_context;

@@ -1,0 +1,283 @@
+//! The coordinator's OpenTelemetry metrics, exported over OTLP with the
+//! traces when `--otlp-endpoint` is set (no-ops otherwise). Beside the
+//! `rpc.server.call.duration` histogram of every gRPC call
+//! (`cohort_observe::grpc`):
+//!
+//! | instrument | kind | attributes |
+//! |---|---|---|
+//! | `cohort.trainings` | gauge | `state` |
+//! | `cohort.agents.connected` | gauge | |
+//! | `cohort.telemetry.samples` | counter (ingest rate) | |
+//! | `cohort.telemetry.batches` | counter | |
+//! | `cohort.telemetry.watchers` | gauge | |
+//! | `cohort.telemetry.watcher_lag_notices` | counter (lagged watchers) | |
+//! | `cohort.telemetry.watcher_missed_batches` | counter | |
+//! | `cohort.telemetry.history_dropped_rows` | counter | |
+//! | `cohort.alerts.active` | gauge | `kind`, `severity` |
+//! | `gpu.utilization` (%), `gpu.memory.used` / `gpu.memory.total` (By), `gpu.temperature` (Cel), `gpu.power.draw` (W) | gauges | `gpu.uuid`, `gpu.index`, `agent`, `host`, `training.id`, `training.rank` |
+//!
+//! Observations are taken when the exporter collects. Trainings by state
+//! need the database, which a collection callback can't await: a task keeps
+//! them fresh (every [`TRAININGS_REFRESH`]), starting only once a collection
+//! asked for them, so nothing queries the database when nothing exports.
+
+use crate::alerts::AlertKind;
+use crate::api::Context;
+use crate::model::JobState;
+use opentelemetry::metrics::Meter;
+use opentelemetry::KeyValue;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How often trainings by state are re-counted while metrics are exported.
+pub const TRAININGS_REFRESH: Duration = Duration::from_secs(5);
+
+/// The registered instruments; dropping it stops the refresher.
+pub struct Instruments {
+    _instruments: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Instruments {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+type Cached = Arc<Mutex<Vec<(String, i64)>>>;
+
+fn gpu_attributes(ctx: &Context) -> Vec<(Vec<KeyValue>, crate::fleet::GpuReading)> {
+    let hosts: HashMap<String, String> = ctx
+        .fleet
+        .agents()
+        .into_iter()
+        .map(|a| (a.id, a.host_name))
+        .collect();
+    ctx.fleet
+        .snapshot()
+        .into_iter()
+        .map(|r| {
+            let (training, rank) = match &r.hold {
+                Some(h) => (h.training_id.clone(), i64::from(h.rank)),
+                None => (String::new(), -1),
+            };
+            let attributes = vec![
+                KeyValue::new("gpu.uuid", r.sample.gpu_uuid.clone()),
+                KeyValue::new("gpu.index", i64::from(r.sample.index)),
+                KeyValue::new("agent", r.agent_name.clone()),
+                KeyValue::new("host", hosts.get(&r.agent_id).cloned().unwrap_or_default()),
+                KeyValue::new("training.id", training),
+                KeyValue::new("training.rank", rank),
+            ];
+            (attributes, r)
+        })
+        .collect()
+}
+
+/// A gauge per GPU, reading one value of each sample.
+fn gpu_gauge(
+    meter: &Meter,
+    ctx: &Context,
+    name: &'static str,
+    unit: &'static str,
+    description: &'static str,
+    value: fn(&cohort_proto::v1::GpuSample) -> Option<f64>,
+) -> Box<dyn std::any::Any + Send + Sync> {
+    let ctx = ctx.clone();
+    Box::new(
+        meter
+            .f64_observable_gauge(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(move |o| {
+                for (attributes, r) in gpu_attributes(&ctx) {
+                    if let Some(v) = value(&r.sample) {
+                        o.observe(v, &attributes);
+                    }
+                }
+            })
+            .build(),
+    )
+}
+
+fn counter(
+    meter: &Meter,
+    name: &'static str,
+    description: &'static str,
+    read: impl Fn() -> u64 + Send + Sync + 'static,
+) -> Box<dyn std::any::Any + Send + Sync> {
+    Box::new(
+        meter
+            .u64_observable_counter(name)
+            .with_description(description)
+            .with_callback(move |o| o.observe(read(), &[]))
+            .build(),
+    )
+}
+
+/// Registers the instruments with the global meter provider (install it
+/// first; see `cohort_observe::Observability`).
+pub fn register(ctx: &Context) -> Instruments {
+    let meter = opentelemetry::global::meter("cohort-coordinator");
+    let cached: Cached = Arc::default();
+    let wanted = Arc::new(Notify::new());
+    let refresher = tokio::spawn(refresh_trainings(
+        ctx.clone(),
+        cached.clone(),
+        wanted.clone(),
+    ));
+
+    let mut instruments: Vec<Box<dyn std::any::Any + Send + Sync>> = Vec::new();
+    instruments.push(Box::new(
+        meter
+            .i64_observable_gauge("cohort.trainings")
+            .with_description("Trainings by state.")
+            .with_callback(move |o| {
+                wanted.notify_one();
+                for (state, n) in cached.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    o.observe(*n, &[KeyValue::new("state", state.clone())]);
+                }
+            })
+            .build(),
+    ));
+    let c = ctx.clone();
+    instruments.push(Box::new(
+        meter
+            .u64_observable_gauge("cohort.agents.connected")
+            .with_description("Agents connected now.")
+            .with_callback(move |o| o.observe(c.fleet.agents().len() as u64, &[]))
+            .build(),
+    ));
+    let c = ctx.clone();
+    instruments.push(counter(
+        &meter,
+        "cohort.telemetry.samples",
+        "GPU samples ingested since start.",
+        move || c.fleet.ingested().1,
+    ));
+    let c = ctx.clone();
+    instruments.push(counter(
+        &meter,
+        "cohort.telemetry.batches",
+        "Telemetry batches (one agent's samples of one tick) ingested since start.",
+        move || c.fleet.ingested().0,
+    ));
+    let c = ctx.clone();
+    instruments.push(Box::new(
+        meter
+            .u64_observable_gauge("cohort.telemetry.watchers")
+            .with_description("Open WatchGpuMetrics streams.")
+            .with_callback(move |o| o.observe(c.watchers.counts().open, &[]))
+            .build(),
+    ));
+    let c = ctx.clone();
+    instruments.push(counter(
+        &meter,
+        "cohort.telemetry.watcher_lag_notices",
+        "Times a watcher fell behind the live fan-out and was sent a lag notice.",
+        move || c.watchers.counts().lag_notices,
+    ));
+    let c = ctx.clone();
+    instruments.push(counter(
+        &meter,
+        "cohort.telemetry.watcher_missed_batches",
+        "Telemetry batches watchers missed by falling behind.",
+        move || c.watchers.counts().missed_batches,
+    ));
+    let c = ctx.clone();
+    instruments.push(counter(
+        &meter,
+        "cohort.telemetry.history_dropped_rows",
+        "GPU samples the history writer dropped because it was behind.",
+        move || c.history.stats().dropped_rows,
+    ));
+    let c = ctx.clone();
+    instruments.push(Box::new(
+        meter
+            .u64_observable_gauge("cohort.alerts.active")
+            .with_description("Alerts active now, by kind and severity.")
+            .with_callback(move |o| {
+                let active = c.alerts.active();
+                for kind in AlertKind::ALL {
+                    let n = active.iter().filter(|a| a.kind == kind).count() as u64;
+                    o.observe(
+                        n,
+                        &[
+                            KeyValue::new("kind", kind.as_str()),
+                            KeyValue::new("severity", kind.severity().as_str()),
+                        ],
+                    );
+                }
+            })
+            .build(),
+    ));
+    instruments.push(gpu_gauge(
+        &meter,
+        ctx,
+        "gpu.utilization",
+        "%",
+        "GPU utilization.",
+        |s| s.utilization_gpu_percent,
+    ));
+    instruments.push(gpu_gauge(
+        &meter,
+        ctx,
+        "gpu.memory.used",
+        "By",
+        "GPU memory used.",
+        |s| Some(s.memory_used_bytes as f64),
+    ));
+    instruments.push(gpu_gauge(
+        &meter,
+        ctx,
+        "gpu.memory.total",
+        "By",
+        "GPU memory in all.",
+        |s| Some(s.memory_total_bytes as f64),
+    ));
+    instruments.push(gpu_gauge(
+        &meter,
+        ctx,
+        "gpu.temperature",
+        "Cel",
+        "GPU temperature.",
+        |s| s.temperature_celsius,
+    ));
+    instruments.push(gpu_gauge(
+        &meter,
+        ctx,
+        "gpu.power.draw",
+        "W",
+        "GPU power draw.",
+        |s| s.power_draw_watts,
+    ));
+    Instruments {
+        _instruments: instruments,
+        refresher,
+    }
+}
+
+/// Keeps trainings by state fresh once a collection has asked for them.
+async fn refresh_trainings(ctx: Context, cached: Cached, wanted: Arc<Notify>) {
+    wanted.notified().await;
+    loop {
+        match ctx.db.count_trainings_by_state().await {
+            Ok(counts) => {
+                let counts: HashMap<String, i64> = counts.into_iter().collect();
+                let all = JobState::ALL
+                    .iter()
+                    .map(|s| {
+                        let state = s.as_str().to_string();
+                        let n = counts.get(&state).copied().unwrap_or(0);
+                        (state, n)
+                    })
+                    .collect();
+                *cached.lock().unwrap_or_else(|p| p.into_inner()) = all;
+            }
+            Err(e) => tracing::warn!(error = %e, "metrics: cannot count trainings"),
+        }
+        tokio::time::sleep(TRAININGS_REFRESH).await;
+    }
+}
