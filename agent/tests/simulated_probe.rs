@@ -85,7 +85,11 @@ fn overrides_pin_values_until_cleared() {
     controls.set_override(0, SimField::TemperatureC, 91.0);
     controls.set_override(0, SimField::MemoryUsedBytes, (15u64 << 30) as f64);
     p.set_override(1, SimField::EccUncorrected, 3.0);
+    p.set_override(1, SimField::XidErrors, 2.0);
+    p.set_override(1, SimField::LastXid, 79.0);
     let s = p.sample().unwrap();
+    assert_eq!((s[1].xid_errors, s[1].last_xid), (Some(2), Some(79)));
+    assert_eq!((s[0].xid_errors, s[0].last_xid), (Some(0), None));
     assert_eq!(s[0].temperature_c, Some(91));
     assert_eq!(s[0].memory_used_bytes, 15 << 30);
     assert_eq!(s[1].ecc_uncorrected, Some(3));

@@ -42,6 +42,8 @@ pub fn gpu_sample(s: &GpuSample) -> v1::GpuSample {
         memory_clock_mhz: s.memory_clock_mhz,
         ecc_errors_corrected: s.ecc_corrected,
         ecc_errors_uncorrected: s.ecc_uncorrected,
+        xid_errors: s.xid_errors,
+        last_xid: s.last_xid,
         throttle_reasons: s.throttle_reasons.clone().unwrap_or_default(),
         simulated: s.simulated,
         processes: s.processes.iter().map(gpu_process).collect(),

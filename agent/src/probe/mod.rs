@@ -9,6 +9,7 @@ mod sim_script;
 mod sim_spec;
 mod simulated;
 mod types;
+mod xid;
 
 pub use error::ProbeError;
 pub use nvml::NvmlProbe;

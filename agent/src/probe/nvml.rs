@@ -8,11 +8,14 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
 use super::types::now_ms;
+use super::xid::{XidCount, XidWatch};
 use super::{ComputeCapability, GpuInfo, GpuProbe, GpuProcess, GpuSample, ProbeError};
 
 /// Reads real GPUs through the NVIDIA driver.
 pub struct NvmlProbe {
-    nvml: Nvml,
+    /// Lives as long as the process: the XID event sets borrow it.
+    nvml: &'static Nvml,
+    xid: XidWatch,
     count: u32,
     /// The rank pids the agent runs, per GPU index (see [`GpuProbe::assign`]).
     ranks: HashMap<u32, Vec<u32>>,
@@ -29,8 +32,12 @@ impl NvmlProbe {
             call: "device_count",
             reason: e.to_string(),
         })?;
+        // The probe lives until the agent exits; leaking the handle lets the
+        // event sets borrow it for 'static.
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
         Ok(Self {
             nvml,
+            xid: XidWatch::new(nvml, count),
             count,
             ranks: HashMap::new(),
         })
@@ -73,7 +80,7 @@ impl NvmlProbe {
         })
     }
 
-    fn sample_one(&self, index: u32) -> Result<GpuSample, ProbeError> {
+    fn sample_one(&self, index: u32, xid: Option<XidCount>) -> Result<GpuSample, ProbeError> {
         let dev = self.device(index)?;
         let memory = dev
             .memory_info()
@@ -104,6 +111,8 @@ impl NvmlProbe {
                     .map(|(name, _)| name.to_ascii_lowercase())
                     .collect()
             }),
+            xid_errors: xid.map(|x| x.errors),
+            last_xid: xid.and_then(|x| x.last),
             processes: processes_of(&dev, self.ranks_on(index)),
             simulated: false,
         })
@@ -116,7 +125,12 @@ impl GpuProbe for NvmlProbe {
     }
 
     fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
-        (0..self.count).map(|i| self.sample_one(i)).collect()
+        (0..self.count)
+            .map(|i| {
+                let xid = self.xid.poll(i);
+                self.sample_one(i, xid)
+            })
+            .collect()
     }
 
     fn processes(&self, index: u32) -> Result<Vec<GpuProcess>, ProbeError> {

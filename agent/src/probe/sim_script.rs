@@ -62,7 +62,7 @@ pub fn parse_overrides(text: &str) -> Result<Vec<(u32, SimField, f64)>, SimScrip
 
 impl SimField {
     /// The names used in override files.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 12] = [
         "utilization_gpu",
         "utilization_memory",
         "temperature_c",
@@ -72,9 +72,11 @@ impl SimField {
         "memory_clock_mhz",
         "ecc_corrected",
         "ecc_uncorrected",
+        "xid_errors",
+        "last_xid",
         "foreign_pid",
     ];
-    const ALL: [SimField; 10] = [
+    const ALL: [SimField; 12] = [
         SimField::UtilizationGpu,
         SimField::UtilizationMemory,
         SimField::TemperatureC,
@@ -84,6 +86,8 @@ impl SimField {
         SimField::MemoryClockMhz,
         SimField::EccCorrected,
         SimField::EccUncorrected,
+        SimField::XidErrors,
+        SimField::LastXid,
         SimField::ForeignPid,
     ];
 }

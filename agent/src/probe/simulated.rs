@@ -35,6 +35,9 @@ pub enum SimField {
     MemoryClockMhz,
     EccCorrected,
     EccUncorrected,
+    /// Critical XID errors so far (a count) and the newest one's code.
+    XidErrors,
+    LastXid,
     /// A process cohort did not start, using the GPU: the value is its pid
     /// (it holds the memory above the idle base that no rank holds).
     ForeignPid,
@@ -200,6 +203,10 @@ impl SimGpu {
             ecc_corrected: Some(non_negative(pinned(SimField::EccCorrected, 0.0)) as u64),
             ecc_uncorrected: Some(non_negative(pinned(SimField::EccUncorrected, 0.0)) as u64),
             throttle_reasons: Some(self.throttle_reasons(load)),
+            xid_errors: Some(non_negative(pinned(SimField::XidErrors, 0.0)) as u64),
+            last_xid: controls
+                .get(index, SimField::LastXid)
+                .map(|v| non_negative(v) as u32),
             processes,
             simulated: true,
         }

@@ -60,6 +60,11 @@ pub struct GpuSample {
     /// Active clock throttle reasons in lowercase snake case (e.g. `sw_power_cap`);
     /// `None` when the device cannot report them, empty when nothing throttles.
     pub throttle_reasons: Option<Vec<String>>,
+    /// Critical XID errors seen since the agent began watching; `None` when
+    /// NVML cannot deliver XID events for the GPU.
+    pub xid_errors: Option<u64>,
+    /// The newest of those errors' XID code.
+    pub last_xid: Option<u32>,
     /// Compute processes on this GPU.
     pub processes: Vec<GpuProcess>,
     /// True when the values are made up by the simulated probe.

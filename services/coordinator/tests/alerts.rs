@@ -1,5 +1,5 @@
 //! Alerts end to end: the real server on 127.0.0.1:0, a real `cohort-agent`
-//! with one simulated GPU whose temperature a file scripts, and WatchAlerts
+//! with simulated GPUs whose temperature and XID errors a file scripts, and WatchAlerts
 //! over real gRPC. Also the alert rows on SQLite and PostgreSQL.
 
 mod agent_proc;
@@ -40,6 +40,7 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
     let db = common::sqlite().await;
     let settings = AlertSettings {
         agent_grace: Duration::from_secs(1),
+        ecc_quiet: Duration::from_secs(1),
         tick_interval: Duration::from_millis(100),
         ..AlertSettings::default()
     };
@@ -97,6 +98,30 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
     assert!(cleared.resolve_time.is_some());
     assert!(db.db.active_alerts().await.unwrap().is_empty());
 
+    // Two critical XID errors (the GPU's counter was 0 so far): raised
+    // at once, resolved after the (1 s) quiet window without more.
+    std::fs::write(
+        &overrides,
+        "0 temperature_c 60\n0 xid_errors 2\n0 last_xid 79\n",
+    )
+    .unwrap();
+    let xid = next_alert(&mut alerts).await;
+    assert_eq!(xid.kind, "GPU_XID_ERROR");
+    assert_eq!(xid.severity, v1::AlertSeverity::Critical as i32);
+    assert_eq!((xid.value, xid.threshold), (Some(2.0), Some(0.0)));
+    assert!(
+        xid.message
+            .contains("2 new critical XID error(s) (last: XID 79)"),
+        "{}",
+        xid.message
+    );
+    assert_eq!(xid.gpu_uuid, raised.gpu_uuid);
+    let quiet = next_alert(&mut alerts).await;
+    assert_eq!(
+        (quiet.id.as_str(), quiet.resolve_time.is_some()),
+        (xid.id.as_str(), true)
+    );
+
     // The agent vanishes: AGENT_LOST once the (1 s) grace has passed.
     agent.kill();
     let lost = next_alert(&mut alerts).await;
@@ -125,7 +150,12 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
     );
     let second = next_alert(&mut replay).await;
     assert_eq!(
-        (second.id.as_str(), second.resolve_time.is_none()),
+        (second.id.as_str(), second.resolve_time.is_some()),
+        (xid.id.as_str(), true)
+    );
+    let third = next_alert(&mut replay).await;
+    assert_eq!(
+        (third.id.as_str(), third.resolve_time.is_none()),
         (lost.id.as_str(), true)
     );
     match next_event(&mut replay).await {
@@ -145,6 +175,7 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
         .await
         .unwrap()
         .into_inner();
+    assert_eq!(next_alert(&mut critical).await.id, xid.id);
     assert_eq!(next_alert(&mut critical).await.id, lost.id);
     assert!(matches!(
         next_event(&mut critical).await,

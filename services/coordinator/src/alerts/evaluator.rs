@@ -41,8 +41,15 @@ pub struct Draft {
 pub(super) struct GpuState {
     pub agent_id: String,
     pub last_seen: DateTime<Utc>,
-    pub ecc_uncorrected: Option<u64>,
-    pub ecc_last_increase: Option<DateTime<Utc>>,
+    /// The error counters (uncorrected ECC, XID) by the alert they raise.
+    pub counters: HashMap<AlertKind, CounterState>,
+}
+
+/// One error counter of one GPU: its last value and when it last grew.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CounterState {
+    pub total: Option<u64>,
+    pub last_increase: Option<DateTime<Utc>>,
 }
 
 /// What the evaluator remembers of one agent.
@@ -112,9 +119,11 @@ impl Evaluator {
                     self.gpus.entry(uuid.clone()).or_insert(GpuState {
                         agent_id: agent_id.clone(),
                         last_seen: now,
-                        ecc_uncorrected: None,
-                        ecc_last_increase: Some(now),
+                        counters: HashMap::new(),
                     });
+                    if let Some(state) = self.gpus.get_mut(uuid) {
+                        state.counters.entry(alert.kind).or_default().last_increase = Some(now);
+                    }
                 }
             }
             if alert.kind == AlertKind::AgentLost {

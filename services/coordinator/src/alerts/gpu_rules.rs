@@ -1,5 +1,5 @@
 //! The rules over GPU samples: memory, temperature, utilization under a
-//! training, and new uncorrected ECC errors.
+//! training, and new uncorrected ECC or critical XID errors.
 
 use super::evaluator::{elapsed, human, Draft, Evaluator, GpuState, Level};
 use super::model::{AlertKind, Transition};
@@ -130,59 +130,106 @@ impl Evaluator {
             },
         ));
 
-        // ECC: only an increase between two samples is new; a counter seen
-        // for the first time counts errors since the driver loaded.
         let state = self.gpus.entry(uuid.to_string()).or_insert(GpuState {
             agent_id: r.agent_id.clone(),
             last_seen: now,
-            ecc_uncorrected: None,
-            ecc_last_increase: None,
+            counters: Default::default(),
         });
         state.agent_id = r.agent_id.clone();
         state.last_seen = now;
-        let previous = state.ecc_uncorrected;
-        if s.ecc_errors_uncorrected.is_some() {
-            state.ecc_uncorrected = s.ecc_errors_uncorrected;
-        }
-        if let (Some(before), Some(total)) = (previous, s.ecc_errors_uncorrected) {
-            if total > before {
-                state.ecc_last_increase = Some(now);
-                let new = total - before;
-                out.extend(self.check(
-                    AlertKind::GpuEccUncorrected,
-                    uuid,
-                    Level::Firing,
-                    std::time::Duration::ZERO,
-                    now,
-                    || Draft {
-                        message: format!(
-                            "{}: {new} new uncorrected ECC error(s), {total} since the driver loaded",
-                            gpu(),
-                        ),
-                        value: Some(total as f64),
-                        threshold: Some(before as f64),
-                        ..base()
-                    },
-                ));
-            }
-        }
-        out.extend(self.ecc_quiet(uuid, now));
+        out.extend(self.counter_rule(
+            AlertKind::GpuEccUncorrected,
+            uuid,
+            s.ecc_errors_uncorrected,
+            now,
+            |new, total| Draft {
+                message: format!(
+                    "{}: {new} new uncorrected ECC error(s), {total} since the driver loaded",
+                    gpu(),
+                ),
+                ..base()
+            },
+        ));
+        out.extend(self.counter_rule(
+            AlertKind::GpuXidError,
+            uuid,
+            s.xid_errors,
+            now,
+            |new, total| Draft {
+                message: format!(
+                    "{}: {new} new critical XID error(s){}, {total} since its agent started",
+                    gpu(),
+                    s.last_xid
+                        .map(|x| format!(" (last: XID {x})"))
+                        .unwrap_or_default(),
+                ),
+                ..base()
+            },
+        ));
+        out.extend(self.counters_quiet(uuid, now));
         out
     }
 
-    /// Resolves a GPU's ECC alert once no increase came for `ecc_quiet`.
-    pub(super) fn ecc_quiet(&mut self, uuid: &str, now: DateTime<Utc>) -> Option<Transition> {
-        let last = self.gpus.get(uuid)?.ecc_last_increase?;
-        if elapsed(last, now) < self.settings.ecc_quiet {
+    /// An error counter (uncorrected ECC, XID): only an increase between two
+    /// samples is new (a counter seen for the first time counts errors from
+    /// before cohort watched). Raises `kind` on an increase, with the total
+    /// as value and the previous total as threshold.
+    fn counter_rule(
+        &mut self,
+        kind: AlertKind,
+        uuid: &str,
+        total: Option<u64>,
+        now: DateTime<Utc>,
+        draft: impl FnOnce(u64, u64) -> Draft,
+    ) -> Option<Transition> {
+        let counter = self.gpus.get_mut(uuid)?.counters.entry(kind).or_default();
+        let total = total?;
+        let before = counter.total.replace(total)?;
+        if total <= before {
             return None;
         }
+        counter.last_increase = Some(now);
         self.check(
-            AlertKind::GpuEccUncorrected,
+            kind,
             uuid,
-            Level::Clear,
+            Level::Firing,
             std::time::Duration::ZERO,
             now,
-            Draft::default,
+            || Draft {
+                value: Some(total as f64),
+                threshold: Some(before as f64),
+                ..draft(total - before, total)
+            },
         )
+    }
+
+    /// Resolves a GPU's error-counter alerts once no increase came for
+    /// `ecc_quiet`.
+    pub(super) fn counters_quiet(&mut self, uuid: &str, now: DateTime<Utc>) -> Vec<Transition> {
+        let Some(state) = self.gpus.get(uuid) else {
+            return Vec::new();
+        };
+        let quiet: Vec<AlertKind> = state
+            .counters
+            .iter()
+            .filter(|(_, c)| {
+                c.last_increase
+                    .is_some_and(|t| elapsed(t, now) >= self.settings.ecc_quiet)
+            })
+            .map(|(kind, _)| *kind)
+            .collect();
+        quiet
+            .into_iter()
+            .filter_map(|kind| {
+                self.check(
+                    kind,
+                    uuid,
+                    Level::Clear,
+                    std::time::Duration::ZERO,
+                    now,
+                    Draft::default,
+                )
+            })
+            .collect()
     }
 }

@@ -40,6 +40,8 @@ pub enum AlertKind {
     GpuUtilizationLow,
     /// The uncorrected ECC error counter increased.
     GpuEccUncorrected,
+    /// A critical XID error was reported (NVML's XID events).
+    GpuXidError,
     /// An agent disconnected and did not come back within the grace period.
     AgentLost,
     /// A RUNNING training reported no progress for the window.
@@ -47,11 +49,12 @@ pub enum AlertKind {
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 6] = [
+    pub const ALL: [AlertKind; 7] = [
         AlertKind::GpuMemoryHigh,
         AlertKind::GpuTemperatureHigh,
         AlertKind::GpuUtilizationLow,
         AlertKind::GpuEccUncorrected,
+        AlertKind::GpuXidError,
         AlertKind::AgentLost,
         AlertKind::TrainingStalled,
     ];
@@ -63,6 +66,7 @@ impl AlertKind {
             AlertKind::GpuTemperatureHigh => "GPU_TEMPERATURE_HIGH",
             AlertKind::GpuUtilizationLow => "GPU_UTILIZATION_LOW",
             AlertKind::GpuEccUncorrected => "GPU_ECC_UNCORRECTED",
+            AlertKind::GpuXidError => "GPU_XID_ERROR",
             AlertKind::AgentLost => "AGENT_LOST",
             AlertKind::TrainingStalled => "TRAINING_STALLED",
         }
@@ -76,9 +80,10 @@ impl AlertKind {
         match self {
             AlertKind::GpuUtilizationLow => Severity::Info,
             AlertKind::GpuMemoryHigh | AlertKind::GpuTemperatureHigh => Severity::Warning,
-            AlertKind::GpuEccUncorrected | AlertKind::AgentLost | AlertKind::TrainingStalled => {
-                Severity::Critical
-            }
+            AlertKind::GpuEccUncorrected
+            | AlertKind::GpuXidError
+            | AlertKind::AgentLost
+            | AlertKind::TrainingStalled => Severity::Critical,
         }
     }
 

@@ -118,7 +118,7 @@ impl Evaluator {
 
         let uuids: Vec<String> = self.gpus.keys().cloned().collect();
         for uuid in uuids {
-            out.extend(self.ecc_quiet(&uuid, now));
+            out.extend(self.counters_quiet(&uuid, now));
         }
         out
     }

@@ -24,7 +24,8 @@ pub struct AlertSettings {
     /// `utilization_percent + utilization_hysteresis_percent`, or when no training holds it.
     pub utilization_for: Duration,
     pub utilization_hysteresis_percent: f64,
-    /// GPU_ECC_UNCORRECTED: cleared after this long without a further increase.
+    /// GPU_ECC_UNCORRECTED and GPU_XID_ERROR: cleared after this long without
+    /// a further increase of their counter.
     pub ecc_quiet: Duration,
     /// AGENT_LOST: raised when a disconnected agent is not back within this long.
     pub agent_grace: Duration,

@@ -268,6 +268,67 @@ fn ecc_uncorrected_on_an_increase_and_clears_after_a_quiet_window() {
         .is_empty());
 }
 
+fn errors(ecc: u64, xid: Option<u64>, last: Option<u32>) -> v1::GpuSample {
+    v1::GpuSample {
+        ecc_errors_uncorrected: Some(ecc),
+        xid_errors: xid,
+        last_xid: last,
+        ..sample()
+    }
+}
+
+#[test]
+fn xid_errors_raise_on_an_increase_apart_from_ecc_and_clear_after_a_quiet_window() {
+    let mut clock = Clock::new();
+    let mut ev = Evaluator::new(AlertSettings::default());
+    assert!(ev
+        .observe(&reading(errors(0, Some(0), None), false), clock.now())
+        .is_empty());
+    let t = ev.observe(
+        &reading(errors(0, Some(1), Some(79)), false),
+        clock.advance(1),
+    );
+    assert_eq!(raised(&t), vec![(AlertKind::GpuXidError, Some(1.0))]);
+    assert_eq!(t[0].alert().severity, Severity::Critical);
+    assert!(
+        t[0].alert()
+            .message
+            .contains("1 new critical XID error(s) (last: XID 79)"),
+        "{}",
+        t[0].alert().message
+    );
+    // An ECC increase is its own alert; XID's quiet window runs from its own
+    // last increase.
+    let t = ev.observe(
+        &reading(errors(2, Some(1), Some(79)), false),
+        clock.advance(600),
+    );
+    assert_eq!(raised(&t), vec![(AlertKind::GpuEccUncorrected, Some(2.0))]);
+    let t = ev.observe(
+        &reading(errors(2, Some(1), Some(79)), false),
+        clock.advance(300),
+    );
+    assert_eq!(resolved(&t), vec![AlertKind::GpuXidError]);
+    let t = ev.observe(
+        &reading(errors(2, Some(1), Some(79)), false),
+        clock.advance(600),
+    );
+    assert_eq!(resolved(&t), vec![AlertKind::GpuEccUncorrected]);
+    // A GPU without XID events (None) never raises it; a counter that went
+    // back (the agent restarted) is a new baseline, not an error.
+    assert!(ev
+        .observe(&reading(errors(2, None, None), false), clock.advance(1))
+        .is_empty());
+    assert!(ev
+        .observe(&reading(errors(2, Some(0), None), false), clock.advance(1))
+        .is_empty());
+    let t = ev.observe(
+        &reading(errors(2, Some(1), Some(48)), false),
+        clock.advance(1),
+    );
+    assert_eq!(raised(&t), vec![(AlertKind::GpuXidError, Some(1.0))]);
+}
+
 #[test]
 fn agent_lost_after_the_grace_period_and_cleared_when_back() {
     let mut clock = Clock::new();

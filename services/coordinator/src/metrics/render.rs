@@ -109,6 +109,16 @@ pub async fn render(ctx: &Context) -> String {
         "counter",
         "Total number of double-bit volatile ECC errors.",
     );
+    let mut xid_last = Family::new(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last XID error encountered.",
+    );
+    let mut xid_total = Family::new(
+        "cohort_gpu_xid_errors_total",
+        "counter",
+        "Critical XID errors since the GPU's agent began watching it.",
+    );
     for r in ctx.fleet.snapshot() {
         let s = &r.sample;
         let index = s.index.to_string();
@@ -153,6 +163,8 @@ pub async fn render(ctx: &Context) -> String {
         put(&mut mem_clock, s.memory_clock_mhz.map(f64::from));
         put(&mut sbe, s.ecc_errors_corrected.map(|v| v as f64));
         put(&mut dbe, s.ecc_errors_uncorrected.map(|v| v as f64));
+        put(&mut xid_last, s.last_xid.map(f64::from));
+        put(&mut xid_total, s.xid_errors.map(|v| v as f64));
     }
 
     let mut trainings = Family::new("cohort_trainings", "gauge", "Trainings by state.");
@@ -242,6 +254,8 @@ pub async fn render(ctx: &Context) -> String {
         &mem_clock,
         &sbe,
         &dbe,
+        &xid_last,
+        &xid_total,
         &trainings,
         &connected,
         &gpus,
