@@ -145,14 +145,13 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let (service, method) = split_path(request.uri().path());
+        // Only the name and kind are span fields (they show in every log
+        // line of the call); the rest are OpenTelemetry attributes alone.
         let span = tracing::info_span!(
             "grpc",
             otel.name = %format!("{service}/{method}"),
             otel.kind = "server",
             otel.status_code = tracing::field::Empty,
-            rpc.system = "grpc",
-            rpc.service = %service,
-            rpc.method = %method,
             rpc.grpc.status_code = tracing::field::Empty,
         );
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(request.headers()));
@@ -162,6 +161,9 @@ where
             KeyValue::new("rpc.service", service.to_string()),
             KeyValue::new("rpc.method", method.to_string()),
         ];
+        for attribute in &attributes {
+            span.set_attribute(attribute.key.clone(), attribute.value.clone());
+        }
         let call = Call {
             span: span.clone(),
             start: Instant::now(),
