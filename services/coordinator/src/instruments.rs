@@ -76,6 +76,27 @@ fn gpu_attributes(ctx: &Context) -> Vec<(Vec<KeyValue>, crate::fleet::GpuReading
         .collect()
 }
 
+type SampleValue = fn(&cohort_proto::v1::GpuSample) -> Option<f64>;
+
+/// The per-GPU gauges: name, unit, description, value.
+const GPU_GAUGES: [(&str, &str, &str, SampleValue); 5] = [
+    ("gpu.utilization", "%", "GPU utilization.", |s| {
+        s.utilization_gpu_percent
+    }),
+    ("gpu.memory.used", "By", "GPU memory used.", |s| {
+        Some(s.memory_used_bytes as f64)
+    }),
+    ("gpu.memory.total", "By", "GPU memory in all.", |s| {
+        Some(s.memory_total_bytes as f64)
+    }),
+    ("gpu.temperature", "Cel", "GPU temperature.", |s| {
+        s.temperature_celsius
+    }),
+    ("gpu.power.draw", "W", "GPU power draw.", |s| {
+        s.power_draw_watts
+    }),
+];
+
 /// A gauge per GPU, reading one value of each sample.
 fn gpu_gauge(
     meter: &Meter,
@@ -83,7 +104,7 @@ fn gpu_gauge(
     name: &'static str,
     unit: &'static str,
     description: &'static str,
-    value: fn(&cohort_proto::v1::GpuSample) -> Option<f64>,
+    value: SampleValue,
 ) -> Box<dyn std::any::Any + Send + Sync> {
     let ctx = ctx.clone();
     Box::new(
@@ -213,46 +234,9 @@ pub fn register(ctx: &Context) -> Instruments {
             })
             .build(),
     ));
-    instruments.push(gpu_gauge(
-        &meter,
-        ctx,
-        "gpu.utilization",
-        "%",
-        "GPU utilization.",
-        |s| s.utilization_gpu_percent,
-    ));
-    instruments.push(gpu_gauge(
-        &meter,
-        ctx,
-        "gpu.memory.used",
-        "By",
-        "GPU memory used.",
-        |s| Some(s.memory_used_bytes as f64),
-    ));
-    instruments.push(gpu_gauge(
-        &meter,
-        ctx,
-        "gpu.memory.total",
-        "By",
-        "GPU memory in all.",
-        |s| Some(s.memory_total_bytes as f64),
-    ));
-    instruments.push(gpu_gauge(
-        &meter,
-        ctx,
-        "gpu.temperature",
-        "Cel",
-        "GPU temperature.",
-        |s| s.temperature_celsius,
-    ));
-    instruments.push(gpu_gauge(
-        &meter,
-        ctx,
-        "gpu.power.draw",
-        "W",
-        "GPU power draw.",
-        |s| s.power_draw_watts,
-    ));
+    for (name, unit, description, value) in GPU_GAUGES {
+        instruments.push(gpu_gauge(&meter, ctx, name, unit, description, value));
+    }
     Instruments {
         _instruments: instruments,
         refresher,
