@@ -1,5 +1,6 @@
 //! Two trainings that each want all 4 GPUs: the second waits QUEUED (with a
-//! reason) while the first runs, then runs to SUCCEEDED after it.
+//! reason) while the first runs, then runs to SUCCEEDED after it. A third,
+//! cancelled while it waits, ends CANCELLED without ever being placed.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
@@ -75,6 +76,36 @@ async fn second_job_waits_queued_then_runs() {
         },
     )
     .await;
+    // A third waits behind the second; cancelled while QUEUED, it ends at
+    // once and is never placed.
+    let third = client
+        .create_training(create_request(&SaeJob::small(), 4, true))
+        .await
+        .expect("third CreateTraining")
+        .into_inner();
+    assert_eq!(third.state(), State::Queued, "{third:?}");
+    let cancelled = client
+        .cancel_training(v1::CancelTrainingRequest {
+            id: third.id.clone(),
+            reason: "not needed".into(),
+        })
+        .await
+        .expect("CancelTraining of a queued training")
+        .into_inner();
+    assert_eq!(cancelled.state(), State::Cancelled, "{cancelled:?}");
+    assert!(
+        cancelled.ranks.is_empty() && cancelled.attempt == 0,
+        "{cancelled:?}"
+    );
+    let third_watched = watch_to_end(&mut client, &third.id, JOB_TIMEOUT).await;
+    assert_eq!(
+        third_watched.state_changes(),
+        vec![
+            (State::Unspecified, State::Queued),
+            (State::Queued, State::Cancelled),
+        ]
+    );
+    assert_eq!(cluster.get_training(&second.id).await.queue_position, 1);
     let first_now = cluster.get_training(&first.id).await;
     assert_eq!(
         first_now.state(),
