@@ -1,7 +1,8 @@
 //! Failure handling with real processes (issue 4): placement packs ranks on
 //! the fewest hosts; a rank SIGKILLed, a whole agent SIGKILLed, a rank frozen
 //! with SIGSTOP each restart the gang from its checkpoint; a spent budget and a
-//! user error fail the training; nothing is left running afterwards.
+//! user error fail the training; a training cancelled while RESTARTING is not
+//! placed again; nothing is left running afterwards.
 
 use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
@@ -273,6 +274,53 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
     );
     assert_eq!(done.attempt, 2);
     assert_clean(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_training_cancelled_while_restarting_is_not_placed_again() {
+    let cluster = cluster(1).await;
+    let id = create(&cluster, create_request(&long_job(), 2, true)).await;
+    wait_checkpoint(&cluster, &id, 20).await;
+    // Rank 1 frozen: the old gang's teardown waits out the stop grace (its
+    // SIGTERM is held until the SIGKILL), so RESTARTING lasts seconds.
+    let frozen = rank_pid(&cluster, &id, 1, 1).expect("rank 1 runs");
+    signal(frozen, Signal::SIGSTOP);
+    let killed = rank_pid(&cluster, &id, 1, 0).expect("rank 0 runs");
+    signal(killed, Signal::SIGKILL);
+    cluster
+        .wait_state(&id, State::Restarting, Duration::from_secs(30))
+        .await;
+    let cancelled = cluster
+        .training()
+        .await
+        .cancel_training(v1::CancelTrainingRequest {
+            id: id.clone(),
+            reason: "cancelled during the restart".into(),
+        })
+        .await
+        .expect("CancelTraining while RESTARTING")
+        .into_inner();
+    assert_eq!(cancelled.state(), State::Cancelled, "{cancelled:?}");
+    // The frozen rank is killed, every GPU freed, and no second attempt
+    // starts (the scheduler ran many passes meanwhile).
+    assert_clean(&cluster).await;
+    let after = cluster.get_training(&id).await;
+    assert_eq!(
+        (after.state(), after.attempt),
+        (State::Cancelled, 1),
+        "{after:?}"
+    );
+    let states: Vec<String> = cluster
+        .db()
+        .transitions(&id)
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect();
+    assert_eq!(
+        states,
+        ["QUEUED", "SCHEDULED", "RUNNING", "RESTARTING", "CANCELLED"],
+        "{states:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
