@@ -2,7 +2,9 @@
 //! the fewest hosts; a rank SIGKILLed, a whole agent SIGKILLed, a rank frozen
 //! with SIGSTOP each restart the gang from its checkpoint; a spent budget and a
 //! user error fail the training; a training cancelled while RESTARTING is not
-//! placed again; nothing is left running afterwards.
+//! placed again, and one whose coordinator is SIGKILLed while RESTARTING
+//! finishes its restart under the next coordinator; nothing is left running
+//! afterwards.
 
 use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
@@ -281,15 +283,7 @@ async fn a_training_cancelled_while_restarting_is_not_placed_again() {
     let cluster = cluster(1).await;
     let id = create(&cluster, create_request(&long_job(), 2, true)).await;
     wait_checkpoint(&cluster, &id, 20).await;
-    // Rank 1 frozen: the old gang's teardown waits out the stop grace (its
-    // SIGTERM is held until the SIGKILL), so RESTARTING lasts seconds.
-    let frozen = rank_pid(&cluster, &id, 1, 1).expect("rank 1 runs");
-    signal(frozen, Signal::SIGSTOP);
-    let killed = rank_pid(&cluster, &id, 1, 0).expect("rank 0 runs");
-    signal(killed, Signal::SIGKILL);
-    cluster
-        .wait_state(&id, State::Restarting, Duration::from_secs(30))
-        .await;
+    restart_held_by_a_frozen_rank(&cluster, &id).await;
     let cancelled = cluster
         .training()
         .await
@@ -321,6 +315,36 @@ async fn a_training_cancelled_while_restarting_is_not_placed_again() {
         ["QUEUED", "SCHEDULED", "RUNNING", "RESTARTING", "CANCELLED"],
         "{states:?}"
     );
+}
+
+/// Kills rank 0 of attempt 1 with rank 1 frozen: the training is RESTARTING
+/// for the stop grace at least (rank 1's SIGTERM is held until its SIGKILL).
+async fn restart_held_by_a_frozen_rank(cluster: &Cluster, id: &str) {
+    let frozen = rank_pid(cluster, id, 1, 1).expect("rank 1 runs");
+    signal(frozen, Signal::SIGSTOP);
+    let killed = rank_pid(cluster, id, 1, 0).expect("rank 0 runs");
+    signal(killed, Signal::SIGKILL);
+    cluster
+        .wait_state(id, State::Restarting, Duration::from_secs(30))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_survives_a_coordinator_killed_while_restarting() {
+    let mut cluster = cluster(1).await;
+    let id = create(&cluster, create_request(&long_job(), 2, true)).await;
+    wait_checkpoint(&cluster, &id, 20).await;
+    restart_held_by_a_frozen_rank(&cluster, &id).await;
+    cluster.kill_coordinator();
+    cluster.restart_coordinator().await;
+    let done = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    assert_eq!(done.attempt, 2, "{done:?}");
+    let restarts = restart_causes(&cluster, &id);
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert!(restarts[0].contains("rank 0"), "{restarts:?}");
+    assert_clean(&cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
