@@ -6,6 +6,8 @@
 use super::evaluator::Evaluator;
 use super::hub::AlertHub;
 use super::model::Transition;
+use super::plateau::LossTracker;
+use super::presence::RunningTraining;
 use crate::fleet::{Fleet, Presence};
 use crate::persistence::Persistence;
 use chrono::{SubsecRound, Utc};
@@ -57,6 +59,7 @@ pub async fn run(
             .max(std::time::Duration::from_millis(10)),
     );
     stall.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut losses = LossTracker::default();
     loop {
         let changes = tokio::select! {
             _ = shutdown.changed() => return,
@@ -87,7 +90,12 @@ pub async fn run(
             },
             _ = tick.tick() => evaluator.tick(now()),
             _ = stall.tick() => match db.running_activity().await {
-                Ok(running) => evaluator.observe_trainings(&running, now()),
+                Ok(running) => {
+                    follow_losses(&db, &mut losses, &running).await;
+                    let mut changes = evaluator.observe_trainings(&running, now());
+                    changes.extend(evaluator.observe_plateaus(&running, &losses, now()));
+                    changes
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read training progress for the stall rule");
                     Vec::new()
@@ -95,6 +103,33 @@ pub async fn run(
             },
         };
         apply(&db, &hub, changes).await;
+    }
+}
+
+/// Events read per query when following a training's losses.
+const LOSS_EVENTS_PAGE: i64 = 1000;
+
+/// Reads the progress events the tracker has not seen of each running training.
+async fn follow_losses(db: &Persistence, losses: &mut LossTracker, running: &[RunningTraining]) {
+    losses.retain(running);
+    for t in running {
+        loop {
+            match db
+                .events_after(&t.id, losses.after_seq(&t.id), LOSS_EVENTS_PAGE)
+                .await
+            {
+                Ok(events) => {
+                    losses.feed(&t.id, &events);
+                    if (events.len() as i64) < LOSS_EVENTS_PAGE {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(training_id = %t.id, error = %e, "cannot read progress for the plateau rule");
+                    break;
+                }
+            }
+        }
     }
 }
 

@@ -30,6 +30,10 @@ pub struct AlertFlags {
     /// TRAINING_STALLED: a RUNNING training without progress for this long.
     #[arg(long, default_value = "10m", value_parser = parse_span, value_name = "SPAN")]
     pub alert_stall_after: Duration,
+    /// TRAINING_LOSS_PLATEAU: a RUNNING training without a new best loss for
+    /// this many steps (0: off).
+    #[arg(long, default_value_t = 1000, value_name = "STEPS", value_parser = clap::value_parser!(i64).range(0..))]
+    pub alert_plateau_steps: i64,
 }
 
 impl AlertFlags {
@@ -43,6 +47,7 @@ impl AlertFlags {
             utilization_for: self.alert_utilization_for,
             agent_grace: self.alert_agent_grace,
             stall_after: self.alert_stall_after,
+            plateau_steps: self.alert_plateau_steps,
             ..AlertSettings::default()
         }
     }

@@ -8,7 +8,7 @@
 //! - [`model`]: [`Alert`], [`AlertKind`], [`Severity`], [`Transition`].
 //! - [`evaluator`]: the pure state machine (time is passed in); the rules are
 //!   in `gpu_rules` (memory, temperature, utilization, ECC) and `presence`
-//!   (agent lost, stale GPUs, stalled trainings).
+//!   (agent lost, stale GPUs, stalled trainings); [`plateau`]: loss plateaus.
 //! - [`hub`]: the active set and the live feed.
 //! - [`engine`]: the task that feeds the evaluator and persists transitions.
 
@@ -18,6 +18,7 @@ mod flags;
 mod gpu_rules;
 pub mod hub;
 pub mod model;
+pub mod plateau;
 mod presence;
 pub mod settings;
 

@@ -46,10 +46,12 @@ pub enum AlertKind {
     AgentLost,
     /// A RUNNING training reported no progress for the window.
     TrainingStalled,
+    /// A RUNNING training's loss made no new best for the step window.
+    TrainingLossPlateau,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 7] = [
+    pub const ALL: [AlertKind; 8] = [
         AlertKind::GpuMemoryHigh,
         AlertKind::GpuTemperatureHigh,
         AlertKind::GpuUtilizationLow,
@@ -57,6 +59,7 @@ impl AlertKind {
         AlertKind::GpuXidError,
         AlertKind::AgentLost,
         AlertKind::TrainingStalled,
+        AlertKind::TrainingLossPlateau,
     ];
 
     /// The stable name stored and sent (`Alert.kind`).
@@ -69,6 +72,7 @@ impl AlertKind {
             AlertKind::GpuXidError => "GPU_XID_ERROR",
             AlertKind::AgentLost => "AGENT_LOST",
             AlertKind::TrainingStalled => "TRAINING_STALLED",
+            AlertKind::TrainingLossPlateau => "TRAINING_LOSS_PLATEAU",
         }
     }
 
@@ -79,7 +83,9 @@ impl AlertKind {
     pub fn severity(self) -> Severity {
         match self {
             AlertKind::GpuUtilizationLow => Severity::Info,
-            AlertKind::GpuMemoryHigh | AlertKind::GpuTemperatureHigh => Severity::Warning,
+            AlertKind::GpuMemoryHigh
+            | AlertKind::GpuTemperatureHigh
+            | AlertKind::TrainingLossPlateau => Severity::Warning,
             AlertKind::GpuEccUncorrected
             | AlertKind::GpuXidError
             | AlertKind::AgentLost
@@ -89,7 +95,10 @@ impl AlertKind {
 
     /// True for the kinds about one GPU (their subject is its uuid).
     pub fn is_gpu(self) -> bool {
-        !matches!(self, AlertKind::AgentLost | AlertKind::TrainingStalled)
+        !matches!(
+            self,
+            AlertKind::AgentLost | AlertKind::TrainingStalled | AlertKind::TrainingLossPlateau
+        )
     }
 }
 

@@ -34,7 +34,10 @@ pub struct AlertSettings {
     pub gpu_stale_after: Duration,
     /// TRAINING_STALLED: a RUNNING training with no progress event for this long.
     pub stall_after: Duration,
-    /// How often RUNNING trainings are checked for progress.
+    /// TRAINING_LOSS_PLATEAU: a RUNNING training whose loss made no new best
+    /// for this many steps (0: off).
+    pub plateau_steps: i64,
+    /// How often RUNNING trainings are checked for progress (and plateaus).
     pub stall_check_interval: Duration,
     /// How often time-based rules (agent grace, ECC quiet, stale GPUs) are evaluated.
     pub tick_interval: Duration,
@@ -56,6 +59,7 @@ impl Default for AlertSettings {
             agent_grace: Duration::from_secs(60),
             gpu_stale_after: Duration::from_secs(60),
             stall_after: Duration::from_secs(10 * 60),
+            plateau_steps: 1000,
             stall_check_interval: Duration::from_secs(30),
             tick_interval: Duration::from_secs(1),
         }
