@@ -60,11 +60,17 @@ impl TelemetryApi {
             gpu_uuids: filter.gpu_uuids,
             training_id: filter.training_id,
         };
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(watch::run(self.ctx.fleet.clone(), view, filter, tx));
-        Ok(Response::new(
-            self.ctx.until_stopping(ReceiverStream::new(rx)),
-        ))
+        let (tx, rx) = tokio::sync::mpsc::channel(watch::QUEUE);
+        // The watcher ends the stream itself when the server stops.
+        let stopping = self.ctx.stopping.subscribe();
+        tokio::spawn(watch::run(
+            self.ctx.fleet.clone(),
+            view,
+            filter,
+            tx,
+            stopping,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 

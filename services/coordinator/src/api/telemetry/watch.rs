@@ -13,10 +13,11 @@ use crate::fleet::{Fleet, GpuReading, ReadingFilter, TelemetryBatch};
 use cohort_proto::v1;
 use prost::bytes::Bytes;
 use prost::Message;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -28,6 +29,9 @@ pub const COALESCE_WINDOW: Duration = Duration::from_millis(50);
 /// PER_GPU: most GPU entries in one update (~200 bytes each); more go out in
 /// further updates at once, far below a client's default 4 MiB message limit.
 pub const MAX_GPUS_PER_UPDATE: usize = 4096;
+/// Updates queued for the client. Few: for a slow client one bigger
+/// coalesced update later beats a queue of small ones (memory, freshness).
+pub const QUEUE: usize = 2;
 
 pub(super) type Tx = mpsc::Sender<Result<EncodedUpdate, Status>>;
 
@@ -264,8 +268,24 @@ impl PerGpu {
     }
 }
 
-/// Stream updates to `tx` until the watcher goes away.
-pub async fn run(fleet: Fleet, view: v1::MetricsView, filter: ReadingFilter, tx: Tx) {
+/// Resolves once `stopping` says true (the server is stopping).
+async fn stopped(mut stopping: watch::Receiver<bool>) {
+    while !*stopping.borrow_and_update() {
+        if stopping.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Stream updates to `tx` until the watcher goes away or the server stops.
+pub async fn run(
+    fleet: Fleet,
+    view: v1::MetricsView,
+    filter: ReadingFilter,
+    tx: Tx,
+    stopping: watch::Receiver<bool>,
+) {
+    let stop = stopped(stopping);
     // Subscribe before the snapshot, so no batch falls between the two.
     let batches = (view == v1::MetricsView::PerGpu).then(|| fleet.subscribe_telemetry());
     let snapshot: Vec<GpuReading> = fleet
@@ -278,16 +298,23 @@ pub async fn run(fleet: Fleet, view: v1::MetricsView, filter: ReadingFilter, tx:
         return;
     }
     match batches {
-        Some(batches) => run_per_gpu(batches, filter, tx).await,
-        None => run_aggregated(fleet, filter, tx).await,
+        Some(batches) => run_per_gpu(batches, filter, tx, stop).await,
+        None => run_aggregated(fleet, filter, tx, stop).await,
     }
 }
 
-async fn run_aggregated(fleet: Fleet, filter: ReadingFilter, tx: Tx) {
+async fn run_aggregated(
+    fleet: Fleet,
+    filter: ReadingFilter,
+    tx: Tx,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
     let mut tick = tokio::time::interval(AGGREGATE_INTERVAL);
     tick.tick().await;
     loop {
         tokio::select! {
+            _ = &mut stop => return,
             _ = tx.closed() => return,
             _ = tick.tick() => {
                 let readings: Vec<GpuReading> = fleet
@@ -307,7 +334,9 @@ async fn run_per_gpu(
     mut batches: broadcast::Receiver<Arc<TelemetryBatch>>,
     filter: ReadingFilter,
     tx: Tx,
+    stop: impl Future<Output = ()>,
 ) {
+    tokio::pin!(stop);
     let mut watcher = PerGpu {
         tx,
         coalescer: Coalescer::new(filter),
@@ -318,6 +347,7 @@ async fn run_per_gpu(
         let flush_at = watcher.flush_at;
         let flow = tokio::select! {
             biased;
+            _ = &mut stop => Flow::Stop,
             _ = watcher.tx.closed() => Flow::Stop,
             _ = tokio::time::sleep_until(flush_at.unwrap_or_else(Instant::now)), if flush_at.is_some() => {
                 match watcher.drain(&mut batches).await {

@@ -122,8 +122,15 @@ fn start(
     view: v1::MetricsView,
     filter: ReadingFilter,
 ) -> mpsc::Receiver<Result<EncodedUpdate, Status>> {
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(run(fleet.clone(), view, filter, tx));
+    let (tx, rx) = mpsc::channel(QUEUE);
+    // A dropped sender never says stop.
+    tokio::spawn(run(
+        fleet.clone(),
+        view,
+        filter,
+        tx,
+        watch::channel(false).1,
+    ));
     rx
 }
 
@@ -249,4 +256,28 @@ async fn the_aggregated_view_starts_with_the_current_aggregate() {
     assert!(first.gpus.is_empty());
     // Not connected, so not in the snapshot: an empty aggregate.
     assert_eq!(first.aggregate.map(|a| a.gpu_count), Some(0));
+}
+
+#[tokio::test]
+async fn a_stopping_server_ends_both_views() {
+    let fleet = Fleet::new();
+    let (stop, stopping) = watch::channel(false);
+    let mut streams = Vec::new();
+    for view in [v1::MetricsView::PerGpu, v1::MetricsView::Aggregated] {
+        let (tx, mut rx) = mpsc::channel(QUEUE);
+        tokio::spawn(run(
+            fleet.clone(),
+            view,
+            ReadingFilter::default(),
+            tx,
+            stopping.clone(),
+        ));
+        next(&mut rx).await;
+        streams.push(rx);
+    }
+    stop.send_replace(true);
+    for mut rx in streams {
+        let end = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        assert!(matches!(end, Ok(None)), "the stream ended");
+    }
 }
