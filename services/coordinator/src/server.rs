@@ -6,7 +6,7 @@
 
 use crate::api::agent::AgentApi;
 use crate::api::gpu::GpuApi;
-use crate::api::telemetry::TelemetryApi;
+use crate::api::telemetry::{TelemetryApi, TelemetryServer};
 use crate::api::training::TrainingApi;
 use crate::api::Context;
 use cohort_proto::v1::agent_service_server::AgentServiceServer;
@@ -82,7 +82,7 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(TrainingServiceServer::new(TrainingApi::new(ctx.clone())))
         .add_service(GpuServiceServer::new(GpuApi::new(ctx.clone())))
-        .add_service(TelemetryServiceServer::new(TelemetryApi::new(ctx.clone())))
+        .add_service(TelemetryServer::new(TelemetryApi::new(ctx.clone())))
         .add_service(AgentServiceServer::new(AgentApi::new(ctx)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;

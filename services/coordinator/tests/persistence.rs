@@ -352,3 +352,63 @@ async fn fresh_databases_open_concurrently_and_serialise_writers() {
         assert_eq!(all.len(), 12, "{name}");
     }
 }
+
+fn registration(i: usize) -> cohort_coordinator::persistence::AgentRegistration {
+    cohort_coordinator::persistence::AgentRegistration {
+        name: format!("agent-{i}"),
+        host_name: format!("host-{i}"),
+        address: "127.0.0.1".into(),
+        version: "test".into(),
+        gpus: (0..8)
+            .map(|g| cohort_coordinator::model::GpuRecord {
+                uuid: format!("GPU-{i}-{g}"),
+                index: g,
+                name: "sim".into(),
+                memory_total_bytes: 80 << 30,
+                compute_capability: "9.0".into(),
+                simulated: true,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mass_registration_on_sqlite_never_reports_database_is_locked() {
+    use cohort_coordinator::persistence::{DatabaseTarget, PersistenceOptions};
+    let dir = tempfile::tempdir().unwrap();
+    // One attempt per transaction: a write that had to be retried fails the test.
+    let db = Persistence::open_with(
+        DatabaseTarget::Sqlite(dir.path().join("mass.db")),
+        PersistenceOptions {
+            max_connections: Some(8),
+            max_attempts: 1,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let n = 200;
+    // Each agent registers twice (a reconnect updates its row): read-then-write.
+    let tasks: Vec<_> = (0..2 * n)
+        .map(|i| {
+            let db = db.clone();
+            tokio::spawn(async move { db.register_agent(registration(i % n)).await })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for task in tasks {
+        if let Err(e) = task.await.unwrap() {
+            failed.push(e.to_string());
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} registrations failed, e.g. {:?}",
+        failed.len(),
+        2 * n,
+        failed.first()
+    );
+    let agents = db.list_agents().await.unwrap();
+    assert_eq!(agents.len(), n);
+    assert!(agents.iter().all(|a| a.gpus.len() == 8 && a.connected));
+}

@@ -14,6 +14,7 @@ use tonic::Code;
 
 struct Running {
     channel: Channel,
+    fleet: cohort_coordinator::fleet::Fleet,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
     _db: common::TestDb,
@@ -31,6 +32,7 @@ async fn start(db: common::TestDb) -> Running {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
     let ctx = Context::new(db.db.clone());
+    let fleet = ctx.fleet.clone();
     let task = tokio::spawn(async move {
         cohort_coordinator::server::run(listener, ctx, async {
             let _ = stopped.await;
@@ -41,6 +43,7 @@ async fn start(db: common::TestDb) -> Running {
     let channel = cohort_proto::channel(&url).await.unwrap();
     Running {
         channel,
+        fleet,
         stop: Some(stop),
         task,
         _db: db,
@@ -288,4 +291,105 @@ async fn training_rpcs_over_persistence() {
         assert_eq!(again.state(), v1::training::State::Cancelled, "{name}");
         server.stop().await;
     }
+}
+
+/// PER_GPU updates until `want` entries came: how many updates, the entries.
+async fn read_entries(
+    stream: &mut tonic::Streaming<v1::GpuMetricsUpdate>,
+    want: usize,
+) -> (usize, Vec<v1::GpuMetrics>) {
+    let (mut updates, mut entries) = (0, Vec::new());
+    while entries.len() < want {
+        let update = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+            .await
+            .expect("an update within 10 s")
+            .unwrap()
+            .expect("stream open");
+        assert!(update.lagged.is_none());
+        assert_eq!(update.view, v1::MetricsView::PerGpu as i32);
+        updates += 1;
+        entries.extend(update.gpus);
+    }
+    assert_eq!(entries.len(), want);
+    (updates, entries)
+}
+
+/// Over the wire, through the server's own WatchGpuMetrics route: a
+/// generated client decodes the shared pre-encoded entries, a burst of agent
+/// batches arrives coalesced, filters hold, a bad view is refused, and the
+/// streams end when the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
+    use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
+    use std::time::Duration;
+    let server = start(common::sqlite().await).await;
+    let mut client = TelemetryServiceClient::new(server.channel.clone());
+    let watch = |filter: Option<v1::GpuMetricsFilter>| {
+        let mut client = client.clone();
+        async move {
+            let mut stream = client
+                .watch_gpu_metrics(v1::WatchGpuMetricsRequest {
+                    view: v1::MetricsView::PerGpu as i32,
+                    filter,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let snapshot = stream.message().await.unwrap().unwrap();
+            assert!(snapshot.gpus.is_empty(), "no agent connected yet");
+            stream
+        }
+    };
+    let mut all = watch(None).await;
+    let mut one = watch(Some(v1::GpuMetricsFilter {
+        agents: vec!["agent-1".into()],
+        ..Default::default()
+    }))
+    .await;
+
+    let (agents, rounds, gpus) = (5, 10, 8);
+    for round in 0..rounds {
+        for a in 0..agents {
+            let samples = (0..gpus)
+                .map(|g| v1::GpuSample {
+                    gpu_uuid: format!("GPU-{a}-{g}"),
+                    index: g,
+                    memory_used_bytes: round,
+                    simulated: true,
+                    ..Default::default()
+                })
+                .collect();
+            server.fleet.ingest(&format!("agent-{a}"), samples);
+        }
+    }
+    let batches = (agents * rounds) as usize;
+    let (updates, entries) = read_entries(&mut all, batches * gpus as usize).await;
+    assert!(updates < batches, "{updates} updates for {batches} batches");
+    let first = &entries[0];
+    assert_eq!(first.agent_id, "agent-0");
+    assert_eq!(first.rank, -1);
+    assert_eq!(
+        first.sample.as_ref().map(|s| s.gpu_uuid.as_str()),
+        Some("GPU-0-0")
+    );
+    let (_, mine) = read_entries(&mut one, rounds as usize * gpus as usize).await;
+    assert!(mine.iter().all(|g| g.agent_id == "agent-1"));
+
+    let refused = client
+        .watch_gpu_metrics(v1::WatchGpuMetricsRequest {
+            view: 42,
+            filter: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+
+    tokio::time::timeout(Duration::from_secs(10), server.stop())
+        .await
+        .expect("the server stops with watchers open");
+    let end = tokio::time::timeout(Duration::from_secs(5), all.message()).await;
+    assert!(
+        matches!(end, Ok(Ok(None)) | Ok(Err(_))),
+        "the stream ended: {end:?}"
+    );
 }

@@ -1,9 +1,12 @@
 //! TelemetryService. WatchGpuMetrics streams from the live fan-out: the
-//! PER_GPU view forwards each agent's samples as they arrive; the AGGREGATED
-//! view sends the aggregate of the latest samples once per interval. A
-//! watcher that falls behind is told how many batches it missed (`lagged`)
-//! and carries on; it never slows ingest or other watchers. QueryGpuMetrics
-//! reads the stored history (see `query`).
+//! PER_GPU view forwards agents' samples as they arrive, coalesced into at
+//! most one update per watcher per 50 ms (see `watch`); the AGGREGATED view
+//! sends the aggregate of the latest samples once per interval. A watcher
+//! that falls behind is told how many batches it missed (`lagged`) and
+//! carries on; it never slows ingest or other watchers. Served through
+//! [`TelemetryServer`], which sends WatchGpuMetrics entries encoded once for
+//! all watchers (see `wire`). QueryGpuMetrics reads the stored history (see
+//! `query`).
 
 use super::Context;
 use crate::fleet::ReadingFilter;
@@ -13,11 +16,14 @@ pub mod alerts;
 mod query;
 mod watch;
 pub mod watchers;
+mod wire;
+
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_server::TelemetryService;
 use std::pin::Pin;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
+pub use wire::{EncodedUpdate, TelemetryServer};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -30,18 +36,12 @@ impl TelemetryApi {
     pub fn new(ctx: Context) -> Self {
         Self { ctx }
     }
-}
 
-#[tonic::async_trait]
-impl TelemetryService for TelemetryApi {
-    type WatchGpuMetricsStream = BoxStream<v1::GpuMetricsUpdate>;
-    type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
-
-    async fn watch_gpu_metrics(
+    /// WatchGpuMetrics: checks the request and starts the watcher.
+    fn watch_encoded(
         &self,
-        request: Request<v1::WatchGpuMetricsRequest>,
-    ) -> Result<Response<Self::WatchGpuMetricsStream>, Status> {
-        let req = request.into_inner();
+        req: v1::WatchGpuMetricsRequest,
+    ) -> Result<Response<BoxStream<EncodedUpdate>>, Status> {
         let view = match v1::MetricsView::try_from(req.view) {
             Ok(v1::MetricsView::Unspecified) | Ok(v1::MetricsView::PerGpu) => {
                 v1::MetricsView::PerGpu
@@ -61,16 +61,35 @@ impl TelemetryService for TelemetryApi {
             gpu_uuids: filter.gpu_uuids,
             training_id: filter.training_id,
         };
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let open = self.ctx.watchers.open();
-        let fleet = self.ctx.fleet.clone();
-        tokio::spawn(async move {
-            let _open = open;
-            watch::run(fleet, view, filter, tx).await;
-        });
-        Ok(Response::new(
-            self.ctx.until_stopping(ReceiverStream::new(rx)),
-        ))
+        let (tx, rx) = tokio::sync::mpsc::channel(watch::QUEUE);
+        // The watcher ends the stream itself when the server stops.
+        let stopping = self.ctx.stopping.subscribe();
+        tokio::spawn(watch::run(
+            self.ctx.fleet.clone(),
+            view,
+            filter,
+            tx,
+            stopping,
+            self.ctx.watchers.open(),
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+#[tonic::async_trait]
+impl TelemetryService for TelemetryApi {
+    type WatchGpuMetricsStream = BoxStream<v1::GpuMetricsUpdate>;
+    type WatchAlertsStream = BoxStream<v1::WatchAlertsResponse>;
+
+    /// Only used where the generated server is mounted without
+    /// [`TelemetryServer`]: the same stream, re-decoded to the generated type.
+    async fn watch_gpu_metrics(
+        &self,
+        request: Request<v1::WatchGpuMetricsRequest>,
+    ) -> Result<Response<Self::WatchGpuMetricsStream>, Status> {
+        let encoded = self.watch_encoded(request.into_inner())?.into_inner();
+        let decoded = encoded.map(|item| item.and_then(|u| u.decode_into()));
+        Ok(Response::new(Box::pin(decoded)))
     }
 
     async fn query_gpu_metrics(

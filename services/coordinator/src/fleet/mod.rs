@@ -13,8 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{broadcast, mpsc};
 
-/// Telemetry batches buffered per watcher before it is told it lagged.
-pub const TELEMETRY_BUFFER: usize = 1024;
+/// Telemetry batches (one per agent report) buffered per watcher before it is
+/// told it lagged: ~4 s at 1,000 agents reporting at 1 Hz. A PER_GPU watcher
+/// normally trails by one coalescing window (50 ms); the rest is slack for a
+/// busy machine. Only batches some receiver has not read yet are held.
+pub const TELEMETRY_BUFFER: usize = 4096;
 /// Presence changes buffered per subscriber before it is told it lagged.
 pub const PRESENCE_BUFFER: usize = 1024;
 
@@ -90,10 +93,16 @@ impl Default for Fleet {
 
 impl Fleet {
     pub fn new() -> Self {
+        Self::with_telemetry_buffer(TELEMETRY_BUFFER)
+    }
+
+    /// A fleet whose telemetry fan-out buffers `batches` batches per
+    /// receiver (see [`TELEMETRY_BUFFER`]).
+    pub fn with_telemetry_buffer(batches: usize) -> Self {
         Self {
             state: Arc::default(),
             sessions: Arc::new(AtomicU64::new(1)),
-            telemetry: broadcast::channel(TELEMETRY_BUFFER).0,
+            telemetry: broadcast::channel(batches.max(1)).0,
             presence: broadcast::channel(PRESENCE_BUFFER).0,
             batches_ingested: Arc::default(),
             samples_ingested: Arc::default(),
@@ -283,10 +292,7 @@ impl Fleet {
                     }
                 })
                 .collect();
-            TelemetryBatch {
-                received: Instant::now(),
-                readings,
-            }
+            TelemetryBatch::new(readings)
         };
         self.batches_ingested.fetch_add(1, Ordering::Relaxed);
         self.samples_ingested

@@ -3,6 +3,8 @@
 
 use super::Hold;
 use cohort_proto::v1;
+use prost::bytes::Bytes;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// One GPU sample with who owns the GPU.
@@ -19,6 +21,20 @@ pub struct GpuReading {
 pub struct TelemetryBatch {
     pub received: Instant,
     pub readings: Vec<GpuReading>,
+    /// The readings as encoded `v1::GpuMetrics`, one per reading, in order:
+    /// made once by the first WatchGpuMetrics stream that sends them
+    /// (`api::telemetry::watch`) and shared by the others.
+    pub encoded: OnceLock<Vec<Bytes>>,
+}
+
+impl TelemetryBatch {
+    pub fn new(readings: Vec<GpuReading>) -> Self {
+        Self {
+            received: Instant::now(),
+            readings,
+            encoded: OnceLock::new(),
+        }
+    }
 }
 
 /// Which readings a watcher wants (empty fields match everything).

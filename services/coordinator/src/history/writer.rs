@@ -253,6 +253,7 @@ mod tests {
                     },
                 })
                 .collect(),
+            encoded: Default::default(),
         }
     }
 

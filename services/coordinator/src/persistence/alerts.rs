@@ -93,7 +93,7 @@ impl Persistence {
 
     /// Every alert not resolved, oldest first.
     pub async fn active_alerts(&self) -> Result<Vec<Alert>, DatabaseError> {
-        self.transaction("active_alerts", |c| {
+        self.read("active_alerts", |c| {
             alerts::table
                 .filter(alerts::resolve_time.is_null())
                 .order((alerts::raise_time.asc(), alerts::id.asc()))
@@ -113,7 +113,7 @@ impl Persistence {
         limit: i64,
     ) -> Result<Vec<Alert>, DatabaseError> {
         let since = to_db_time(since);
-        self.transaction("alerts_resolved_since", move |c| {
+        self.read("alerts_resolved_since", move |c| {
             alerts::table
                 .filter(alerts::resolve_time.ge(since))
                 .order((alerts::resolve_time.asc(), alerts::id.asc()))
@@ -130,7 +130,7 @@ impl Persistence {
     /// Every RUNNING training with the later of its newest progress event and
     /// its newest entry into RUNNING.
     pub async fn running_activity(&self) -> Result<Vec<RunningTraining>, DatabaseError> {
-        self.transaction("running_activity", |c| {
+        self.read("running_activity", |c| {
             let ids: Vec<String> = trainings::table
                 .filter(trainings::state.eq(JobState::Running.as_str()))
                 .select(trainings::id)
@@ -162,7 +162,7 @@ impl Persistence {
 
     /// How many trainings are in each state (states with none are left out).
     pub async fn count_trainings_by_state(&self) -> Result<Vec<(String, i64)>, DatabaseError> {
-        self.transaction("count_trainings_by_state", |c| {
+        self.read("count_trainings_by_state", |c| {
             Ok(trainings::table
                 .group_by(trainings::state)
                 .select((trainings::state, diesel::dsl::count_star()))

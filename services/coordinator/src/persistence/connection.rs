@@ -129,6 +129,37 @@ pub fn run_migrations(conn: &mut DbConnection) -> Result<usize, DatabaseError> {
     }
 }
 
+/// Runs `f` in a transaction that may write: on SQLite `BEGIN IMMEDIATE`
+/// (the write lock up front, waiting `busy_timeout` for it, so the
+/// transaction never has to upgrade a read lock, which WAL refuses with
+/// SQLITE_BUSY without waiting); on PostgreSQL a plain `BEGIN`. Committed
+/// when `f` succeeds, rolled back when it fails — as `Connection::transaction`.
+pub fn write_transaction<T, F>(conn: &mut DbConnection, f: F) -> Result<T, DatabaseError>
+where
+    F: FnOnce(&mut DbConnection) -> Result<T, DatabaseError>,
+{
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    type Manager = <DbConnection as Connection>::TransactionManager;
+    match conn {
+        // Same transaction state as `Manager`, which delegates to the
+        // SQLite connection's AnsiTransactionManager.
+        DbConnection::Sqlite(c) => {
+            AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?
+        }
+        DbConnection::Pg(_) => Manager::begin_transaction(conn)?,
+    }
+    match f(conn) {
+        Ok(value) => {
+            Manager::commit_transaction(conn)?;
+            Ok(value)
+        }
+        Err(error) => match Manager::rollback_transaction(conn) {
+            Ok(()) | Err(diesel::result::Error::BrokenTransactionManager) => Err(error),
+            Err(rollback) => Err(rollback.into()),
+        },
+    }
+}
+
 /// The r2d2 manager: opens connections of the chosen backend, set up.
 #[derive(Debug)]
 pub struct ConnectionManager {

@@ -62,7 +62,7 @@ impl Persistence {
         limit: i64,
     ) -> Result<Vec<StoredEvent>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("events_after", move |c| {
+        self.read("events_after", move |c| {
             training_events::table
                 .filter(training_events::training_id.eq(&id))
                 .filter(training_events::seq.gt(after_seq))
@@ -83,7 +83,7 @@ impl Persistence {
         training_id: &str,
     ) -> Result<Option<StoredEvent>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("latest_progress", move |c| {
+        self.read("latest_progress", move |c| {
             training_events::table
                 .filter(training_events::training_id.eq(&id))
                 .filter(training_events::kind.eq("progress"))

@@ -182,6 +182,6 @@ impl Persistence {
 
     /// Every known agent with its GPUs, by name.
     pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, DatabaseError> {
-        self.transaction("list_agents", list_in).await
+        self.read("list_agents", list_in).await
     }
 }

@@ -401,7 +401,7 @@ impl Persistence {
         selection: MetricsSelection,
         window: BucketWindow,
     ) -> Result<Vec<GpuBucket>, DatabaseError> {
-        self.transaction("gpu_metric_buckets", move |c| {
+        self.read("gpu_metric_buckets", move |c| {
             let mut all = raw_buckets(c, &selection, &window)?;
             all.extend(rollup_buckets(c, &selection, &window)?);
             Ok(all)
@@ -415,7 +415,7 @@ impl Persistence {
         gpu_uuid: &str,
     ) -> Result<Vec<NewGpuMetric>, DatabaseError> {
         let uuid = gpu_uuid.to_string();
-        self.transaction("raw_gpu_metrics", move |c| {
+        self.read("raw_gpu_metrics", move |c| {
             use gpu_metrics::dsl as m;
             Ok(m::gpu_metrics
                 .filter(m::gpu_uuid.eq(&uuid))
@@ -457,7 +457,7 @@ impl Persistence {
         gpu_uuid: &str,
     ) -> Result<Vec<RollupRow>, DatabaseError> {
         let uuid = gpu_uuid.to_string();
-        self.transaction("gpu_metric_rollups", move |c| {
+        self.read("gpu_metric_rollups", move |c| {
             use super::schema::gpu_metrics_rollup as r;
             Ok(r::table
                 .filter(r::gpu_uuid.eq(&uuid))

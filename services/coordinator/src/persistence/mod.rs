@@ -1,7 +1,8 @@
 //! Persistence: SQLite (the embedded default) or PostgreSQL through diesel.
 //!
 //! [`Persistence`] owns an r2d2 pool of [`DbConnection`]s. Every operation runs
-//! as ONE transaction on a blocking thread (`spawn_blocking`), is retried when
+//! as ONE transaction on a blocking thread (`spawn_blocking`) — on SQLite an
+//! IMMEDIATE one unless it only reads ([`Persistence::read`]) — is retried when
 //! the database reports a serialization failure or a busy/stale SQLite
 //! snapshot, and logs its latency. Migrations are embedded and applied at open.
 //!
@@ -143,9 +144,35 @@ impl Persistence {
         &self.target
     }
 
-    /// Runs `f` as one transaction on a blocking thread, retrying it on
-    /// retryable errors. `op` names the operation in logs.
+    /// Runs `f` as one transaction that may write, on a blocking thread,
+    /// retrying it on retryable errors. `op` names the operation in logs.
+    ///
+    /// On SQLite it is `BEGIN IMMEDIATE`: the write lock is taken (waiting
+    /// up to [`SQLITE_BUSY_TIMEOUT`]) before the first read. A deferred
+    /// transaction that reads and then writes must upgrade its read lock,
+    /// and in WAL mode SQLite refuses that upgrade at once with
+    /// `database is locked` when another writer got in between, whatever the
+    /// busy timeout. PostgreSQL: a plain `BEGIN`.
     pub async fn transaction<T, F>(&self, op: &'static str, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
+    {
+        self.run(op, Mode::Write, f).await
+    }
+
+    /// Runs `f`, which only reads, as one transaction (a deferred one on
+    /// SQLite: readers don't wait for the writer in WAL mode), like
+    /// [`Persistence::transaction`] otherwise.
+    pub async fn read<T, F>(&self, op: &'static str, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
+    {
+        self.run(op, Mode::Read, f).await
+    }
+
+    async fn run<T, F>(&self, op: &'static str, mode: Mode, f: F) -> Result<T, DatabaseError>
     where
         T: Send + 'static,
         F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
@@ -157,7 +184,10 @@ impl Persistence {
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
-                let result = conn.transaction(|c| f(c));
+                let result = match mode {
+                    Mode::Write => connection::write_transaction(&mut conn, |c| f(c)),
+                    Mode::Read => conn.transaction(|c| f(c)),
+                };
                 match result {
                     Err(e) if e.is_retryable() && attempt < max_attempts => {
                         tracing::debug!(op, attempt, error = %e, "retrying transaction");
@@ -175,4 +205,11 @@ impl Persistence {
         .await
         .map_err(|e| DatabaseError::Task(e.to_string()))?
     }
+}
+
+/// Whether a transaction may write (see [`Persistence::transaction`]).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Write,
+    Read,
 }

@@ -228,8 +228,7 @@ impl Persistence {
         attempt: i32,
     ) -> Result<Vec<RankRecord>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("ranks", move |c| ranks_in(c, &id, attempt))
-            .await
+        self.read("ranks", move |c| ranks_in(c, &id, attempt)).await
     }
 
     /// A rank process started. When it is the last of its attempt to start and
@@ -360,7 +359,7 @@ impl Persistence {
         training_id: &str,
     ) -> Result<Vec<CheckpointRecord>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("checkpoints", move |c| {
+        self.read("checkpoints", move |c| {
             let rows: Vec<(String, i32, i64, String, String, chrono::NaiveDateTime)> =
                 checkpoints::table
                     .filter(checkpoints::training_id.eq(&id))
@@ -396,7 +395,7 @@ impl Persistence {
     pub async fn active_placements(
         &self,
     ) -> Result<Vec<(Training, Vec<RankRecord>)>, DatabaseError> {
-        self.transaction("active_placements", |c| {
+        self.read("active_placements", |c| {
             let ids: Vec<String> = trainings::table
                 .filter(
                     trainings::state
@@ -418,7 +417,7 @@ impl Persistence {
 
     /// QUEUED trainings by priority (higher first), then age.
     pub async fn queued_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
-        self.transaction("queued_trainings", |c| {
+        self.read("queued_trainings", |c| {
             trainings_in_state(c, JobState::Queued)
         })
         .await
@@ -467,7 +466,7 @@ impl Persistence {
 
     /// RESTARTING trainings by priority (higher first), then age.
     pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
-        self.transaction("restarting_trainings", |c| {
+        self.read("restarting_trainings", |c| {
             trainings_in_state(c, JobState::Restarting)
         })
         .await
@@ -539,7 +538,7 @@ impl Persistence {
         training_id: &str,
     ) -> Result<Option<String>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("checkpoint_agent", move |c| {
+        self.read("checkpoint_agent", move |c| {
             Ok(checkpoints::table
                 .filter(checkpoints::training_id.eq(&id))
                 .order(checkpoints::step.desc())

@@ -282,7 +282,7 @@ impl Persistence {
     /// One training, if it exists.
     pub async fn get_training(&self, training_id: &str) -> Result<Option<Training>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("get_training", move |c| load_training(c, &id))
+        self.read("get_training", move |c| load_training(c, &id))
             .await
     }
 
@@ -291,7 +291,7 @@ impl Persistence {
         &self,
         page: ListTrainings,
     ) -> Result<Vec<Training>, DatabaseError> {
-        self.transaction("list_trainings", move |c| list_in(c, &page))
+        self.read("list_trainings", move |c| list_in(c, &page))
             .await
     }
 
@@ -315,7 +315,7 @@ impl Persistence {
         training_id: &str,
     ) -> Result<Vec<StateTransition>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("transitions", move |c| {
+        self.read("transitions", move |c| {
             state_transitions::table
                 .filter(state_transitions::training_id.eq(&id))
                 .order(state_transitions::id.asc())

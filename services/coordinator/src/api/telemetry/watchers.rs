@@ -48,6 +48,13 @@ impl WatcherStats {
 #[derive(Debug)]
 pub struct WatcherGuard(WatcherStats);
 
+impl WatcherGuard {
+    /// This watcher fell behind and missed `missed` batches.
+    pub fn lagged(&self, missed: u64) {
+        self.0.lagged(missed);
+    }
+}
+
 impl Drop for WatcherGuard {
     fn drop(&mut self) {
         self.0.open.fetch_sub(1, Ordering::Relaxed);
