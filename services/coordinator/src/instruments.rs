@@ -123,20 +123,48 @@ fn gpu_gauge(
     )
 }
 
-fn counter(
-    meter: &Meter,
-    name: &'static str,
-    description: &'static str,
-    read: impl Fn() -> u64 + Send + Sync + 'static,
-) -> Box<dyn std::any::Any + Send + Sync> {
-    Box::new(
-        meter
-            .u64_observable_counter(name)
-            .with_description(description)
-            .with_callback(move |o| o.observe(read(), &[]))
-            .build(),
-    )
-}
+type Read = fn(&Context) -> u64;
+
+/// Counters read from the coordinator's own tallies: name, description, read.
+const COUNTERS: [(&str, &str, Read); 5] = [
+    (
+        "cohort.telemetry.samples",
+        "GPU samples ingested since start.",
+        |c| c.fleet.ingested().1,
+    ),
+    (
+        "cohort.telemetry.batches",
+        "Telemetry batches (one agent's samples of one tick) ingested since start.",
+        |c| c.fleet.ingested().0,
+    ),
+    (
+        "cohort.telemetry.watcher_lag_notices",
+        "Times a watcher fell behind the live fan-out and was sent a lag notice.",
+        |c| c.watchers.counts().lag_notices,
+    ),
+    (
+        "cohort.telemetry.watcher_missed_batches",
+        "Telemetry batches watchers missed by falling behind.",
+        |c| c.watchers.counts().missed_batches,
+    ),
+    (
+        "cohort.telemetry.history_dropped_rows",
+        "GPU samples the history writer dropped because it was behind.",
+        |c| c.history.stats().dropped_rows,
+    ),
+];
+
+/// Gauges without attributes: name, description, read.
+const GAUGES: [(&str, &str, Read); 2] = [
+    ("cohort.agents.connected", "Agents connected now.", |c| {
+        c.fleet.agents().len() as u64
+    }),
+    (
+        "cohort.telemetry.watchers",
+        "Open WatchGpuMetrics streams.",
+        |c| c.watchers.counts().open,
+    ),
+];
 
 /// Registers the instruments with the global meter provider (install it
 /// first; see `cohort_observe::Observability`).
@@ -163,57 +191,26 @@ pub fn register(ctx: &Context) -> Instruments {
             })
             .build(),
     ));
-    let c = ctx.clone();
-    instruments.push(Box::new(
-        meter
-            .u64_observable_gauge("cohort.agents.connected")
-            .with_description("Agents connected now.")
-            .with_callback(move |o| o.observe(c.fleet.agents().len() as u64, &[]))
-            .build(),
-    ));
-    let c = ctx.clone();
-    instruments.push(counter(
-        &meter,
-        "cohort.telemetry.samples",
-        "GPU samples ingested since start.",
-        move || c.fleet.ingested().1,
-    ));
-    let c = ctx.clone();
-    instruments.push(counter(
-        &meter,
-        "cohort.telemetry.batches",
-        "Telemetry batches (one agent's samples of one tick) ingested since start.",
-        move || c.fleet.ingested().0,
-    ));
-    let c = ctx.clone();
-    instruments.push(Box::new(
-        meter
-            .u64_observable_gauge("cohort.telemetry.watchers")
-            .with_description("Open WatchGpuMetrics streams.")
-            .with_callback(move |o| o.observe(c.watchers.counts().open, &[]))
-            .build(),
-    ));
-    let c = ctx.clone();
-    instruments.push(counter(
-        &meter,
-        "cohort.telemetry.watcher_lag_notices",
-        "Times a watcher fell behind the live fan-out and was sent a lag notice.",
-        move || c.watchers.counts().lag_notices,
-    ));
-    let c = ctx.clone();
-    instruments.push(counter(
-        &meter,
-        "cohort.telemetry.watcher_missed_batches",
-        "Telemetry batches watchers missed by falling behind.",
-        move || c.watchers.counts().missed_batches,
-    ));
-    let c = ctx.clone();
-    instruments.push(counter(
-        &meter,
-        "cohort.telemetry.history_dropped_rows",
-        "GPU samples the history writer dropped because it was behind.",
-        move || c.history.stats().dropped_rows,
-    ));
+    for (name, description, read) in COUNTERS {
+        let c = ctx.clone();
+        instruments.push(Box::new(
+            meter
+                .u64_observable_counter(name)
+                .with_description(description)
+                .with_callback(move |o| o.observe(read(&c), &[]))
+                .build(),
+        ));
+    }
+    for (name, description, read) in GAUGES {
+        let c = ctx.clone();
+        instruments.push(Box::new(
+            meter
+                .u64_observable_gauge(name)
+                .with_description(description)
+                .with_callback(move |o| o.observe(read(&c), &[]))
+                .build(),
+        ));
+    }
     let c = ctx.clone();
     instruments.push(Box::new(
         meter

@@ -5,7 +5,7 @@
 //! is new); the rule is evaluated with the stall check.
 
 use super::evaluator::{Draft, Evaluator, Level};
-use super::model::{AlertKey, AlertKind, Transition};
+use super::model::{AlertKind, Transition};
 use super::presence::RunningTraining;
 use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
@@ -136,16 +136,7 @@ impl Evaluator {
                 },
             ));
         }
-        let ended: Vec<AlertKey> = self
-            .active
-            .keys()
-            .filter(|k| k.kind == AlertKind::TrainingLossPlateau)
-            .filter(|k| !running.iter().any(|t| t.id == k.subject))
-            .cloned()
-            .collect();
-        for key in ended {
-            out.extend(self.resolve(&key, now));
-        }
+        out.extend(self.resolve_not_running(AlertKind::TrainingLossPlateau, running, now));
         out
     }
 }

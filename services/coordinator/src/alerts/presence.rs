@@ -159,16 +159,27 @@ impl Evaluator {
                 },
             ));
         }
+        out.extend(self.resolve_not_running(AlertKind::TrainingStalled, running, now));
+        out
+    }
+
+    /// Resolves the `kind` alerts of trainings that are no longer running.
+    pub(super) fn resolve_not_running(
+        &mut self,
+        kind: AlertKind,
+        running: &[RunningTraining],
+        now: DateTime<Utc>,
+    ) -> Vec<Transition> {
         let ended: Vec<AlertKey> = self
             .active
             .keys()
-            .filter(|k| k.kind == AlertKind::TrainingStalled)
+            .filter(|k| k.kind == kind)
             .filter(|k| !running.iter().any(|t| t.id == k.subject))
             .cloned()
             .collect();
-        for key in ended {
-            out.extend(self.resolve(&key, now));
-        }
-        out
+        ended
+            .into_iter()
+            .filter_map(|key| self.resolve(&key, now))
+            .collect()
     }
 }
