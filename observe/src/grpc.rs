@@ -271,3 +271,148 @@ mod tests {
         assert!(!is_server_error(0) && !is_server_error(3) && !is_server_error(5));
     }
 }
+
+/// The layer with a real tracing subscriber and an in-memory exporter: the
+/// span of each call, its status code (from the headers, the trailers, or a
+/// dropped stream) and the caller's trace.
+#[cfg(test)]
+mod layer_tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::combinators::UnsyncBoxBody;
+    use http_body_util::{BodyExt, Full};
+    use opentelemetry::trace::{SpanId, Status, TraceId, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+    use std::convert::Infallible;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    type TestBody = UnsyncBoxBody<Bytes, Infallible>;
+
+    /// A service answering every call with what `reply` builds.
+    #[derive(Clone)]
+    struct Reply(fn() -> Response<TestBody>);
+
+    impl Service<Request<()>> for Reply {
+        type Response = Response<TestBody>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            std::future::ready(Ok((self.0)()))
+        }
+    }
+
+    fn trailers(code: &str) -> HeaderMap {
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", code.parse().unwrap());
+        t
+    }
+
+    fn ok_with_trailers() -> Response<TestBody> {
+        let body = Full::new(Bytes::from_static(b"\0\0\0\0\0"))
+            .with_trailers(std::future::ready(Some(Ok(trailers("0")))));
+        Response::new(UnsyncBoxBody::new(body))
+    }
+
+    fn trailers_only(code: &'static str) -> Response<TestBody> {
+        let mut response = Response::new(UnsyncBoxBody::new(Full::new(Bytes::new())));
+        response
+            .headers_mut()
+            .insert("grpc-status", code.parse().unwrap());
+        response
+    }
+
+    /// Calls `reply` through the layer (reading the body to its end unless
+    /// `drop_early`) and returns the one span it made.
+    async fn one_call(
+        reply: fn() -> Response<TestBody>,
+        traceparent: Option<&str>,
+        drop_early: bool,
+    ) -> SpanData {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let mut service = GrpcTraceLayer::new().layer(Reply(reply));
+        let mut request = Request::builder().uri("/pkg.v1.Things/GetThing");
+        if let Some(tp) = traceparent {
+            request = request.header("traceparent", tp);
+        }
+        let response = service.call(request.body(()).unwrap()).await.unwrap();
+        if drop_early {
+            drop(response);
+        } else {
+            response.into_body().collect().await.unwrap();
+        }
+        let spans = exporter.get_finished_spans().unwrap();
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        spans.into_iter().next().unwrap()
+    }
+
+    fn code(span: &SpanData) -> Option<i64> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "rpc.grpc.status_code")
+            .and_then(|kv| match &kv.value {
+                opentelemetry::Value::I64(v) => Some(*v),
+                _ => None,
+            })
+    }
+
+    #[tokio::test]
+    async fn a_successful_call_continues_the_callers_trace_with_status_ok() {
+        let span = one_call(
+            ok_with_trailers,
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            false,
+        )
+        .await;
+        assert_eq!(span.name, "pkg.v1.Things/GetThing");
+        assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Server);
+        assert_eq!(
+            span.span_context.trace_id(),
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+        );
+        assert_eq!(
+            span.parent_span_id,
+            SpanId::from_hex("00f067aa0ba902b7").unwrap()
+        );
+        assert_eq!(code(&span), Some(0));
+        assert_eq!(span.status, Status::Unset);
+        let method = span
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "rpc.method")
+            .map(|kv| kv.value.as_str().into_owned());
+        assert_eq!(method.as_deref(), Some("GetThing"));
+    }
+
+    #[tokio::test]
+    async fn a_server_fault_marks_the_span_and_a_client_mistake_does_not() {
+        let internal = one_call(|| trailers_only("13"), None, false).await;
+        assert_eq!(code(&internal), Some(13));
+        assert!(
+            matches!(internal.status, Status::Error { .. }),
+            "{:?}",
+            internal.status
+        );
+        // no traceparent: a new trace
+        assert_eq!(internal.parent_span_id, SpanId::INVALID);
+        let not_found = one_call(|| trailers_only("5"), None, false).await;
+        assert_eq!(code(&not_found), Some(5));
+        assert_eq!(not_found.status, Status::Unset);
+    }
+
+    #[tokio::test]
+    async fn a_stream_dropped_before_its_end_is_cancelled() {
+        let span = one_call(ok_with_trailers, None, true).await;
+        assert_eq!(code(&span), Some(1));
+    }
+}
