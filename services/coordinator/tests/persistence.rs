@@ -2,7 +2,9 @@
 
 mod common;
 
+use chrono::Utc;
 use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState};
+use cohort_coordinator::persistence::events::append_event_in;
 use cohort_coordinator::persistence::{
     DatabaseError, ListTrainings, NewTraining, Persistence, TrainingCursor,
 };
@@ -243,6 +245,7 @@ async fn rank_events_get_dense_sequence_numbers() {
             samples_per_sec: 1000.0,
             step_time_ms: 3.0,
         };
+        let mut rung = t.db.events_bell().subscribe(&id);
         let tasks: Vec<_> = (0..6)
             .map(|_| {
                 let (db, id, line) = (t.db.clone(), id.clone(), line.clone());
@@ -255,6 +258,21 @@ async fn rank_events_get_dense_sequence_numbers() {
         let events = t.db.events_after(&id, 1, 100).await.unwrap();
         let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [2, 3, 4, 5, 6, 7], "{}", t.name);
+        // Watchers were rung with the newest committed sequence number ...
+        assert!(rung.has_changed().unwrap(), "{}", t.name);
+        assert_eq!(*rung.borrow_and_update(), 7, "{}", t.name);
+        // ... but not for an event whose transaction rolled back.
+        let rolled_back = {
+            let (id, line) = (id.clone(), line.clone());
+            t.db.transaction("append_then_fail", move |c| {
+                append_event_in(c, &id, 1, &EventPayload::Rank(line.clone()), Utc::now())?;
+                Err::<(), _>(DatabaseError::Corrupt("rolled back on purpose".into()))
+            })
+            .await
+        };
+        assert!(rolled_back.is_err());
+        assert!(!rung.has_changed().unwrap(), "{}", t.name);
+        assert!(t.db.events_after(&id, 7, 10).await.unwrap().is_empty());
         assert_eq!(events[0].payload, EventPayload::Rank(line.clone()));
         assert_eq!(events[0].attempt, 1);
 

@@ -27,7 +27,10 @@ pub const MAX_REQUEST_ID_LEN: usize = 128;
 const DEFAULT_PAGE_SIZE: i64 = 100;
 const MAX_PAGE_SIZE: i64 = 1000;
 /// How often WatchTraining looks for new events.
-const WATCH_POLL: Duration = Duration::from_millis(250);
+/// How long a watcher with nothing new waits before it looks again even
+/// without a ring from the event bell (a safety net: every event this
+/// coordinator writes rings at once).
+const WATCH_FALLBACK: Duration = Duration::from_secs(2);
 /// Events read per query while watching.
 const WATCH_BATCH: i64 = 256;
 
@@ -410,6 +413,8 @@ impl TrainingService for TrainingApi {
                 )
             })?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        // Subscribed before the first query, so no event falls between.
+        let mut rung = db.events_bell().subscribe(&req.id);
         let mut after = i64::try_from(req.after_sequence).unwrap_or(i64::MAX);
         let mut ended = training.state.is_final() && after >= training.last_event_seq;
         tokio::spawn(async move {
@@ -422,7 +427,11 @@ impl TrainingService for TrainingApi {
                     }
                 };
                 if batch.is_empty() {
-                    tokio::time::sleep(WATCH_POLL).await;
+                    tokio::select! {
+                        _ = rung.changed() => {}
+                        _ = tokio::time::sleep(WATCH_FALLBACK) => {}
+                        _ = tx.closed() => return,
+                    }
                     continue;
                 }
                 for event in batch {

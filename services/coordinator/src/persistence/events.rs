@@ -36,6 +36,7 @@ pub fn append_event_in(
     diesel::insert_into(training_events::table)
         .values(&row)
         .execute(conn)?;
+    super::bell::note(training_id, seq);
     row.try_into()
 }
 

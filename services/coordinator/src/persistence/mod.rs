@@ -10,6 +10,7 @@
 //! history) and [`events`] (the sequence-numbered event history).
 
 pub mod alerts;
+mod bell;
 mod connection;
 mod error;
 pub mod events;
@@ -20,6 +21,7 @@ mod rows;
 pub mod schema;
 pub mod trainings;
 
+pub use bell::EventBell;
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
 pub use error::DatabaseError;
 pub use fleet::AgentRegistration;
@@ -61,6 +63,8 @@ pub struct Persistence {
     pool: Pool<ConnectionManager>,
     target: DatabaseTarget,
     max_attempts: u32,
+    /// Rung after a commit that wrote training events.
+    bell: EventBell,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -136,6 +140,7 @@ impl Persistence {
             pool,
             target,
             max_attempts: options.max_attempts.max(1),
+            bell: EventBell::default(),
         })
     }
 
@@ -179,11 +184,12 @@ impl Persistence {
     {
         let pool = self.pool.clone();
         let max_attempts = self.max_attempts;
-        tokio::task::spawn_blocking(move || {
+        let (result, written) = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
+                bell::discard();
                 let result = match mode {
                     Mode::Write => connection::write_transaction(&mut conn, |c| f(c)),
                     Mode::Read => conn.transaction(|c| f(c)),
@@ -197,13 +203,27 @@ impl Persistence {
                     result => {
                         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
                         tracing::debug!(op, attempt, elapsed_ms, ok = result.is_ok(), "db op");
-                        return result;
+                        // Committed events ring their watchers; a rollback's don't.
+                        let written = if result.is_ok() {
+                            bell::take()
+                        } else {
+                            bell::discard();
+                            Vec::new()
+                        };
+                        return Ok::<_, DatabaseError>((result, written));
                     }
                 }
             }
         })
         .await
-        .map_err(|e| DatabaseError::Task(e.to_string()))?
+        .map_err(|e| DatabaseError::Task(e.to_string()))??;
+        self.bell.ring(written);
+        result
+    }
+
+    /// Rings when a training gets new events (see [`EventBell`]).
+    pub fn events_bell(&self) -> &EventBell {
+        &self.bell
     }
 }
 
