@@ -134,10 +134,15 @@ pub struct Alert {
 
 impl Alert {
     pub fn key(&self) -> AlertKey {
+        // Exhaustive, so a new kind must say what its subject is.
         let subject = match self.kind {
             AlertKind::AgentLost => self.agent_id.clone(),
-            AlertKind::TrainingStalled => self.training_id.clone(),
-            _ => self.gpu_uuid.clone(),
+            AlertKind::TrainingStalled | AlertKind::TrainingLossPlateau => self.training_id.clone(),
+            AlertKind::GpuMemoryHigh
+            | AlertKind::GpuTemperatureHigh
+            | AlertKind::GpuUtilizationLow
+            | AlertKind::GpuEccUncorrected
+            | AlertKind::GpuXidError => self.gpu_uuid.clone(),
         };
         AlertKey {
             kind: self.kind,

@@ -225,6 +225,8 @@ mod tests {
             "{}",
             alert.message
         );
+        // Its key (what a restarted coordinator adopts it under) is the training.
+        assert_eq!(alert.key().subject, "trn-a");
         // Still flat: nothing new. A new best clears it.
         tracker.feed("trn-a", &[progress(4, 250, 0.6)]);
         assert!(ev.observe_plateaus(&running(), &tracker, now).is_empty());
