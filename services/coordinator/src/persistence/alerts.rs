@@ -137,11 +137,15 @@ impl Persistence {
                 .load(c)?;
             let mut out = Vec::with_capacity(ids.len());
             for id in ids {
+                // The newest by sequence number (the (training_id, seq) index),
+                // not MAX(event_time), which reads every event of the training.
                 let progress: Option<NaiveDateTime> = training_events::table
                     .filter(training_events::training_id.eq(&id))
                     .filter(training_events::kind.eq("progress"))
-                    .select(max(training_events::event_time))
-                    .first(c)?;
+                    .order(training_events::seq.desc())
+                    .select(training_events::event_time)
+                    .first(c)
+                    .optional()?;
                 let running: Option<NaiveDateTime> = state_transitions::table
                     .filter(state_transitions::training_id.eq(&id))
                     .filter(state_transitions::to_state.eq(JobState::Running.as_str()))

@@ -3,6 +3,7 @@
 //! checkpoints are recorded as the agents report them.
 
 use super::events::append_event_in;
+use super::rows::TrainingRow;
 use super::rows::{now, to_db_time};
 use super::schema::{checkpoints, ranks, trainings};
 use super::trainings::{load_training, transition_in};
@@ -10,6 +11,7 @@ use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{EventPayload, JobState, Placement, RankRecord, RankSlot, RankState, Training};
 use cohort_spec::progress::ProgressLine;
 use diesel::prelude::*;
+use std::collections::HashMap;
 
 /// A stored checkpoint of a training.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,20 +137,18 @@ fn trainings_in_state(
     conn: &mut DbConnection,
     state: JobState,
 ) -> Result<Vec<Training>, DatabaseError> {
-    let ids: Vec<String> = trainings::table
+    trainings::table
         .filter(trainings::state.eq(state.as_str()))
         .order((
             trainings::priority.desc(),
             trainings::create_time.asc(),
             trainings::id.asc(),
         ))
-        .select(trainings::id)
-        .load(conn)?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        out.extend(load_training(conn, &id)?);
-    }
-    Ok(out)
+        .select(TrainingRow::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(Training::try_from)
+        .collect()
 }
 
 /// Takes the training row's write lock until the transaction ends (a no-op
@@ -396,21 +396,42 @@ impl Persistence {
         &self,
     ) -> Result<Vec<(Training, Vec<RankRecord>)>, DatabaseError> {
         self.read("active_placements", |c| {
-            let ids: Vec<String> = trainings::table
+            // Two queries whatever the number of trainings: their rows, then
+            // the ranks of all of them (kept for each one's current attempt).
+            let active: Vec<Training> = trainings::table
                 .filter(
                     trainings::state
                         .eq_any([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
                 )
-                .select(trainings::id)
-                .load(c)?;
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(t) = load_training(c, &id)? {
-                    let ranks = ranks_in(c, &id, t.attempt)?;
-                    out.push((t, ranks));
-                }
+                .select(TrainingRow::as_select())
+                .load(c)?
+                .into_iter()
+                .map(Training::try_from)
+                .collect::<Result<_, _>>()?;
+            let ids: Vec<&str> = active.iter().map(|t| t.id.as_str()).collect();
+            let mut ranks: HashMap<String, Vec<RankRecord>> = HashMap::new();
+            for row in ranks::table
+                .filter(ranks::training_id.eq_any(&ids))
+                .order((ranks::training_id.asc(), ranks::rank.asc()))
+                .load::<RankRow>(c)?
+            {
+                ranks
+                    .entry(row.training_id.clone())
+                    .or_default()
+                    .push(RankRecord::try_from(row)?);
             }
-            Ok(out)
+            Ok(active
+                .into_iter()
+                .map(|t| {
+                    let current = ranks
+                        .remove(&t.id)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|r| r.attempt == t.attempt)
+                        .collect();
+                    (t, current)
+                })
+                .collect())
         })
         .await
     }
