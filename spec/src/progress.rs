@@ -59,6 +59,18 @@ pub enum ProgressLine {
 }
 
 impl ProgressLine {
+    /// The `event` tag the line carries in JSON.
+    pub fn event(&self) -> &'static str {
+        match self {
+            ProgressLine::Started { .. } => "started",
+            ProgressLine::Progress { .. } => "progress",
+            ProgressLine::RankStats { .. } => "rank_stats",
+            ProgressLine::RankFinished { .. } => "rank_finished",
+            ProgressLine::Checkpoint { .. } => "checkpoint",
+            ProgressLine::Finished { .. } => "finished",
+        }
+    }
+
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).expect("progress line serialises")
     }
@@ -88,5 +100,57 @@ mod tests {
         assert_eq!(ProgressLine::parse(&text), Some(line));
         assert_eq!(ProgressLine::parse("warning: something"), None);
         assert_eq!(ProgressLine::parse("{\"event\":\"nope\"}"), None);
+    }
+
+    #[test]
+    fn event_names_the_json_tag_of_every_variant() {
+        let lines = [
+            ProgressLine::Started {
+                world_size: 1,
+                device: "cpu".into(),
+                total_steps: 1,
+                start_step: 0,
+                global_batch: 1,
+                parameters: 1,
+            },
+            ProgressLine::Progress {
+                step: 1,
+                total_steps: 1,
+                epoch: 0,
+                loss: 0.0,
+                mse: 0.0,
+                l1: 0.0,
+                samples_per_sec: 0.0,
+                step_time_ms: 0.0,
+            },
+            ProgressLine::RankStats {
+                rank: 0,
+                step: 1,
+                step_time_ms: 0.0,
+                compute_ms: 0.0,
+                comm_ms: 0.0,
+                memory_bytes: 0,
+            },
+            ProgressLine::RankFinished {
+                rank: 0,
+                step: 1,
+                param_checksum: String::new(),
+            },
+            ProgressLine::Checkpoint {
+                step: 1,
+                path: String::new(),
+            },
+            ProgressLine::Finished {
+                step: 1,
+                loss: 0.0,
+                param_checksum: String::new(),
+                wall_time_s: 0.0,
+                mean_samples_per_sec: 0.0,
+            },
+        ];
+        for line in lines {
+            let json: serde_json::Value = serde_json::from_str(&line.to_line()).unwrap();
+            assert_eq!(json["event"], line.event(), "{line:?}");
+        }
     }
 }

@@ -90,10 +90,7 @@ impl EventPayload {
         match self {
             EventPayload::StateChange(_) => "state_change".to_string(),
             EventPayload::Straggler(_) => "straggler".to_string(),
-            EventPayload::Rank(line) => serde_json::to_value(line)
-                .ok()
-                .and_then(|v| v.get("event")?.as_str().map(str::to_string))
-                .expect("progress lines are tagged by event"),
+            EventPayload::Rank(line) => line.event().to_string(),
         }
     }
 
@@ -122,7 +119,7 @@ impl EventPayload {
                 .map(EventPayload::Straggler)
         } else {
             ProgressLine::parse(payload_json)
-                .filter(|line| EventPayload::Rank(line.clone()).kind() == kind)
+                .filter(|line| line.event() == kind)
                 .map(EventPayload::Rank)
         }
     }

@@ -37,7 +37,13 @@ pub fn append_event_in(
         .values(&row)
         .execute(conn)?;
     super::bell::note(training_id, seq);
-    row.try_into()
+    Ok(StoredEvent {
+        training_id: row.training_id,
+        seq,
+        attempt,
+        payload: payload.clone(),
+        time: row.event_time.and_utc(),
+    })
 }
 
 impl Persistence {
