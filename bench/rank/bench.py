@@ -3,9 +3,9 @@
     python bench/rank/bench.py [--d-in 256 --d-sae 2048 --batch 512 --steps 200]
 
 Runs, in turn: cohort-rank at 1 rank, eager PyTorch; cohort-rank at 2 ranks
-(gloo) with its default overlapped buckets, with one flat all-reduce after the
-backward pass, and with one all-reduce per parameter; and torch DDP on gloo at
-2 ranks. Prints samples/s for each and the ratios.
+(gloo) with its default of one flat all-reduce after the backward pass, with
+overlapped buckets, and with one all-reduce per parameter; and torch DDP on
+gloo at 2 ranks. Prints samples/s for each and the ratios.
 Throughput is measured after `--warmup` steps in every case.
 """
 import argparse

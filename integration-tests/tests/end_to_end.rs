@@ -276,11 +276,14 @@ async fn checkpoints_are_listed_newest_first() {
         }
         page_token = page.next_page_token;
     }
-    assert_eq!(steps.first(), Some(&job.steps), "newest first: {steps:?}");
-    assert!(
-        steps.windows(2).all(|w| w[0] > w[1]),
-        "newest first: {steps:?}"
-    );
+    // Checkpoints at 15, 30, 45 and 60; `keep` = 3 pruned step 15.
+    assert_eq!(steps, [60, 45, 30], "newest first, pruned ones left out");
+    for path in &paths {
+        assert!(
+            std::path::Path::new(path).is_dir(),
+            "listed checkpoint {path} is on disk"
+        );
+    }
 }
 
 /// training.proto: RUNNING means "the ranks formed their group and are

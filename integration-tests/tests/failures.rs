@@ -21,17 +21,16 @@ use std::time::{Duration, Instant};
 const AGENT_TIMEOUT_S: u64 = 4;
 const HANG_FLOOR_S: u64 = 30;
 
-/// Short timeouts for every coordinator these tests start (the flags' env
-/// fallbacks; the same values for every test of this binary).
-fn fast_failure_detection() {
-    std::env::set_var("COHORT_AGENT_TIMEOUT", format!("{AGENT_TIMEOUT_S}s"));
-    std::env::set_var("COHORT_HANG_FLOOR", format!("{HANG_FLOOR_S}s"));
-    std::env::set_var("COHORT_STOP_GRACE", "2s");
-}
-
+/// A cluster whose coordinator detects failures fast (the flags' env
+/// fallbacks, set on the coordinator's process only).
 async fn cluster(agents: usize) -> Cluster {
-    fast_failure_detection();
-    Cluster::start(ClusterOptions::new(Backend::Sqlite, agents)).await
+    let mut options = ClusterOptions::new(Backend::Sqlite, agents);
+    options.env = vec![
+        ("COHORT_AGENT_TIMEOUT".into(), format!("{AGENT_TIMEOUT_S}s")),
+        ("COHORT_HANG_FLOOR".into(), format!("{HANG_FLOOR_S}s")),
+        ("COHORT_STOP_GRACE".into(), "2s".into()),
+    ];
+    Cluster::start(options).await
 }
 
 /// A job long enough to be interrupted: checkpoints every 20 steps.

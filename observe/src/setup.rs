@@ -111,7 +111,11 @@ impl Observability {
             .with(layers)
             .try_init()
             .map_err(|e| SetupError::Subscriber(e.to_string()))?;
-        if let Some(endpoint) = &args.otlp_endpoint {
+        if let Some(endpoint) = args
+            .otlp_endpoint
+            .as_deref()
+            .filter(|_| installed.exporting())
+        {
             tracing::info!(endpoint = %endpoint, service, "exporting OpenTelemetry traces and metrics over OTLP");
         }
         Ok(installed)

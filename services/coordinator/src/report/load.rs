@@ -124,13 +124,12 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     (a + b - 1) / b
 }
 
-/// Succeeded trainings with the same config as `training` (compared as
-/// JSON), newest first, at most [`MAX_PEERS`].
+/// Succeeded trainings with the same config as `training`, newest first, at
+/// most [`MAX_PEERS`].
 async fn same_config_peers(
     db: &Persistence,
     training: &Training,
 ) -> Result<Vec<Training>, DatabaseError> {
-    let config = serde_json::to_value(&training.config).ok();
     let mut peers = Vec::new();
     let mut after: Option<TrainingCursor> = None;
     let mut scanned = 0;
@@ -147,7 +146,7 @@ async fn same_config_peers(
         let last_page = (page.len() as i64) < PAGE;
         peers.extend(
             page.into_iter()
-                .filter(|t| t.id != training.id && serde_json::to_value(&t.config).ok() == config),
+                .filter(|t| t.id != training.id && t.config == training.config),
         );
         if last_page {
             break;
