@@ -438,3 +438,46 @@ fn watch_resumes_after_the_coordinator_restarts() {
     assert!(text.ends_with("training t-restart SUCCEEDED"), "{text}");
     second.kill();
 }
+
+#[test]
+fn ctrl_c_stops_a_watch_with_exit_130() {
+    use std::io::{BufRead, BufReader};
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    // The stream sends its first events, then nothing more.
+    let server = Killable::start(Fake { hang: true }, addr);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["--coordinator", &format!("http://{addr}")])
+        .args(["train", "watch", "t-restart"])
+        .env_remove("COHORT_COORDINATOR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines().map_while(Result::ok) {
+        if line.contains("[2] state RUNNING") {
+            break;
+        }
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running 10 s after Ctrl-C"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(130));
+    server.kill();
+}

@@ -12,16 +12,41 @@ pub mod train;
 pub mod watch;
 
 use std::future::Future;
+use std::sync::OnceLock;
+use tokio::sync::watch as flag;
 
-/// Runs `fut` unless Ctrl-C comes first.
+/// Turns true at the first Ctrl-C. One listener for the whole process, set
+/// up on first use: a Ctrl-C that arrives between two waits (while a line
+/// is printed, say) is still seen by the next one.
+static INTERRUPTED: OnceLock<flag::Receiver<bool>> = OnceLock::new();
+
+fn interrupted() -> flag::Receiver<bool> {
+    INTERRUPTED
+        .get_or_init(|| {
+            let (tx, rx) = flag::channel(false);
+            tokio::spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    tx.send_replace(true);
+                }
+                // keep the sender: a closed channel must not read as Ctrl-C
+                std::future::pending::<()>().await;
+            });
+            rx
+        })
+        .clone()
+}
+
+/// Runs `fut` unless Ctrl-C comes first (or came already).
 pub async fn interruptible<F: Future>(fut: F) -> Option<F::Output> {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+    let mut rx = interrupted();
+    let ctrl_c = async move {
+        if rx.wait_for(|hit| *hit).await.is_err() {
             std::future::pending::<()>().await;
         }
     };
     tokio::select! {
-        value = fut => Some(value),
+        biased;
         _ = ctrl_c => None,
+        value = fut => Some(value),
     }
 }
