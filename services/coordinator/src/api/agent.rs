@@ -1,6 +1,7 @@
 //! AgentService: the agents' Connect stream (see [`crate::session`]) and
 //! ListAgents (every agent ever registered, connected or not).
 
+use super::convert::timestamp;
 use super::status::from_db;
 use super::Context;
 use cohort_proto::v1;
@@ -21,13 +22,6 @@ impl AgentApi {
     pub fn new(ctx: Context) -> Self {
         Self { ctx }
     }
-}
-
-fn timestamp(t: chrono::DateTime<chrono::Utc>) -> Option<prost_types::Timestamp> {
-    Some(prost_types::Timestamp {
-        seconds: t.timestamp(),
-        nanos: t.timestamp_subsec_nanos() as i32,
-    })
 }
 
 #[tonic::async_trait]
@@ -71,25 +65,14 @@ impl AgentService for AgentApi {
                     } else {
                         v1::AgentState::Disconnected
                     } as i32,
-                    gpus: a
-                        .gpus
-                        .iter()
-                        .map(|g| v1::GpuInfo {
-                            index: g.index,
-                            uuid: g.uuid.clone(),
-                            name: g.name.clone(),
-                            memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
-                            compute_capability: g.compute_capability.clone(),
-                            simulated: g.simulated,
-                        })
-                        .collect(),
+                    gpus: a.gpus.iter().map(v1::GpuInfo::from).collect(),
                     id: a.id,
                     name: a.name,
                     host_name: a.host_name,
                     address: a.address,
                     version: a.version,
-                    connect_time: timestamp(a.connect_time),
-                    last_seen_time: timestamp(a.last_seen_time),
+                    connect_time: Some(timestamp(a.connect_time)),
+                    last_seen_time: Some(timestamp(a.last_seen_time)),
                 }
             })
             .collect();

@@ -185,3 +185,17 @@ pub fn latest_progress(e: &StoredEvent) -> Option<v1::ProgressEvent> {
         _ => None,
     }
 }
+
+/// A registered GPU as the API shows it.
+impl From<&crate::model::GpuRecord> for v1::GpuInfo {
+    fn from(g: &crate::model::GpuRecord) -> Self {
+        v1::GpuInfo {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
+            compute_capability: g.compute_capability.clone(),
+            simulated: g.simulated,
+        }
+    }
+}

@@ -130,14 +130,7 @@ impl GpuService for GpuApi {
         {
             for g in &agent.gpus {
                 gpus.push(v1::Gpu {
-                    info: Some(v1::GpuInfo {
-                        index: g.index,
-                        uuid: g.uuid.clone(),
-                        name: g.name.clone(),
-                        memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
-                        compute_capability: g.compute_capability.clone(),
-                        simulated: g.simulated,
-                    }),
+                    info: Some(v1::GpuInfo::from(g)),
                     agent_id: agent.id.clone(),
                     agent_name: agent.name.clone(),
                     host_name: agent.host_name.clone(),

@@ -87,16 +87,10 @@ impl Context {
         S::Item: Send,
     {
         use tokio_stream::StreamExt;
-        let mut stopping = self.stopping.subscribe();
+        let stopping = self.stopping.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
-            let stopped = async move {
-                while !*stopping.borrow_and_update() {
-                    if stopping.changed().await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
-            };
+            let stopped = stopped(stopping);
             tokio::pin!(stream);
             tokio::pin!(stopped);
             loop {
@@ -111,5 +105,15 @@ impl Context {
             }
         });
         Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    }
+}
+
+/// Resolves once `stopping` says true (the server is stopping); never when
+/// its sender is gone without saying so.
+pub(crate) async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    while !*stopping.borrow_and_update() {
+        if stopping.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }

@@ -7,11 +7,13 @@ use chrono::DateTime;
 use cohort_proto::error::{bad_field, reason};
 use tonic::Status;
 
-fn hex(bytes: &[u8]) -> String {
+/// Hex of `bytes` (what every page token is on the wire).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// The bytes of a hex token; `None` when it is not hex.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

@@ -27,6 +27,20 @@ pub use wire::{EncodedUpdate, TelemetryServer};
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
+/// A request's `view`: PER_GPU when unspecified; INVALID_ARGUMENT when it
+/// names no view.
+pub(crate) fn metrics_view(raw: i32) -> Result<v1::MetricsView, Status> {
+    match v1::MetricsView::try_from(raw) {
+        Ok(v1::MetricsView::Unspecified | v1::MetricsView::PerGpu) => Ok(v1::MetricsView::PerGpu),
+        Ok(v1::MetricsView::Aggregated) => Ok(v1::MetricsView::Aggregated),
+        Err(_) => Err(cohort_proto::error::bad_field(
+            cohort_proto::error::reason::INVALID_ARGUMENT,
+            "view",
+            format!("{raw} is not a metrics view"),
+        )),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct TelemetryApi {
     ctx: Context,
@@ -42,19 +56,7 @@ impl TelemetryApi {
         &self,
         req: v1::WatchGpuMetricsRequest,
     ) -> Result<Response<BoxStream<EncodedUpdate>>, Status> {
-        let view = match v1::MetricsView::try_from(req.view) {
-            Ok(v1::MetricsView::Unspecified) | Ok(v1::MetricsView::PerGpu) => {
-                v1::MetricsView::PerGpu
-            }
-            Ok(v1::MetricsView::Aggregated) => v1::MetricsView::Aggregated,
-            Err(_) => {
-                return Err(cohort_proto::error::bad_field(
-                    cohort_proto::error::reason::INVALID_ARGUMENT,
-                    "view",
-                    format!("{} is not a metrics view", req.view),
-                ))
-            }
-        };
+        let view = metrics_view(req.view)?;
         let filter = req.filter.unwrap_or_default();
         let filter = ReadingFilter {
             agents: filter.agents,

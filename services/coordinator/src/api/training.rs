@@ -521,10 +521,7 @@ impl TrainingService for TrainingApi {
                 step: c.step,
                 path: c.path.clone(),
                 agent_id: c.agent_id.clone(),
-                create_time: Some(prost_types::Timestamp {
-                    seconds: c.create_time.timestamp(),
-                    nanos: c.create_time.timestamp_subsec_nanos() as i32,
-                }),
+                create_time: Some(super::convert::timestamp(c.create_time)),
             })
             .collect();
         Ok(Response::new(v1::ListCheckpointsResponse {

@@ -18,6 +18,7 @@
 //! per-GPU entries); the token names the next bucket and pins the resolved
 //! end time, so later pages see the same range.
 
+use crate::api::page_token::{hex, unhex};
 use crate::api::status::from_db;
 use crate::api::Context;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
@@ -105,20 +106,6 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The token of the page starting at bucket `next`.
 fn encode_token(plan: &Plan, next: i64) -> String {
     hex(format!("m1:{:016x}:{next}:{}", plan.fingerprint, plan.until_ms).as_bytes())
@@ -155,16 +142,7 @@ impl Plan {
         req: &v1::QueryGpuMetricsRequest,
         now: DateTime<Utc>,
     ) -> Result<Self, Status> {
-        let view = match v1::MetricsView::try_from(req.view) {
-            Ok(v1::MetricsView::Unspecified | v1::MetricsView::PerGpu) => v1::MetricsView::PerGpu,
-            Ok(v1::MetricsView::Aggregated) => v1::MetricsView::Aggregated,
-            Err(_) => {
-                return Err(invalid(
-                    "view",
-                    format!("{} is not a metrics view", req.view),
-                ))
-            }
-        };
+        let view = super::metrics_view(req.view)?;
         let start_ms = match &req.start_time {
             Some(t) => timestamp_ms("start_time", t)?,
             None => return Err(invalid("start_time", "required")),

@@ -272,15 +272,6 @@ impl PerGpu {
     }
 }
 
-/// Resolves once `stopping` says true (the server is stopping).
-async fn stopped(mut stopping: watch::Receiver<bool>) {
-    while !*stopping.borrow_and_update() {
-        if stopping.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 /// Stream updates to `tx` until the watcher goes away or the server stops.
 pub async fn run(
     fleet: Fleet,
@@ -290,7 +281,7 @@ pub async fn run(
     stopping: watch::Receiver<bool>,
     open: WatcherGuard,
 ) {
-    let stop = stopped(stopping);
+    let stop = crate::api::stopped(stopping);
     // Subscribe before the snapshot, so no batch falls between the two.
     let batches = (view == v1::MetricsView::PerGpu).then(|| fleet.subscribe_telemetry());
     let snapshot: Vec<GpuReading> = fleet
