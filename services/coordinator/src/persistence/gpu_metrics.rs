@@ -16,7 +16,7 @@ use diesel::sql_types::{BigInt, Double, Integer, Nullable, Text};
 pub const ROLLUP_MS: i64 = 60_000;
 
 /// One raw sample as stored.
-#[derive(Debug, Clone, PartialEq, Insertable)]
+#[derive(Debug, Clone, PartialEq, Insertable, Queryable, Selectable)]
 #[diesel(table_name = gpu_metrics)]
 pub struct NewGpuMetric {
     pub gpu_uuid: String,
@@ -143,11 +143,7 @@ fn placeholders(conn: &DbConnection) -> fn(usize) -> String {
 }
 
 /// The WHERE conditions of a selection, with their bind values in order.
-fn selection_sql(
-    sel: &MetricsSelection,
-    ph: fn(usize) -> String,
-    has_agent_name: bool,
-) -> (String, Vec<String>) {
+fn selection_sql(sel: &MetricsSelection, ph: fn(usize) -> String) -> (String, Vec<String>) {
     let mut sql = String::new();
     let mut binds: Vec<String> = Vec::new();
     let list = |values: &[String], binds: &mut Vec<String>| -> String {
@@ -168,14 +164,10 @@ fn selection_sql(
     }
     if !sel.agents.is_empty() {
         let ids = list(&sel.agents, &mut binds);
-        if has_agent_name {
-            let names = list(&sel.agents, &mut binds);
-            sql.push_str(&format!(
-                " AND (agent_id IN ({ids}) OR agent_name IN ({names}))"
-            ));
-        } else {
-            sql.push_str(&format!(" AND agent_id IN ({ids})"));
-        }
+        let names = list(&sel.agents, &mut binds);
+        sql.push_str(&format!(
+            " AND (agent_id IN ({ids}) OR agent_name IN ({names}))"
+        ));
     }
     if !sel.training_id.is_empty() {
         binds.push(sel.training_id.clone());
@@ -202,7 +194,7 @@ fn raw_buckets(
     sel: &MetricsSelection,
     w: &BucketWindow,
 ) -> Result<Vec<GpuBucket>, DatabaseError> {
-    let (filter, binds) = selection_sql(sel, placeholders(conn), true);
+    let (filter, binds) = selection_sql(sel, placeholders(conn));
     let (start, step, from, to) = (w.start_ms, w.step_ms, w.first_ms(), w.end_ms());
     let sql = format!(
         "SELECT gpu_uuid, (sample_ms - {start}) / {step} AS bucket, \
@@ -228,7 +220,7 @@ fn rollup_buckets(
     sel: &MetricsSelection,
     w: &BucketWindow,
 ) -> Result<Vec<GpuBucket>, DatabaseError> {
-    let (filter, binds) = selection_sql(sel, placeholders(conn), true);
+    let (filter, binds) = selection_sql(sel, placeholders(conn));
     let (start, step, from, to) = (w.start_ms, w.step_ms, w.first_ms(), w.end_ms());
     let sql = format!(
         "SELECT gpu_uuid, (bucket_ms - {start}) / {step} AS bucket, \
@@ -420,33 +412,8 @@ impl Persistence {
             Ok(m::gpu_metrics
                 .filter(m::gpu_uuid.eq(&uuid))
                 .order((m::sample_ms.asc(), m::id.asc()))
-                .select((
-                    (m::gpu_uuid, m::gpu_index, m::agent_id, m::agent_name),
-                    (m::training_id, m::rank, m::sample_time, m::sample_ms),
-                    (
-                        m::utilization_gpu_percent,
-                        m::utilization_memory_percent,
-                        m::memory_used_bytes,
-                        m::memory_total_bytes,
-                    ),
-                    (
-                        m::temperature_celsius,
-                        m::power_draw_watts,
-                        m::power_limit_watts,
-                        m::sm_clock_mhz,
-                        m::memory_clock_mhz,
-                    ),
-                    (
-                        m::ecc_errors_corrected,
-                        m::ecc_errors_uncorrected,
-                        m::throttle_reasons,
-                        m::simulated,
-                    ),
-                ))
-                .load::<RawTuple>(c)?
-                .into_iter()
-                .map(from_tuple)
-                .collect())
+                .select(NewGpuMetric::as_select())
+                .load(c)?)
         })
         .await
     }
@@ -497,57 +464,6 @@ pub struct RollupRow {
     pub power_mean: Option<f64>,
     pub power_max: Option<f64>,
     pub power_count: i64,
-}
-
-type RawTuple = (
-    (String, i32, String, String),
-    (Option<String>, Option<i32>, NaiveDateTime, i64),
-    (Option<f64>, Option<f64>, i64, i64),
-    (
-        Option<f64>,
-        Option<f64>,
-        Option<f64>,
-        Option<i32>,
-        Option<i32>,
-    ),
-    (Option<i64>, Option<i64>, String, bool),
-);
-
-fn from_tuple(t: RawTuple) -> NewGpuMetric {
-    let ((gpu_uuid, gpu_index, agent_id, agent_name), (training_id, rank, sample_time, sample_ms)) =
-        (t.0, t.1);
-    let (
-        utilization_gpu_percent,
-        utilization_memory_percent,
-        memory_used_bytes,
-        memory_total_bytes,
-    ) = t.2;
-    let (temperature_celsius, power_draw_watts, power_limit_watts, sm_clock_mhz, memory_clock_mhz) =
-        t.3;
-    let (ecc_errors_corrected, ecc_errors_uncorrected, throttle_reasons, simulated) = t.4;
-    NewGpuMetric {
-        gpu_uuid,
-        gpu_index,
-        agent_id,
-        agent_name,
-        training_id,
-        rank,
-        sample_time,
-        sample_ms,
-        utilization_gpu_percent,
-        utilization_memory_percent,
-        memory_used_bytes,
-        memory_total_bytes,
-        temperature_celsius,
-        power_draw_watts,
-        power_limit_watts,
-        sm_clock_mhz,
-        memory_clock_mhz,
-        ecc_errors_corrected,
-        ecc_errors_uncorrected,
-        throttle_reasons,
-        simulated,
-    }
 }
 
 impl GpuBucket {
