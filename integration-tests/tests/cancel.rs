@@ -94,6 +94,31 @@ async fn cancel_mid_run_stops_ranks_and_frees_gpus() {
     })
     .await;
 
+    // training.proto: RANK_STATE_STOPPED "The process was stopped on request
+    // (cancel or restart)" — not FAILED.
+    let ranks = eventually(
+        "the ranks to have exited",
+        Duration::from_secs(30),
+        || async {
+            let t = cluster.get_training(&id).await;
+            if t.ranks.len() == 4
+                && t.ranks
+                    .iter()
+                    .all(|r| r.exit_code.is_some() || r.signal.is_some())
+            {
+                Ok(t.ranks)
+            } else {
+                Err(format!("{:?}", t.ranks))
+            }
+        },
+    )
+    .await;
+    for r in &ranks {
+        assert_eq!(r.state(), v1::RankState::Stopped, "{ranks:?}");
+    }
+    let rows = cluster.db().ranks(&id);
+    assert!(rows.iter().all(|r| r.state == "STOPPED"), "{rows:?}");
+
     let training = cluster.get_training(&id).await;
     assert_eq!(training.state(), State::Cancelled);
     assert!(training.end_time.is_some());
@@ -124,37 +149,4 @@ async fn cancel_mid_run_stops_ranks_and_frees_gpus() {
     cluster
         .wait_state(&next.id, State::Succeeded, Duration::from_secs(90))
         .await;
-}
-
-/// training.proto: RANK_STATE_STOPPED "The process was stopped on request
-/// (cancel or restart)" — not FAILED.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancelled_ranks_are_stopped_not_failed() {
-    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
-    let id = cancel_mid_run(&cluster, 2).await;
-    cluster
-        .assert_no_rank_processes(Duration::from_secs(30))
-        .await;
-    let ranks = eventually(
-        "the ranks to have exited",
-        Duration::from_secs(30),
-        || async {
-            let t = cluster.get_training(&id).await;
-            if t.ranks.len() == 2
-                && t.ranks
-                    .iter()
-                    .all(|r| r.exit_code.is_some() || r.signal.is_some())
-            {
-                Ok(t.ranks)
-            } else {
-                Err(format!("{:?}", t.ranks))
-            }
-        },
-    )
-    .await;
-    for r in &ranks {
-        assert_eq!(r.state(), v1::RankState::Stopped, "{ranks:?}");
-    }
-    let rows = cluster.db().ranks(&id);
-    assert!(rows.iter().all(|r| r.state == "STOPPED"), "{rows:?}");
 }

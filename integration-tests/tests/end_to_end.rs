@@ -35,6 +35,32 @@ async fn four_ranks_across_two_agents(backend: Backend) {
         "the stream ends after the final state change"
     );
 
+    // training.proto: RUNNING means "the ranks formed their group and are
+    // training", so the SCHEDULED -> RUNNING change comes before any progress.
+    let running_at = watched
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::StateChange(c)) if c.to() == State::Running => Some(e.sequence),
+            _ => None,
+        })
+        .expect("a RUNNING state change");
+    let first_progress = watched
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Progress(_)) => Some(e.sequence),
+            _ => None,
+        })
+        .expect("a progress event");
+    if running_at > first_progress {
+        cluster.fail(&format!(
+            "RUNNING (event {running_at}) was recorded after progress (event {first_progress}); \
+             transitions: {:?}",
+            cluster.db().transitions(&id)
+        ));
+    }
+
     // Sequence numbers increase; with the per-rank events they have no gap.
     let sequences: Vec<u64> = watched.events.iter().map(|e| e.sequence).collect();
     assert!(
@@ -284,49 +310,4 @@ async fn checkpoints_are_listed_newest_first() {
             "listed checkpoint {path} is on disk"
         );
     }
-}
-
-/// training.proto: RUNNING means "the ranks formed their group and are
-/// training", so the SCHEDULED -> RUNNING change comes before any progress.
-async fn running_before_progress(backend: Backend) {
-    let cluster = Cluster::start(ClusterOptions::new(backend, 2)).await;
-    let job = SaeJob::small();
-    let config = job.write(cluster.root(), "sae.toml");
-    let id = cluster.submit(&config, &["--gpus", "4"]).await;
-    let mut client = cluster.training().await;
-    let watched = watch_to_end(&mut client, &id, JOB_TIMEOUT).await;
-    assert_eq!(watched.final_state(), Some(State::Succeeded));
-    let running_at = watched
-        .events
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(Event::StateChange(c)) if c.to() == State::Running => Some(e.sequence),
-            _ => None,
-        })
-        .expect("a RUNNING state change");
-    let first_progress = watched
-        .events
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(Event::Progress(_)) => Some(e.sequence),
-            _ => None,
-        })
-        .expect("a progress event");
-    if running_at > first_progress {
-        cluster.fail(&format!(
-            "RUNNING (event {running_at}) was recorded after progress (event {first_progress}); \
-             transitions: {:?}",
-            cluster.db().transitions(&id)
-        ));
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_before_progress_sqlite() {
-    running_before_progress(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_before_progress_postgres() {
-    running_before_progress(Backend::Postgres).await;
 }
