@@ -6,24 +6,32 @@ use super::telemetry::filter;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::AlertsWatchArgs;
+use crate::{AlertsWatchArgs, MetricsFilterArgs, SeverityArg};
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event, AlertSeverity,
     WatchAlertsRequest, WatchAlertsResponse,
 };
 use tonic::Streaming;
 
-/// The request the flags describe.
-pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
-    let min_severity = args
-        .min_severity
-        .map_or(AlertSeverity::Unspecified, AlertSeverity::from);
+/// A WatchAlerts request (shared by `alerts watch` and `alerts`).
+pub fn watch_request(
+    min_severity: Option<SeverityArg>,
+    filter_args: &MetricsFilterArgs,
+    include_active: bool,
+    resolved_within: Option<prost_types::Duration>,
+) -> WatchAlertsRequest {
+    let min_severity = min_severity.map_or(AlertSeverity::Unspecified, AlertSeverity::from);
     WatchAlertsRequest {
         min_severity: min_severity as i32,
-        filter: Some(filter(&args.filter)),
-        include_active: args.active,
-        ..Default::default()
+        filter: Some(filter(filter_args)),
+        include_active,
+        resolved_within,
     }
+}
+
+/// The request the flags describe.
+pub fn request(args: &AlertsWatchArgs) -> WatchAlertsRequest {
+    watch_request(args.min_severity, &args.filter, args.active, None)
 }
 
 pub async fn watch(

@@ -4,32 +4,25 @@
 //! resolution as it happens (one line each, or one JSON object per line).
 
 use super::interruptible;
-use super::telemetry::filter;
 use crate::client::Coordinator;
 use crate::errors::CliError;
+use crate::render::table::severity_name;
 use crate::render::table::Table;
-use crate::render::{emit, emit_json, json, short_name, time, OutputFormat};
+use crate::render::{emit, emit_json, json, time, OutputFormat};
 use crate::AlertsListArgs;
 use cohort_proto::v1::{
     self, telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event,
-    AlertSeverity, WatchAlertsRequest,
+    WatchAlertsRequest,
 };
 use serde_json::Value;
 
 /// The request the flags describe.
 pub fn request(args: &AlertsListArgs) -> WatchAlertsRequest {
-    let min_severity = args
-        .min_severity
-        .map_or(AlertSeverity::Unspecified, AlertSeverity::from);
-    WatchAlertsRequest {
-        min_severity: min_severity as i32,
-        filter: Some(filter(&args.filter)),
-        include_active: true,
-        resolved_within: args
-            .all
-            .then(|| prost_types::Duration::try_from(args.since).ok())
-            .flatten(),
-    }
+    let resolved_within = args
+        .all
+        .then(|| prost_types::Duration::try_from(args.since).ok())
+        .flatten();
+    super::alerts::watch_request(args.min_severity, &args.filter, true, resolved_within)
 }
 
 /// The alerts as a table, oldest first.
@@ -41,9 +34,7 @@ pub fn alerts_table(alerts: &[v1::Alert]) -> String {
         "SEVERITY", "KIND", "STATE", "RAISED", "RESOLVED", "ABOUT", "MESSAGE",
     ]);
     for a in alerts {
-        let severity = AlertSeverity::try_from(a.severity)
-            .map(|s| short_name(s.as_str_name(), "ALERT_SEVERITY_").to_ascii_uppercase())
-            .unwrap_or_else(|_| a.severity.to_string());
+        let severity = severity_name(a.severity);
         let about: Vec<&str> = [&a.agent_id, &a.gpu_uuid, &a.training_id]
             .into_iter()
             .filter(|s| !s.is_empty())
@@ -126,7 +117,7 @@ mod tests {
         let r = request(&args(false));
         assert!(r.include_active);
         assert_eq!(r.resolved_within, None);
-        assert_eq!(r.min_severity, AlertSeverity::Warning as i32);
+        assert_eq!(r.min_severity, v1::AlertSeverity::Warning as i32);
         assert_eq!(r.filter.unwrap().agents, vec!["node-a"]);
         let r = request(&args(true));
         assert_eq!(r.resolved_within.map(|d| d.seconds), Some(3600));
@@ -137,7 +128,7 @@ mod tests {
         assert_eq!(alerts_table(&[]), "no alerts");
         let a = v1::Alert {
             id: "alr-1".into(),
-            severity: AlertSeverity::Critical as i32,
+            severity: v1::AlertSeverity::Critical as i32,
             kind: "AGENT_LOST".into(),
             message: "agent node-a is gone".into(),
             agent_id: "agt-1".into(),

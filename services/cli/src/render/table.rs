@@ -580,11 +580,16 @@ pub fn metrics_history(updates: &[v1::GpuMetricsUpdate]) -> String {
     out
 }
 
+/// An alert severity as shown: `WARNING`, `CRITICAL`, ...
+pub fn severity_name(severity: i32) -> String {
+    v1::AlertSeverity::try_from(severity)
+        .map(|s| short_name(s.as_str_name(), "ALERT_SEVERITY_").to_ascii_uppercase())
+        .unwrap_or_else(|_| severity.to_string())
+}
+
 /// One alert as a line: time, severity, kind, message, what it concerns.
 pub fn alert_line(a: &v1::Alert) -> String {
-    let severity = v1::AlertSeverity::try_from(a.severity)
-        .map(|s| short_name(s.as_str_name(), "ALERT_SEVERITY_").to_ascii_uppercase())
-        .unwrap_or_else(|_| a.severity.to_string());
+    let severity = severity_name(a.severity);
     let mut about = Vec::new();
     for (name, value) in [
         ("agent", &a.agent_id),
