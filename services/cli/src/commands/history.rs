@@ -10,10 +10,7 @@ use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{bytes, emit, emit_json, time};
 use crate::TelemetryHistoryArgs;
-use cohort_proto::v1::{
-    telemetry_service_client::TelemetryServiceClient, GpuMetricsFilter, GpuMetricsUpdate,
-    MetricsView, QueryGpuMetricsRequest,
-};
+use cohort_proto::v1::{GpuMetricsUpdate, MetricsView, QueryGpuMetricsRequest};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -173,35 +170,18 @@ pub async fn history(
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     };
-    let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
-    let mut updates = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .query_gpu_metrics(QueryGpuMetricsRequest {
-                filter: Some(GpuMetricsFilter {
-                    agents: args.filter.agent.clone(),
-                    gpu_uuids: args.filter.gpu.clone(),
-                    training_id: args.filter.job.clone().unwrap_or_default(),
-                }),
-                view: MetricsView::PerGpu as i32,
-                start_time: Some(ts(start_ms)),
-                end_time: Some(ts(end_ms)),
-                step: Some(prost_types::Duration {
-                    seconds: step.as_secs() as i64,
-                    nanos: step.subsec_nanos() as i32,
-                }),
-                page_size: 0,
-                page_token,
-            })
-            .await?
-            .into_inner();
-        updates.extend(page.updates);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
+    let updates = super::telemetry::query_all(
+        coordinator,
+        QueryGpuMetricsRequest {
+            filter: Some(super::telemetry::filter(&args.filter)),
+            view: MetricsView::PerGpu as i32,
+            start_time: Some(ts(start_ms)),
+            end_time: Some(ts(end_ms)),
+            step: prost_types::Duration::try_from(step).ok(),
+            ..Default::default()
+        },
+    )
+    .await?;
     let all = series(&updates, start_ms, step);
     match out {
         crate::render::OutputFormat::Json => emit_json(&to_json(&all, start_ms, step)),

@@ -8,8 +8,8 @@ use crate::errors::CliError;
 use crate::render::{emit, emit_json, json, table, OutputFormat};
 use crate::{MetricsFilterArgs, TelemetryQueryArgs, TelemetryWatchArgs, ViewArg};
 use cohort_proto::v1::{
-    telemetry_service_client::TelemetryServiceClient, GpuMetricsFilter, MetricsView,
-    QueryGpuMetricsRequest, WatchGpuMetricsRequest,
+    telemetry_service_client::TelemetryServiceClient, GpuMetricsFilter, GpuMetricsUpdate,
+    MetricsView, QueryGpuMetricsRequest, WatchGpuMetricsRequest,
 };
 use serde_json::Value;
 use std::io::IsTerminal;
@@ -45,11 +45,27 @@ pub fn request(args: &TelemetryWatchArgs) -> WatchGpuMetricsRequest {
     }
 }
 
-fn timestamp(t: SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
+/// Every page of a QueryGpuMetrics (the request's `page_token` is set here).
+pub async fn query_all(
+    coordinator: &Coordinator,
+    request: QueryGpuMetricsRequest,
+) -> Result<Vec<GpuMetricsUpdate>, CliError> {
+    let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
+    let mut updates = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .query_gpu_metrics(QueryGpuMetricsRequest {
+                page_token,
+                ..request.clone()
+            })
+            .await?
+            .into_inner();
+        updates.extend(page.updates);
+        if page.next_page_token.is_empty() {
+            return Ok(updates);
+        }
+        page_token = page.next_page_token;
     }
 }
 
@@ -61,33 +77,20 @@ pub async fn query(
     let start = SystemTime::now()
         .checked_sub(args.since)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let step = args.step.map(|d| prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    });
-    let mut client = TelemetryServiceClient::new(coordinator.channel().await?);
-    let mut updates = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .query_gpu_metrics(QueryGpuMetricsRequest {
-                filter: Some(filter(&args.filter)),
-                view: view(args.view),
-                start_time: Some(timestamp(start)),
-                end_time: None,
-                step,
-                page_size: 0,
-                page_token,
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        updates.extend(page.updates);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
+    let step = args
+        .step
+        .and_then(|d| prost_types::Duration::try_from(d).ok());
+    let updates = query_all(
+        coordinator,
+        QueryGpuMetricsRequest {
+            filter: Some(filter(&args.filter)),
+            view: view(args.view),
+            start_time: Some(prost_types::Timestamp::from(start)),
+            step,
+            ..Default::default()
+        },
+    )
+    .await?;
     match out {
         OutputFormat::Json => emit_json(&serde_json::json!({
             "updates": updates.iter().map(json::metrics_update).collect::<Vec<Value>>(),
