@@ -358,6 +358,18 @@ async fn telemetry_and_alerts() {
     let o = cohort(&url, &["-o", "json", "telemetry", "query"]).await;
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["updates"].as_array().unwrap().len(), 2);
+    // history: its request is accepted (start_time set) and every page read.
+    let o = cohort(
+        &url,
+        &["-o", "json", "telemetry", "history", "--since", "1h"],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["gpus"].is_array() && v["step_seconds"].as_f64() > Some(0.0),
+        "{v}"
+    );
 
     // alerts: the active one first, then live ones, stopped after --count.
     let o = cohort(&url, &["alerts", "watch", "--active", "--count", "2"]).await;
