@@ -48,6 +48,31 @@ impl Drop for Instruments {
 
 type Cached = Arc<Mutex<Vec<(String, i64)>>>;
 
+type Labelled = Arc<Vec<(Vec<KeyValue>, crate::fleet::GpuReading)>>;
+
+/// How long the labelled GPU readings are reused: the five GPU gauges are
+/// observed one after the other in one collection and share one snapshot.
+const GPU_SNAPSHOT_TTL: Duration = Duration::from_secs(1);
+
+/// The fleet's GPU readings with their attributes, taken at most once per
+/// [`GPU_SNAPSHOT_TTL`].
+#[derive(Clone, Default)]
+struct GpuSnapshot(Arc<Mutex<Option<(std::time::Instant, Labelled)>>>);
+
+impl GpuSnapshot {
+    fn get(&self, ctx: &Context) -> Labelled {
+        let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &*cached {
+            Some((at, readings)) if at.elapsed() < GPU_SNAPSHOT_TTL => readings.clone(),
+            _ => {
+                let readings = Arc::new(gpu_attributes(ctx));
+                *cached = Some((std::time::Instant::now(), readings.clone()));
+                readings
+            }
+        }
+    }
+}
+
 fn gpu_attributes(ctx: &Context) -> Vec<(Vec<KeyValue>, crate::fleet::GpuReading)> {
     let hosts: HashMap<String, String> = ctx
         .fleet
@@ -101,21 +126,22 @@ const GPU_GAUGES: [(&str, &str, &str, SampleValue); 5] = [
 fn gpu_gauge(
     meter: &Meter,
     ctx: &Context,
+    snapshot: &GpuSnapshot,
     name: &'static str,
     unit: &'static str,
     description: &'static str,
     value: SampleValue,
 ) -> Box<dyn std::any::Any + Send + Sync> {
-    let ctx = ctx.clone();
+    let (ctx, snapshot) = (ctx.clone(), snapshot.clone());
     Box::new(
         meter
             .f64_observable_gauge(name)
             .with_unit(unit)
             .with_description(description)
             .with_callback(move |o| {
-                for (attributes, r) in gpu_attributes(&ctx) {
+                for (attributes, r) in snapshot.get(&ctx).iter() {
                     if let Some(v) = value(&r.sample) {
-                        o.observe(v, &attributes);
+                        o.observe(v, attributes);
                     }
                 }
             })
@@ -157,7 +183,7 @@ const COUNTERS: [(&str, &str, Read); 5] = [
 /// Gauges without attributes: name, description, read.
 const GAUGES: [(&str, &str, Read); 2] = [
     ("cohort.agents.connected", "Agents connected now.", |c| {
-        c.fleet.agents().len() as u64
+        c.fleet.agent_count() as u64
     }),
     (
         "cohort.telemetry.watchers",
@@ -231,8 +257,17 @@ pub fn register(ctx: &Context) -> Instruments {
             })
             .build(),
     ));
+    let snapshot = GpuSnapshot::default();
     for (name, unit, description, value) in GPU_GAUGES {
-        instruments.push(gpu_gauge(&meter, ctx, name, unit, description, value));
+        instruments.push(gpu_gauge(
+            &meter,
+            ctx,
+            &snapshot,
+            name,
+            unit,
+            description,
+            value,
+        ));
     }
     Instruments {
         _instruments: instruments,

@@ -165,6 +165,11 @@ impl Fleet {
         all
     }
 
+    /// How many agents are connected (without copying them).
+    pub fn agent_count(&self) -> usize {
+        self.lock().agents.len()
+    }
+
     pub fn is_connected(&self, agent_id: &str) -> bool {
         self.lock().agents.contains_key(agent_id)
     }

@@ -198,7 +198,7 @@ impl Jobs {
         if let GpuSelection::Ids { .. } = request.selection {
             return self.plan_avoiding(request, &HashSet::new(), None);
         }
-        if self.fleet.agents().is_empty() {
+        if self.fleet.agent_count() == 0 {
             return Err(Unplaceable::NoAgents);
         }
         let need = estimate(&EstimateInput::from_config(config)).total;
@@ -251,7 +251,7 @@ impl Jobs {
             .filter(|g| !avoid.contains(&g.uuid))
             .cloned()
             .collect();
-        let any_agent = !self.fleet.agents().is_empty();
+        let any_agent = self.fleet.agent_count() > 0;
         let attempt = |free: &[crate::fleet::FreeGpu]| -> Plan {
             match &request.selection {
                 GpuSelection::Count { count } => {
