@@ -174,11 +174,13 @@ impl GpuService for GpuApi {
                 format!("must be in 0..={MAX_COUNT}"),
             ));
         }
-        let (need, config) = match req.need {
-            Some(v1::recommend_gpus_request::Need::MemoryBytes(bytes)) => (bytes, None),
+        // The config's estimate is computed once: it is the need and is returned.
+        let (need, config, estimate) = match req.need {
+            Some(v1::recommend_gpus_request::Need::MemoryBytes(bytes)) => (bytes, None, None),
             Some(v1::recommend_gpus_request::Need::Config(config)) => {
                 let config = parse_config(config)?;
-                (estimate_of(&config).total, Some(config))
+                let estimate = estimate_of(&config);
+                (estimate.total, Some(config), Some(estimate))
             }
             None => {
                 return Err(bad_field(
@@ -218,7 +220,7 @@ impl GpuService for GpuApi {
             "recommended GPUs"
         );
         Ok(Response::new(v1::RecommendGpusResponse {
-            estimate: config.as_ref().map(|c| estimate_proto(&estimate_of(c))),
+            estimate: estimate.as_ref().map(estimate_proto),
             shortfall_reason: chosen.shortfall.unwrap_or_default(),
             rejected,
             per_rank_batch_size: per_rank,
