@@ -84,6 +84,27 @@ impl Persistence {
         .await
     }
 
+    /// Every event of a training whose kind is one of `kinds`, in order.
+    pub async fn events_of_kinds(
+        &self,
+        training_id: &str,
+        kinds: &'static [&'static str],
+    ) -> Result<Vec<StoredEvent>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("events_of_kinds", move |c| {
+            training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::kind.eq_any(kinds))
+                .order(training_events::seq.asc())
+                .select(EventRow::as_select())
+                .load(c)?
+                .into_iter()
+                .map(StoredEvent::try_from)
+                .collect()
+        })
+        .await
+    }
+
     /// The newest job-level progress event of a training, if any.
     pub async fn latest_progress(
         &self,

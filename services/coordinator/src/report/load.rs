@@ -43,7 +43,11 @@ pub async fn build_report(
         create_time: training.create_time,
     }];
     for peer in same_config_peers(db, &training).await? {
-        let peer_events = all_events(db, &peer.id).await?;
+        // A peer's throughput comes from its started and progress lines
+        // alone: not every rank's stats of its whole run.
+        let peer_events = db
+            .events_of_kinds(&peer.id, &["started", "progress"])
+            .await?;
         let peer_summary = summarize(&facts_of(&peer), &peer_events, BTreeMap::new());
         runs.push(ScalingRun {
             training_id: peer.id.clone(),
