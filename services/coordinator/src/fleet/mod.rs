@@ -4,7 +4,7 @@
 
 mod telemetry;
 
-pub use telemetry::{aggregate, Aggregate, GpuReading, ReadingFilter, TelemetryBatch};
+pub use telemetry::{Aggregator, GpuReading, GpuValues, ReadingFilter, TelemetryBatch};
 
 use cohort_proto::v1;
 use std::collections::HashMap;

@@ -286,42 +286,20 @@ fn gpu_metrics(b: &GpuBucket, time_ms: i64) -> v1::GpuMetrics {
 /// The aggregated view of one bucket: over the GPUs' bucket values, total
 /// memory, mean utilization, max temperature, total power (as WatchGpuMetrics).
 pub fn aggregate(gpus: &[&GpuBucket]) -> v1::AggregatedGpuMetrics {
-    let mean = |values: Vec<f64>| {
-        if values.is_empty() {
-            0.0
-        } else {
-            values.iter().sum::<f64>() / values.len() as f64
-        }
-    };
-    v1::AggregatedGpuMetrics {
-        gpu_count: gpus.len() as i32,
-        busy_count: gpus.iter().filter(|g| g.training_id.is_some()).count() as i32,
-        simulated_count: gpus.iter().filter(|g| g.simulated != 0).count() as i32,
-        mean_utilization_gpu_percent: mean(
-            gpus.iter()
-                .filter_map(|g| g.utilization_gpu_mean())
-                .collect(),
-        ),
-        mean_utilization_memory_percent: mean(
-            gpus.iter()
-                .filter_map(|g| g.utilization_memory_mean())
-                .collect(),
-        ),
-        memory_used_bytes: gpus
-            .iter()
-            .map(|g| g.memory_used_mean().round().max(0.0) as u64)
-            .sum(),
-        memory_total_bytes: gpus
-            .iter()
-            .map(|g| u64::try_from(g.mem_total_max).unwrap_or(0))
-            .sum(),
-        max_temperature_celsius: gpus
-            .iter()
-            .filter_map(|g| g.temp_max)
-            .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))))
-            .unwrap_or(0.0),
-        power_draw_watts: gpus.iter().filter_map(|g| g.power_mean()).sum(),
+    let mut agg = crate::fleet::Aggregator::default();
+    for g in gpus {
+        agg.add(crate::fleet::GpuValues {
+            utilization_gpu_percent: g.utilization_gpu_mean(),
+            utilization_memory_percent: g.utilization_memory_mean(),
+            memory_used_bytes: g.memory_used_mean().round().max(0.0) as u64,
+            memory_total_bytes: u64::try_from(g.mem_total_max).unwrap_or(0),
+            temperature_celsius: g.temp_max,
+            power_draw_watts: g.power_mean(),
+            busy: g.training_id.is_some(),
+            simulated: g.simulated != 0,
+        });
     }
+    agg.finish()
 }
 
 /// Merges the partial sums per (bucket, GPU) and builds the page's updates,

@@ -56,26 +56,14 @@ fn metrics(r: &GpuReading) -> v1::GpuMetrics {
 
 /// The aggregated view over `readings` (reference design §5.1).
 pub fn aggregated(readings: &[GpuReading]) -> v1::AggregatedGpuMetrics {
-    let agg = crate::fleet::aggregate(readings.iter().map(|r| &r.sample));
-    let mem_utils: Vec<f64> = readings
-        .iter()
-        .filter_map(|r| r.sample.utilization_memory_percent)
-        .collect();
-    v1::AggregatedGpuMetrics {
-        gpu_count: agg.gpu_count as i32,
-        busy_count: readings.iter().filter(|r| r.hold.is_some()).count() as i32,
-        simulated_count: readings.iter().filter(|r| r.sample.simulated).count() as i32,
-        mean_utilization_gpu_percent: agg.mean_utilization_gpu_percent.unwrap_or(0.0),
-        mean_utilization_memory_percent: if mem_utils.is_empty() {
-            0.0
-        } else {
-            mem_utils.iter().sum::<f64>() / mem_utils.len() as f64
-        },
-        memory_used_bytes: agg.memory_used_bytes,
-        memory_total_bytes: agg.memory_total_bytes,
-        max_temperature_celsius: agg.max_temperature_celsius.unwrap_or(0.0),
-        power_draw_watts: agg.total_power_draw_watts.unwrap_or(0.0),
+    let mut agg = crate::fleet::Aggregator::default();
+    for r in readings {
+        agg.add(crate::fleet::GpuValues::of_sample(
+            &r.sample,
+            r.hold.is_some(),
+        ));
     }
+    agg.finish()
 }
 
 fn per_gpu_update(gpus: Vec<Bytes>) -> EncodedUpdate {
