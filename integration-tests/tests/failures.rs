@@ -439,8 +439,9 @@ async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried()
     config.data = Some(v1::DataConfig {
         source: Some(v1::data_config::Source::Files(v1::FileData {
             paths: vec!["/nonexistent/acts.npy".into()],
-            tensor: None,
+            ..Default::default()
         })),
+        ..Default::default()
     });
     let id = create(&cluster, bad).await;
     let failed = cluster

@@ -122,7 +122,11 @@ fn checkpoint_table(c: v1::CheckpointConfig) -> Value {
 
 fn data_table(d: Option<v1::DataConfig>) -> Result<Value, ConfigError> {
     let mut t = Table::new("data");
-    match d.and_then(|d| d.source) {
+    let d = d.unwrap_or_default();
+    t.opt("shuffle_chunk", d.shuffle_chunk);
+    t.opt("shuffle_buffer", d.shuffle_buffer);
+    t.opt("prefetch_batches", d.prefetch_batches);
+    match d.source {
         None => {}
         Some(v1::data_config::Source::Synthetic(s)) => {
             let mut st = Table::new("data.synthetic");
@@ -136,6 +140,7 @@ fn data_table(d: Option<v1::DataConfig>) -> Result<Value, ConfigError> {
             let mut ft = Table::new("data.files");
             ft.set("paths", f.paths);
             ft.opt("tensor", f.tensor);
+            ft.opt("column", f.column);
             t.set("files", ft.into_value());
         }
     }
@@ -240,8 +245,9 @@ impl From<&SyntheticData> for v1::SyntheticData {
 impl From<&FileData> for v1::FileData {
     fn from(f: &FileData) -> Self {
         Self {
-            paths: f.paths.iter().map(|p| p.display().to_string()).collect(),
+            paths: f.paths.clone(),
             tensor: f.tensor.clone(),
+            column: f.column.clone(),
         }
     }
 }
@@ -256,7 +262,12 @@ impl From<&DataConfig> for v1::DataConfig {
             (None, Some(f)) => Some(Source::Files(f.into())),
             (None, None) => None,
         };
-        Self { source }
+        Self {
+            source,
+            shuffle_chunk: Some(d.shuffle_chunk),
+            shuffle_buffer: Some(d.shuffle_buffer),
+            prefetch_batches: Some(d.prefetch_batches),
+        }
     }
 }
 

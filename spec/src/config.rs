@@ -7,10 +7,14 @@
 //! `google.rpc.BadRequest` field violation.
 
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Largest synthetic data set a rank materialises (elements of f32), 2 GiB.
-pub const MAX_SYNTHETIC_ELEMENTS: u64 = 512 * 1024 * 1024;
+/// Largest ground-truth feature matrix of the synthetic source
+/// (`num_features x d_in` f32 elements, 256 MiB): it is the one part a rank holds.
+pub const MAX_SYNTHETIC_FEATURE_ELEMENTS: u64 = 64 * 1024 * 1024;
+
+/// URI schemes a `data.files.paths` entry may carry (none: a local path).
+pub const DATA_SCHEMES: [&str; 2] = ["file://", "s3://"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,7 +107,10 @@ impl Default for CheckpointConfig {
     }
 }
 
-/// Exactly one source: `[data.synthetic]` or `[data.files]`.
+/// Exactly one source, `[data.synthetic]` or `[data.files]`, and how it is
+/// streamed: samples are read in chunks of `shuffle_chunk` consecutive rows,
+/// the chunks of an epoch come in a seeded random order, and every
+/// `shuffle_buffer` samples (whole chunks) are shuffled together (docs/data.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
@@ -111,6 +118,15 @@ pub struct DataConfig {
     pub synthetic: Option<SyntheticData>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<FileData>,
+    /// Consecutive rows read together (the unit of the epoch's chunk order).
+    #[serde(default = "defaults::shuffle_chunk")]
+    pub shuffle_chunk: i64,
+    /// Samples shuffled together within an epoch (rounded up to whole chunks).
+    #[serde(default = "defaults::shuffle_buffer")]
+    pub shuffle_buffer: i64,
+    /// Batches a background reader prepares ahead of the training step.
+    #[serde(default = "defaults::prefetch_batches")]
+    pub prefetch_batches: i64,
 }
 
 /// Deterministic synthetic activations: sparse combinations of `num_features`
@@ -128,14 +144,21 @@ pub struct SyntheticData {
     pub noise_std: f64,
 }
 
-/// Activation shards: `.npy` or `.safetensors` files, each a 2-D f32/bf16/f16 array [N, d_in].
+/// Activation shards: `.npy`, `.safetensors` or `.parquet` files, each
+/// holding rows of `d_in` floats (f32, f16, bf16 or f64). Each entry of
+/// `paths` is a file, a directory (every shard inside, sorted by name), a
+/// glob pattern, or the same under `file://` or `s3://bucket/prefix`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileData {
-    pub paths: Vec<PathBuf>,
+    pub paths: Vec<String>,
     /// The tensor to read from a safetensors file (default: its only tensor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
+    /// The parquet column holding each row as a list of floats (default: the
+    /// file's only list column; with none, its d_in float columns in order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
 }
 
 /// How the rank runs, as opposed to what it trains.
@@ -225,6 +248,15 @@ mod defaults {
     }
     pub fn noise_std() -> f64 {
         0.01
+    }
+    pub fn shuffle_chunk() -> i64 {
+        1024
+    }
+    pub fn shuffle_buffer() -> i64 {
+        16384
+    }
+    pub fn prefetch_batches() -> i64 {
+        4
     }
     pub fn log_every_steps() -> i64 {
         10
@@ -419,7 +451,17 @@ impl TrainingConfig {
     }
 
     fn validate_data(&self) -> Result<(), ConfigError> {
-        match (&self.data.synthetic, &self.data.files) {
+        let d = &self.data;
+        for (field, value, max) in [
+            ("data.shuffle_chunk", d.shuffle_chunk, 1 << 20),
+            ("data.shuffle_buffer", d.shuffle_buffer, 1 << 26),
+            ("data.prefetch_batches", d.prefetch_batches, 64),
+        ] {
+            if !(1..=max).contains(&value) {
+                return Err(ConfigError::invalid(field, format!("must be in 1..={max}")));
+            }
+        }
+        match (&d.synthetic, &d.files) {
             (Some(_), Some(_)) => Err(ConfigError::invalid(
                 "data",
                 "give [data.synthetic] or [data.files], not both",
@@ -428,65 +470,85 @@ impl TrainingConfig {
                 "data",
                 "give [data.synthetic] or [data.files]",
             )),
-            (Some(s), None) => {
-                if s.num_samples <= 0 {
-                    return Err(ConfigError::invalid(
-                        "data.synthetic.num_samples",
-                        "must be > 0",
-                    ));
-                }
-                if s.num_features <= 0 || s.num_features > 1 << 20 {
-                    return Err(ConfigError::invalid(
-                        "data.synthetic.num_features",
-                        "must be in 1..=1048576",
-                    ));
-                }
-                if (s.num_samples as u64).saturating_mul(self.model.d_in as u64)
-                    > MAX_SYNTHETIC_ELEMENTS
-                {
-                    return Err(ConfigError::invalid(
-                        "data.synthetic.num_samples",
-                        format!(
-                            "num_samples x d_in must be at most {MAX_SYNTHETIC_ELEMENTS} elements"
-                        ),
-                    ));
-                }
-                if !(s.feature_probability > 0.0 && s.feature_probability <= 1.0) {
-                    return Err(ConfigError::invalid(
-                        "data.synthetic.feature_probability",
-                        "must be in (0, 1]",
-                    ));
-                }
-                if !(s.noise_std.is_finite() && s.noise_std >= 0.0) {
-                    return Err(ConfigError::invalid(
-                        "data.synthetic.noise_std",
-                        "must be >= 0",
-                    ));
-                }
-                Ok(())
+            (Some(s), None) => self.validate_synthetic(s),
+            (None, Some(f)) => validate_files(f),
+        }
+    }
+
+    fn validate_synthetic(&self, s: &SyntheticData) -> Result<(), ConfigError> {
+        if s.num_samples <= 0 {
+            return Err(ConfigError::invalid(
+                "data.synthetic.num_samples",
+                "must be > 0",
+            ));
+        }
+        if s.num_features <= 0 || s.num_features > 1 << 20 {
+            return Err(ConfigError::invalid(
+                "data.synthetic.num_features",
+                "must be in 1..=1048576",
+            ));
+        }
+        if (s.num_features as u64).saturating_mul(self.model.d_in as u64)
+            > MAX_SYNTHETIC_FEATURE_ELEMENTS
+        {
+            return Err(ConfigError::invalid(
+                "data.synthetic.num_features",
+                format!(
+                    "num_features x d_in must be at most {MAX_SYNTHETIC_FEATURE_ELEMENTS} elements"
+                ),
+            ));
+        }
+        if !(s.feature_probability > 0.0 && s.feature_probability <= 1.0) {
+            return Err(ConfigError::invalid(
+                "data.synthetic.feature_probability",
+                "must be in (0, 1]",
+            ));
+        }
+        if !(s.noise_std.is_finite() && s.noise_std >= 0.0) {
+            return Err(ConfigError::invalid(
+                "data.synthetic.noise_std",
+                "must be >= 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The entries' form only: whether they exist is for the rank to find out,
+/// on the host that reads them.
+fn validate_files(f: &FileData) -> Result<(), ConfigError> {
+    const FIELD: &str = "data.files.paths";
+    if f.paths.is_empty() {
+        return Err(ConfigError::invalid(FIELD, "give at least one entry"));
+    }
+    for p in &f.paths {
+        if p.trim().is_empty() || p.contains('\0') {
+            return Err(ConfigError::invalid(FIELD, "an entry is empty"));
+        }
+        if let Some((scheme, rest)) = p.split_once("://") {
+            if !DATA_SCHEMES.contains(&format!("{scheme}://").as_str()) {
+                return Err(ConfigError::invalid(
+                    FIELD,
+                    format!("{p}: scheme {scheme}:// is not one of file://, s3://"),
+                ));
             }
-            (None, Some(f)) => {
-                if f.paths.is_empty() {
-                    return Err(ConfigError::invalid(
-                        "data.files.paths",
-                        "give at least one file",
-                    ));
-                }
-                for p in &f.paths {
-                    let ok = p
-                        .extension()
-                        .is_some_and(|e| e == "npy" || e == "safetensors");
-                    if !ok {
-                        return Err(ConfigError::invalid(
-                            "data.files.paths",
-                            format!("{}: only .npy and .safetensors files", p.display()),
-                        ));
-                    }
-                }
-                Ok(())
+            if scheme == "s3" && rest.split('/').next().is_none_or(str::is_empty) {
+                return Err(ConfigError::invalid(
+                    FIELD,
+                    format!("{p}: names no bucket (s3://bucket/prefix)"),
+                ));
             }
         }
     }
+    for (field, name) in [
+        ("data.files.tensor", &f.tensor),
+        ("data.files.column", &f.column),
+    ] {
+        if name.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError::invalid(field, "must not be empty"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

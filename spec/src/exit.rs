@@ -22,6 +22,9 @@ pub enum ExitCode {
     CheckpointIo = 12,
     /// Any other runtime failure inside the rank.
     Internal = 13,
+    /// Data that validated at start could not be read mid-run (a shared file
+    /// system or object store failed): a restart may succeed.
+    DataUnavailable = 14,
     /// The device or host ran out of memory.
     OutOfMemory = 20,
     /// Stopped by SIGTERM/SIGINT (a requested stop, e.g. a cancel).
@@ -58,6 +61,7 @@ impl ExitCode {
             PeerLost,
             CheckpointIo,
             Internal,
+            DataUnavailable,
             OutOfMemory,
             Terminated,
         ]
@@ -70,7 +74,9 @@ impl ExitCode {
         match self {
             Success => ExitClass::Success,
             InvalidLaunch | InvalidConfig | InvalidData => ExitClass::UserError,
-            RendezvousFailed | PeerLost | CheckpointIo | Internal => ExitClass::Infrastructure,
+            RendezvousFailed | PeerLost | CheckpointIo | Internal | DataUnavailable => {
+                ExitClass::Infrastructure
+            }
             OutOfMemory => ExitClass::OutOfMemory,
             Terminated => ExitClass::Stopped,
         }
@@ -92,7 +98,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_classify() {
-        for code in [0, 2, 3, 4, 10, 11, 12, 13, 20, 143] {
+        for code in [0, 2, 3, 4, 10, 11, 12, 13, 14, 20, 143] {
             assert_eq!(ExitCode::from_code(code).unwrap().code(), code);
         }
         assert_eq!(classify(Some(3)), ExitClass::UserError);

@@ -38,6 +38,10 @@ pub enum ProgressLine {
         compute_ms: f64,
         comm_ms: f64,
         memory_bytes: u64,
+        /// Time the step waited for its batch from the background reader
+        /// (part of `compute_ms`'s complement: step = compute + comm + wait).
+        #[serde(default)]
+        data_wait_ms: f64,
     },
     /// A rank finished training; its parameter checksum must match every other rank's.
     RankFinished {
@@ -130,6 +134,7 @@ mod tests {
                 compute_ms: 0.0,
                 comm_ms: 0.0,
                 memory_bytes: 0,
+                data_wait_ms: 0.0,
             },
             ProgressLine::RankFinished {
                 rank: 0,

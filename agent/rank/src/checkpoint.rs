@@ -29,6 +29,34 @@ pub struct Manifest {
     pub dtype: String,
     pub param_checksum: String,
     pub files: Vec<String>,
+    /// What a reader needs to run the SAE's forward pass without our code:
+    /// "relu" (z = ReLU(x W_enc^T + b_enc)) or "topk".
+    #[serde(default = "relu")]
+    pub architecture: String,
+    /// For "topk": how many latents stay active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<i64>,
+    /// Whether the encoder sees x - b_dec rather than x.
+    #[serde(default)]
+    pub apply_b_dec_to_input: bool,
+    /// Where the data order stood: the next step reads `batch` of `epoch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<SamplerState>,
+}
+
+fn relu() -> String {
+    "relu".into()
+}
+
+/// The sampler's position and what defines its order (docs/data.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SamplerState {
+    pub epoch: i64,
+    pub batch: i64,
+    pub num_samples: i64,
+    pub seed: u64,
+    pub shuffle_chunk: i64,
+    pub shuffle_buffer: i64,
 }
 
 pub struct Loaded {

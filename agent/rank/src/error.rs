@@ -10,6 +10,8 @@ pub enum RankError {
     Config(#[from] ConfigError),
     #[error("invalid data: {0}")]
     Data(String),
+    #[error("data unavailable: {0}")]
+    DataUnavailable(String),
     #[error("rendezvous failed: {0}")]
     Rendezvous(String),
     #[error("lost the process group (a peer died or timed out): {0}")]
@@ -28,6 +30,7 @@ impl RankError {
             RankError::Launch(_) => ExitCode::InvalidLaunch,
             RankError::Config(_) => ExitCode::InvalidConfig,
             RankError::Data(_) => ExitCode::InvalidData,
+            RankError::DataUnavailable(_) => ExitCode::DataUnavailable,
             RankError::Rendezvous(_) => ExitCode::RendezvousFailed,
             RankError::PeerLost(_) => ExitCode::PeerLost,
             RankError::Checkpoint(_) => ExitCode::CheckpointIo,

@@ -1,35 +1,226 @@
-//! DistributedSampler semantics: every epoch is a permutation of the data set
-//! seeded by `seed + epoch`, padded (by wrapping around) to a multiple of the
-//! world size and dealt out round-robin, so every rank gets the same number of
-//! samples and every sample is seen once per epoch (the few padding samples,
-//! fewer than the world size, twice when the size does not divide evenly).
-//! The permutation is ours, not torch's, so it is identical on every rank and
-//! every platform.
+//! Which samples each rank reads, and when: DistributedSampler semantics at
+//! any data-set size, without materialising a permutation of the data set.
+//!
+//! An epoch's order is built from *chunks* (`data.shuffle_chunk` consecutive
+//! rows; chunks never cross a shard or a parquet row group):
+//! 1. the chunks are permuted by a keyed Feistel network over the chunk
+//!    indices (a bijection computed per index: O(1) memory at any size),
+//!    seeded by `seed` and the epoch;
+//! 2. consecutive permuted chunks are grouped into *windows* of about
+//!    `data.shuffle_buffer` samples, and each window's samples are shuffled
+//!    uniformly (Fisher-Yates, seeded by seed, epoch and window).
+//!
+//! The order does not depend on the world size. Global batch `k` is the
+//! order's positions `[k*B*W, (k+1)*B*W)` and rank `r` takes the `r`-th
+//! contiguous slice of it, so `W` ranks at batch `B` see exactly the samples
+//! one rank sees at batch `B*W`. The epoch is padded by wrapping around to a
+//! multiple of the world size (fewer than `W` samples twice), every sample is
+//! seen once per epoch, and a step's samples are a pure function of (seed,
+//! epoch, step): resuming at a step reads exactly what the uninterrupted run
+//! would have read.
 
 /// SplitMix64: a small, well-mixed, portable generator.
-struct SplitMix64(u64);
+#[derive(Clone)]
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix(self.0)
     }
 
     /// Uniform in 0..bound (bound > 0), without modulo bias.
-    fn below(&mut self, bound: u64) -> u64 {
+    pub fn below(&mut self, bound: u64) -> u64 {
         let zone = u64::MAX - u64::MAX % bound;
         loop {
-            let x = self.next();
+            let x = self.next_u64();
             if x < zone {
                 return x % bound;
             }
         }
     }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
 }
 
+/// SplitMix64's finaliser: a good 64-bit hash.
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A keyed pseudo-random permutation of `0..n`: a 4-round balanced Feistel
+/// network over the smallest even number of bits that covers `n`, walking
+/// the cycle until the value falls inside (fewer than 4 rounds on average).
+pub struct Feistel {
+    n: u64,
+    half: u32,
+    keys: [u64; 4],
+}
+
+impl Feistel {
+    pub fn new(n: u64, key: u64) -> Self {
+        let bits = 64 - n.saturating_sub(1).leading_zeros();
+        let half = bits.div_ceil(2).max(1);
+        let mut rng = SplitMix64(key);
+        Self {
+            n,
+            half,
+            keys: [
+                rng.next_u64(),
+                rng.next_u64(),
+                rng.next_u64(),
+                rng.next_u64(),
+            ],
+        }
+    }
+
+    pub fn apply(&self, mut x: u64) -> u64 {
+        debug_assert!(x < self.n);
+        let mask = (1u64 << self.half) - 1;
+        loop {
+            let (mut l, mut r) = (x >> self.half, x & mask);
+            for k in self.keys {
+                (l, r) = (r, l ^ (mix(r ^ k) & mask));
+            }
+            x = (l << self.half) | r;
+            if x < self.n {
+                return x;
+            }
+        }
+    }
+}
+
+/// The data set as the sampler sees it: runs of rows (segments) split into
+/// chunks of at most `chunk` rows.
+#[derive(Debug, Clone)]
+pub struct ChunkTable {
+    /// (first row, rows) of each segment, in row order.
+    segments: Vec<(u64, u64)>,
+    /// Index of each segment's first chunk; one more entry: the chunk count.
+    first_chunk: Vec<u64>,
+    chunk: u64,
+}
+
+impl ChunkTable {
+    pub fn new(segment_rows: impl IntoIterator<Item = u64>, chunk: u64) -> Self {
+        let (mut segments, mut first_chunk) = (Vec::new(), vec![0]);
+        let (mut row, mut chunks) = (0, 0);
+        for rows in segment_rows.into_iter().filter(|&r| r > 0) {
+            segments.push((row, rows));
+            row += rows;
+            chunks += rows.div_ceil(chunk);
+            first_chunk.push(chunks);
+        }
+        Self {
+            segments,
+            first_chunk,
+            chunk,
+        }
+    }
+
+    pub fn chunks(&self) -> u64 {
+        *self.first_chunk.last().expect("one entry at least")
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.segments.last().map_or(0, |(first, rows)| first + rows)
+    }
+
+    /// (first row, rows) of chunk `c`.
+    pub fn chunk(&self, c: u64) -> (u64, u64) {
+        let s = self.first_chunk.partition_point(|&f| f <= c) - 1;
+        let (first, rows) = self.segments[s];
+        let at = (c - self.first_chunk[s]) * self.chunk;
+        (first + at, self.chunk.min(rows - at))
+    }
+}
+
+/// One epoch's order, computed lazily: positions `0..rows` to sample ids.
+pub struct EpochOrder<'a> {
+    table: &'a ChunkTable,
+    chunks: Feistel,
+    window_chunks: u64,
+    /// First position of each window; one more entry: the row count.
+    window_start: Vec<u64>,
+    key: u64,
+    /// The window last asked for: its index, chunk starts and lengths
+    /// (prefix), and the shuffle of its positions.
+    cached: Option<Window>,
+}
+
+struct Window {
+    index: u64,
+    chunk_first_row: Vec<u64>,
+    chunk_prefix: Vec<u64>,
+    shuffle: Vec<u32>,
+}
+
+impl<'a> EpochOrder<'a> {
+    /// O(chunks) time, O(chunks / window_chunks) memory.
+    pub fn new(table: &'a ChunkTable, seed: u64, epoch: u64, window_chunks: u64) -> Self {
+        let key = mix(seed ^ mix(epoch.wrapping_add(0xE90C)));
+        let chunks = Feistel::new(table.chunks(), key);
+        let mut window_start = vec![0];
+        let mut at = 0;
+        for c in 0..table.chunks() {
+            at += table.chunk(chunks.apply(c)).1;
+            if (c + 1) % window_chunks == 0 || c + 1 == table.chunks() {
+                window_start.push(at);
+            }
+        }
+        Self {
+            table,
+            chunks,
+            window_chunks,
+            window_start,
+            key,
+            cached: None,
+        }
+    }
+
+    /// The sample at position `pos` (< rows) of this epoch.
+    pub fn sample_at(&mut self, pos: u64) -> u64 {
+        let w = self.window_start.partition_point(|&s| s <= pos) as u64 - 1;
+        if self.cached.as_ref().is_none_or(|c| c.index != w) {
+            self.cached = Some(self.window(w));
+        }
+        let win = self.cached.as_ref().expect("cached window");
+        let q = win.shuffle[(pos - self.window_start[w as usize]) as usize] as u64;
+        let i = win.chunk_prefix.partition_point(|&p| p <= q) - 1;
+        win.chunk_first_row[i] + (q - win.chunk_prefix[i])
+    }
+
+    fn window(&self, w: u64) -> Window {
+        let first = w * self.window_chunks;
+        let last = (first + self.window_chunks).min(self.table.chunks());
+        let (mut chunk_first_row, mut chunk_prefix) = (Vec::new(), vec![0]);
+        for c in first..last {
+            let (row, rows) = self.table.chunk(self.chunks.apply(c));
+            chunk_first_row.push(row);
+            chunk_prefix.push(chunk_prefix.last().expect("one entry") + rows);
+        }
+        let len = *chunk_prefix.last().expect("one entry");
+        let mut shuffle: Vec<u32> = (0..len as u32).collect();
+        let mut rng = SplitMix64(mix(self.key ^ mix(w.wrapping_add(0x3A11))));
+        for i in (1..shuffle.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            shuffle.swap(i, j);
+        }
+        Window {
+            index: w,
+            chunk_first_row,
+            chunk_prefix,
+            shuffle,
+        }
+    }
+}
+
+/// One rank's view of the order.
 #[derive(Debug, Clone)]
 pub struct DistributedSampler {
     pub num_samples: i64,
@@ -51,106 +242,27 @@ impl DistributedSampler {
         (self.per_rank() + self.batch_size - 1) / self.batch_size
     }
 
-    /// This rank's indices for `epoch`, in order.
-    pub fn epoch_indices(&self, epoch: i64) -> Vec<i64> {
-        let n = self.num_samples as usize;
-        let mut perm: Vec<i64> = (0..self.num_samples).collect();
-        let mut rng = SplitMix64(self.seed.wrapping_add(epoch as u64));
-        for i in (1..n).rev() {
-            let j = rng.below(i as u64 + 1) as usize;
-            perm.swap(i, j);
-        }
-        let total = (self.per_rank() * self.world_size) as usize;
-        let padded = (0..total).map(|i| perm[i % n]);
-        padded
-            .skip(self.rank as usize)
-            .step_by(self.world_size as usize)
-            .collect()
-    }
-
     /// Where global step `step` (0-based) reads from: (epoch, batch within epoch).
     pub fn position(&self, step: i64) -> (i64, i64) {
         let spe = self.steps_per_epoch();
         (step / spe, step % spe)
     }
 
-    /// The slice of `epoch_indices` that batch `batch` uses.
-    pub fn batch_range(&self, batch: i64) -> std::ops::Range<usize> {
-        let start = (batch * self.batch_size) as usize;
-        let end = ((batch + 1) * self.batch_size).min(self.per_rank()) as usize;
-        start..end
+    /// Rows this rank takes from batch `batch` of an epoch.
+    pub fn batch_len(&self, batch: i64) -> i64 {
+        let start = batch * self.batch_size;
+        self.batch_size.min(self.per_rank() - start)
+    }
+
+    /// This rank's positions of batch `batch` in the epoch's order; positions
+    /// past the data set wrap around (the padding).
+    pub fn batch_positions(&self, batch: i64) -> impl Iterator<Item = u64> {
+        let len = self.batch_len(batch);
+        let start = batch * self.batch_size * self.world_size + self.rank * len;
+        let n = self.num_samples as u64;
+        (start..start + len).map(move |p| p as u64 % n)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sampler(n: i64, world: i64, rank: i64, batch: i64) -> DistributedSampler {
-        DistributedSampler {
-            num_samples: n,
-            world_size: world,
-            rank,
-            seed: 7,
-            batch_size: batch,
-        }
-    }
-
-    #[test]
-    fn every_index_exactly_once_per_epoch_across_ranks() {
-        for world in [1, 2, 3, 4] {
-            let n = 120;
-            let mut seen = vec![0; n as usize];
-            let mut steps = vec![];
-            for rank in 0..world {
-                let s = sampler(n, world, rank, 16);
-                steps.push(s.steps_per_epoch());
-                let idx = s.epoch_indices(3);
-                // walk the epoch batch by batch, as training does
-                for b in 0..s.steps_per_epoch() {
-                    for &i in &idx[s.batch_range(b)] {
-                        seen[i as usize] += 1;
-                    }
-                }
-            }
-            assert!(seen.iter().all(|&c| c == 1), "world {world}: {seen:?}");
-            assert!(
-                steps.windows(2).all(|w| w[0] == w[1]),
-                "equal steps per rank"
-            );
-        }
-    }
-
-    #[test]
-    fn uneven_sizes_pad_with_fewer_than_world_size_repeats() {
-        let (n, world) = (10, 4);
-        let mut seen = vec![0; n as usize];
-        for rank in 0..world {
-            for i in sampler(n, world, rank, 2).epoch_indices(0) {
-                seen[i as usize] += 1;
-            }
-        }
-        assert!(seen.iter().all(|&c| c >= 1));
-        assert_eq!(seen.iter().sum::<i32>(), 12);
-    }
-
-    #[test]
-    fn epochs_shuffle_differently_and_deterministically() {
-        let s = sampler(1000, 2, 1, 10);
-        assert_eq!(s.epoch_indices(1), s.epoch_indices(1));
-        assert_ne!(s.epoch_indices(1), s.epoch_indices(2));
-        assert_eq!(s.position(250), (5, 0));
-    }
-
-    #[test]
-    fn one_rank_at_2b_covers_what_two_ranks_at_b_cover() {
-        let one = sampler(64, 1, 0, 8);
-        let (r0, r1) = (sampler(64, 2, 0, 4), sampler(64, 2, 1, 4));
-        let mut a: Vec<i64> = one.epoch_indices(0)[one.batch_range(2)].to_vec();
-        let mut b: Vec<i64> = r0.epoch_indices(0)[r0.batch_range(2)].to_vec();
-        b.extend_from_slice(&r1.epoch_indices(0)[r1.batch_range(2)]);
-        a.sort();
-        b.sort();
-        assert_eq!(a, b);
-    }
-}
+mod tests;

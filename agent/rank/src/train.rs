@@ -1,16 +1,18 @@
-//! The data-parallel training loop: load data, rendezvous, agree on the start
-//! state (rank 0's parameters, or its newest checkpoint), then step: forward,
-//! backward, one coalesced all-reduce of the gradients (and the step's losses),
-//! identical Adam updates everywhere, checkpoints and progress from rank 0.
+//! The data-parallel training loop: open the data (headers only), rendezvous,
+//! agree on the start state (rank 0's parameters, or its newest checkpoint),
+//! then step: a batch from the background reader, forward, backward, one
+//! coalesced all-reduce of the gradients (and the step's losses), identical
+//! Adam updates everywhere, checkpoints and progress from rank 0.
 
-use crate::checkpoint::{self, Manifest};
-use crate::data::Dataset;
+use crate::checkpoint::{self, Manifest, SamplerState};
+use crate::data::prefetch::{Prefetcher, Schedule};
+use crate::data::source::Source;
 use crate::dist::{Backend, GroupOptions, ProcessGroup};
 use crate::error::RankError;
 use crate::launch::Launch;
 use crate::model::{kind_of, Adam, Losses, Sae};
 use crate::report::{resident_bytes, Reporter};
-use crate::sampler::DistributedSampler;
+use crate::sampler::{ChunkTable, DistributedSampler};
 use cohort_spec::config::{AllreduceMode, Device as DeviceChoice, TrainingConfig};
 use cohort_spec::progress::ProgressLine;
 use std::path::Path;
@@ -47,6 +49,7 @@ struct Window {
     samples: i64,
     compute: Duration,
     comm: Duration,
+    data_wait: Duration,
     total: Duration,
 }
 
@@ -59,14 +62,16 @@ pub struct Trainer<'a> {
     group: Option<ProcessGroup>,
     sae: Sae,
     adam: Adam,
-    data: Dataset,
+    /// The data source until the reader thread takes it.
+    source: Option<Source>,
+    table: ChunkTable,
     sampler: DistributedSampler,
     total_steps: i64,
     out: Reporter,
 }
 
 impl<'a> Trainer<'a> {
-    /// Load the data, then form the group (data errors surface before anyone waits).
+    /// Open the data, then form the group (data errors surface before anyone waits).
     pub fn new(
         launch: &'a Launch,
         cfg: &'a TrainingConfig,
@@ -75,13 +80,10 @@ impl<'a> Trainer<'a> {
         let device = select_device(cfg.runtime.device)?;
         let kind = kind_of(cfg.model.dtype);
         let d_in = cfg.model.d_in;
-        let data = match (&cfg.data.synthetic, &cfg.data.files) {
-            (Some(s), _) => Dataset::synthetic(s, d_in, cfg.optim.seed, device),
-            (None, Some(f)) => Dataset::from_files(f, d_in, device)?,
-            (None, None) => unreachable!("validated config has a data source"),
-        };
+        let source = crate::data::open(cfg)?;
+        let table = ChunkTable::new(source.segment_rows(), cfg.data.shuffle_chunk as u64);
         let sampler = DistributedSampler {
-            num_samples: data.rows(),
+            num_samples: source.rows() as i64,
             world_size: launch.world_size,
             rank: launch.rank,
             seed: cfg.optim.seed,
@@ -123,7 +125,8 @@ impl<'a> Trainer<'a> {
             group,
             sae,
             adam,
-            data,
+            source: Some(source),
+            table,
             sampler,
             total_steps,
             out: Reporter::new(launch.rank),
@@ -140,6 +143,7 @@ impl<'a> Trainer<'a> {
         let mut resumed = 0i64;
         if self.launch.is_leader() {
             if let Some(loaded) = checkpoint::latest(self.run_dir) {
+                self.check_sampler(&loaded.manifest)?;
                 checkpoint::restore(&loaded, &mut self.sae, &mut self.adam)?;
                 resumed = 1;
                 eprintln!(
@@ -271,6 +275,65 @@ impl<'a> Trainer<'a> {
         }
     }
 
+    /// A checkpoint resumes exactly only over the data set it was written
+    /// over, read in the same order.
+    fn check_sampler(&self, manifest: &Manifest) -> Result<(), RankError> {
+        let Some(saved) = &manifest.sampler else {
+            return Ok(());
+        };
+        let now = self.sampler_state(manifest.step);
+        if saved.num_samples != now.num_samples {
+            return Err(RankError::Data(format!(
+                "the data set now has {} samples, but checkpoint step {} was written over {}: resuming would not read the same samples",
+                now.num_samples, manifest.step, saved.num_samples
+            )));
+        }
+        Ok(())
+    }
+
+    fn sampler_state(&self, step: i64) -> SamplerState {
+        let (epoch, batch) = self.sampler.position(step);
+        SamplerState {
+            epoch,
+            batch,
+            num_samples: self.sampler.num_samples,
+            seed: self.sampler.seed,
+            shuffle_chunk: self.cfg.data.shuffle_chunk,
+            shuffle_buffer: self.cfg.data.shuffle_buffer,
+        }
+    }
+
+    /// Hand the data source to a reader thread that prepares the batches of
+    /// steps `from..total_steps`.
+    fn batches(&mut self, from: i64) -> Result<Prefetcher, RankError> {
+        let source = self
+            .source
+            .take()
+            .ok_or_else(|| RankError::Internal("the data source was taken twice".into()))?;
+        let schedule = Schedule {
+            sampler: self.sampler.clone(),
+            table: self.table.clone(),
+            window_chunks: crate::data::window_chunks(self.cfg),
+            start_step: from,
+            total_steps: self.total_steps,
+            depth: self.cfg.data.prefetch_batches as usize,
+            pin_for: self.device.is_cuda().then_some(self.device),
+        };
+        Ok(Prefetcher::spawn(
+            source,
+            self.cfg.model.d_in as usize,
+            schedule,
+        ))
+    }
+
+    /// A host batch on the training device in the compute dtype: copied in
+    /// its stored type (asynchronously from pinned memory on CUDA), then
+    /// converted there.
+    fn to_device(&self, host: &Tensor) -> Tensor {
+        host.to_device_(self.device, host.kind(), true, false)
+            .to_kind(self.kind)
+    }
+
     fn manifest(&self, step: i64) -> Manifest {
         Manifest {
             format: checkpoint::FORMAT.into(),
@@ -283,6 +346,10 @@ impl<'a> Trainer<'a> {
             dtype: format!("{:?}", self.cfg.model.dtype).to_lowercase(),
             param_checksum: self.sae.checksum(),
             files: vec!["state.safetensors".into()],
+            architecture: "relu".into(),
+            k: None,
+            apply_b_dec_to_input: false,
+            sampler: Some(self.sampler_state(step)),
         }
     }
 
@@ -314,29 +381,26 @@ impl<'a> Trainer<'a> {
         });
         let log_every = self.cfg.runtime.log_every_steps;
         let every = self.cfg.checkpoint.every_steps;
-        let mut epoch_cache: Option<(i64, Vec<i64>)> = None;
         let mut window = Window::default();
+        let mut batches = self.batches(start_step.min(self.total_steps - 1))?;
         let mut samples_total = 0i64;
         let mut last_loss = f64::NAN;
         for step in start_step..self.total_steps {
             let step_started = Instant::now();
-            let (epoch, batch) = self.sampler.position(step);
-            if epoch_cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
-                epoch_cache = Some((epoch, self.sampler.epoch_indices(epoch)));
-            }
-            let indices =
-                &epoch_cache.as_ref().expect("cached epoch").1[self.sampler.batch_range(batch)];
-            let x = self.data.batch(indices, self.kind);
+            let (epoch, _) = self.sampler.position(step);
+            let (host, wait) = batches.next(step)?;
+            let x = self.to_device(&host);
             let losses = self.sae.losses(&x);
             let (grads, stats, comm) = self.backward_and_reduce(losses)?;
             self.adam.step(&mut self.sae.params, &grads);
             let done = step + 1;
-            let rows = indices.len() as i64 * self.launch.world_size;
+            let rows = host.size()[0] * self.launch.world_size;
             let elapsed = step_started.elapsed();
             window.steps += 1;
             window.samples += rows;
             window.comm += comm;
-            window.compute += elapsed.saturating_sub(comm);
+            window.data_wait += wait;
+            window.compute += elapsed.saturating_sub(comm).saturating_sub(wait);
             window.total += elapsed;
             samples_total += rows;
 
@@ -358,8 +422,10 @@ impl<'a> Trainer<'a> {
         if last_loss.is_nan() {
             // Resumed at the last step: nothing ran, so measure the loss the
             // final parameters give on the last step's batch.
-            last_loss = self.evaluate_last_batch()?;
+            let (host, _) = batches.next(self.total_steps - 1)?;
+            last_loss = self.evaluate(&host)?;
         }
+        drop(batches);
         let checksum = self.sae.checksum();
         let wall = begun.elapsed().as_secs_f64();
         self.out.emit(&ProgressLine::RankFinished {
@@ -386,13 +452,9 @@ impl<'a> Trainer<'a> {
     }
 
     /// The loss (mse + l1 term, averaged across ranks) of the current
-    /// parameters on each rank's batch of the last step.
-    fn evaluate_last_batch(&self) -> Result<f64, RankError> {
-        let (epoch, batch) = self.sampler.position(self.total_steps - 1);
-        let indices = self.sampler.epoch_indices(epoch);
-        let x = self
-            .data
-            .batch(&indices[self.sampler.batch_range(batch)], self.kind);
+    /// parameters on each rank's `host` batch.
+    fn evaluate(&self, host: &Tensor) -> Result<f64, RankError> {
+        let x = self.to_device(host);
         let mut stats = tch::no_grad(|| {
             let l = self.sae.losses(&x);
             Tensor::stack(&[l.mse, l.l1], 0).to_kind(Kind::Float)
@@ -429,6 +491,7 @@ impl<'a> Trainer<'a> {
             compute_ms: ms(w.compute),
             comm_ms: ms(w.comm),
             memory_bytes: resident_bytes(),
+            data_wait_ms: ms(w.data_wait),
         });
     }
 }

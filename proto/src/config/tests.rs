@@ -26,6 +26,7 @@ fn minimal_proto() -> v1::TrainingConfig {
                 num_samples: 1000,
                 ..Default::default()
             })),
+            ..Default::default()
         }),
         ..Default::default()
     }

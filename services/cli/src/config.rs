@@ -57,7 +57,8 @@ pub struct ConfigFlags {
         required_unless_present_any = ["config", "data_files"]
     )]
     pub synthetic_samples: Option<i64>,
-    /// Train on these activation files, .npy or .safetensors (`data.files.paths`).
+    /// Train on these activation shards (`data.files.paths`): .npy, .safetensors
+    /// or .parquet files, directories, glob patterns, or s3://bucket/prefix/.
     #[arg(long, value_name = "PATH,...", value_delimiter = ',', num_args = 1..)]
     pub data_files: Vec<PathBuf>,
     /// `runtime.device`.

@@ -170,3 +170,63 @@ pub fn final_params(run_dir: &Path) -> Vec<(String, tch::Tensor)> {
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     tensors
 }
+
+/// Start a group, kill every rank with SIGKILL once rank 0 reports a
+/// checkpoint at `step` or later, and return the step of the newest
+/// complete checkpoint left behind.
+pub fn kill_after_checkpoint(config: &Path, run_dir: &Path, world: i64, step: i64) -> i64 {
+    let port = free_port();
+    let mut ranks: Vec<Rank> = (0..world)
+        .map(|r| spawn(config, run_dir, r, world, port, &[]))
+        .collect();
+    loop {
+        let line = ranks[0]
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("rank 0 reports a checkpoint");
+        if let Some(ProgressLine::Checkpoint { step: s, .. }) = ProgressLine::parse(&line) {
+            if s >= step {
+                break;
+            }
+        }
+    }
+    for r in &mut ranks {
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+    cohort_rank::checkpoint::latest(run_dir)
+        .expect("a complete checkpoint")
+        .manifest
+        .step
+}
+
+/// The step a run's started line says it began at.
+pub fn start_step(f: &Finished) -> Option<i64> {
+    f.lines.iter().find_map(|l| match l {
+        ProgressLine::Started { start_step, .. } => Some(*start_step),
+        _ => None,
+    })
+}
+
+/// The project venv's python (numpy, safetensors, pyarrow: scripts/setup.sh).
+pub fn python() -> PathBuf {
+    match std::env::var_os("COHORT_VENV") {
+        Some(venv) => PathBuf::from(venv).join("bin/python"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python"),
+    }
+}
+
+/// Run tests/make_shards.py with `args`.
+pub fn make_shards(args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_shards.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run make_shards.py");
+    assert!(
+        out.status.success(),
+        "make_shards.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -77,6 +77,7 @@ pub fn render(r: &v1::TrainingReport) -> String {
         "STEP MS",
         "COMPUTE",
         "COMM",
+        "DATA WAIT MS",
         "PEAK MEM",
         "GPU",
         "UTIL MEAN",
@@ -90,6 +91,7 @@ pub fn render(r: &v1::TrainingReport) -> String {
             opt_num(rank.mean_step_time_ms, 2, ""),
             pct(rank.compute_share),
             pct(rank.comm_share),
+            opt_num(rank.mean_data_wait_ms, 2, ""),
             bytes(rank.peak_memory_bytes),
             if rank.gpu_uuids.is_empty() {
                 "-".to_string()
@@ -164,6 +166,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
                 "mean_step_time_ms": k.mean_step_time_ms,
                 "compute_share": k.compute_share,
                 "comm_share": k.comm_share,
+                "mean_data_wait_ms": k.mean_data_wait_ms,
                 "peak_memory_bytes": k.peak_memory_bytes,
                 "gpu_uuids": k.gpu_uuids,
                 "gpu_samples": k.gpu_samples,
@@ -211,6 +214,7 @@ mod tests {
                     rank: 0,
                     compute_share: Some(0.75),
                     comm_share: Some(0.25),
+                    mean_data_wait_ms: Some(0.5),
                     peak_memory_bytes: 3 << 20,
                     ..Default::default()
                 }],
@@ -250,7 +254,7 @@ mod tests {
         assert!(text.contains("steps 60/60  final loss 0.50000"), "{text}");
         assert!(text.contains("p50 3.25 ms"), "{text}");
         assert!(
-            text.contains("0     -        75.0%    25.0%  3.0 MiB"),
+            text.contains("0     -        75.0%    25.0%  0.50          3.0 MiB"),
             "{text}"
         );
         assert!(

@@ -66,12 +66,13 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
         ),
         Event::Progress(_) => return None,
         Event::RankStats(r) => format!(
-            "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}), {:.1} MiB",
+            "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}, data wait {:.1}), {:.1} MiB",
             r.rank,
             r.step,
             r.step_time_ms,
             r.compute_ms,
             r.comm_ms,
+            r.data_wait_ms,
             r.memory_bytes as f64 / (1u64 << 20) as f64
         ),
         Event::Checkpoint(c) => format!("checkpoint at step {}: {}", c.step, c.path),

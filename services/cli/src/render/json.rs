@@ -216,6 +216,7 @@ pub fn training_event(e: &v1::TrainingEvent) -> Value {
                 "step_time_ms": r.step_time_ms,
                 "compute_ms": r.compute_ms,
                 "comm_ms": r.comm_ms,
+                "data_wait_ms": r.data_wait_ms,
                 "memory_bytes": r.memory_bytes,
             }),
         ),

@@ -123,6 +123,7 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             compute_ms,
             comm_ms,
             memory_bytes,
+            data_wait_ms,
         } => Event::RankStats(v1::RankStats {
             rank: rank as i32,
             step,
@@ -130,6 +131,7 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             compute_ms,
             comm_ms,
             memory_bytes,
+            data_wait_ms,
         }),
         ProgressLine::Checkpoint { step, path } => Event::Checkpoint(v1::Checkpoint {
             step,

@@ -72,6 +72,7 @@ fn rank(r: RankSummary) -> v1::RankPerformance {
         compute_share: r.compute_share,
         comm_share: r.comm_share,
         peak_memory_bytes: r.peak_memory_bytes,
+        mean_data_wait_ms: r.mean_data_wait_ms,
         gpu_uuids: r.gpu.gpu_uuids,
         gpu_samples: r.gpu.samples,
         gpu_utilization_mean_percent: r.gpu.utilization_mean_percent,

@@ -64,6 +64,8 @@ pub struct RankSummary {
     pub compute_share: Option<f64>,
     pub comm_share: Option<f64>,
     pub peak_memory_bytes: u64,
+    /// Mean time a step waited for its batch from the data reader.
+    pub mean_data_wait_ms: Option<f64>,
     pub gpu: RankGpuUsage,
 }
 
@@ -73,6 +75,7 @@ struct RankAcc {
     step_times: Vec<f64>,
     compute_ms: f64,
     comm_ms: f64,
+    data_waits: Vec<f64>,
     peak_memory: u64,
 }
 
@@ -136,9 +139,11 @@ pub fn summarize(
                 compute_ms,
                 comm_ms,
                 memory_bytes,
+                data_wait_ms,
                 ..
             } => {
                 let acc = ranks.entry(*rank as i32).or_default();
+                acc.data_waits.push(*data_wait_ms);
                 acc.windows += 1;
                 acc.step_times.push(*step_time_ms);
                 acc.compute_ms += compute_ms;
@@ -168,6 +173,7 @@ pub fn summarize(
                 compute_share: (busy > 0.0).then(|| acc.compute_ms / busy),
                 comm_share: (busy > 0.0).then(|| acc.comm_ms / busy),
                 peak_memory_bytes: acc.peak_memory,
+                mean_data_wait_ms: mean(&acc.data_waits),
                 gpu: gpu.remove(&rank).unwrap_or_default(),
             }
         })

@@ -46,10 +46,12 @@ fn stats(rank: i64, compute_ms: f64, comm_ms: f64, memory_bytes: u64) -> EventPa
     EventPayload::Rank(ProgressLine::RankStats {
         rank,
         step: 10,
-        step_time_ms: compute_ms + comm_ms,
+        step_time_ms: compute_ms + comm_ms + rank as f64,
         compute_ms,
         comm_ms,
         memory_bytes,
+        // rank 1 waits 1 ms a step for its data, rank 0 never
+        data_wait_ms: rank as f64,
     })
 }
 
@@ -129,6 +131,8 @@ fn summary_of_progress_windows_and_rank_stats() {
     assert_eq!(r0.comm_share, Some(0.25));
     assert_eq!(r0.peak_memory_bytes, 10_000);
     assert_eq!(r0.mean_step_time_ms, Some(40.0));
+    assert_eq!(r0.mean_data_wait_ms, Some(0.0));
+    assert_eq!(r1.mean_data_wait_ms, Some(1.0));
     assert_eq!(r1.compute_share, Some(0.5));
     assert_eq!(r1.peak_memory_bytes, 500);
     assert_eq!(r0.gpu, RankGpuUsage::default());
@@ -332,10 +336,11 @@ fn metrics_lines_carry_what_the_rank_wrote_plus_where_it_was_stored() {
         Some(ProgressLine::RankStats {
             rank: 1,
             step: 10,
-            step_time_ms: 3.0,
+            step_time_ms: 4.0,
             compute_ms: 2.0,
             comm_ms: 1.0,
             memory_bytes: 7,
+            data_wait_ms: 1.0,
         })
     );
 }

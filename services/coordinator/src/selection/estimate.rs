@@ -4,7 +4,10 @@
 //! - parameters: `w_enc [d_sae, d_in]`, `b_enc [d_sae]`, `w_dec [d_in, d_sae]`,
 //!   `b_dec [d_in]` in the model dtype;
 //! - optimizer: Adam's `m` and `v`, one copy of the parameters each;
-//! - data: the whole data set as one f32 `[N, d_in]` tensor on the device;
+//! - data: the batch as it arrives on the device, in its stored dtype before
+//!   the conversion to the compute dtype (counted as f32, the widest stored
+//!   type but f64); data is streamed, so this is flat in the data set's size
+//!   (the reader's prefetched batches wait in host memory, not on the device);
 //! - activations (one step, forward and backward): the gathered f32 batch
 //!   `[B, d_in]` (plus its dtype copy for bf16), four `[B, d_sae]` tensors alive
 //!   at the backward's peak (the saved code `z` and the gradients flowing into
@@ -71,7 +74,7 @@ pub struct EstimateInput {
     pub dtype: Dtype,
     /// Samples per rank per step.
     pub batch_size: u64,
-    /// Bytes of the data set once loaded (f32).
+    /// Bytes of the data on the device: one staged batch (f32).
     pub data_bytes: u64,
     /// Whether the rank may run on a GPU (adds [`CUDA_CONTEXT_BYTES`]).
     pub on_gpu: bool,
@@ -79,27 +82,17 @@ pub struct EstimateInput {
 }
 
 impl EstimateInput {
-    /// From a validated config. Synthetic data is `num_samples x d_in` f32;
-    /// file shards count their size on disk where the coordinator can read
-    /// them (exact for f32 shards; f16/bf16 shards take twice that once
-    /// loaded), and nothing where it can't.
+    /// From a validated config; reads nothing but the config (the data is
+    /// streamed, so its size does not matter).
     pub fn from_config(cfg: &TrainingConfig) -> Self {
         let d_in = cfg.model.d_in.max(0) as u64;
-        let data_bytes = match (&cfg.data.synthetic, &cfg.data.files) {
-            (Some(s), _) => s.num_samples.max(0) as u64 * d_in * F32,
-            (None, Some(f)) => f
-                .paths
-                .iter()
-                .filter_map(|p| std::fs::metadata(p).ok())
-                .map(|m| m.len())
-                .sum(),
-            (None, None) => 0,
-        };
+        let batch_size = cfg.optim.batch_size.max(0) as u64;
+        let data_bytes = batch_size.saturating_mul(d_in).saturating_mul(F32);
         Self {
             d_in,
             d_sae: cfg.d_sae().max(0) as u64,
             dtype: cfg.model.dtype,
-            batch_size: cfg.optim.batch_size.max(0) as u64,
+            batch_size,
             data_bytes,
             on_gpu: cfg.runtime.device != Device::Cpu,
             allreduce: cfg.runtime.allreduce,
@@ -301,7 +294,7 @@ mod tests {
         let i = EstimateInput::from_config(&cfg);
         assert_eq!((i.d_in, i.d_sae, i.batch_size), (64, 512, 256));
         assert_eq!(i.dtype, Dtype::Bf16);
-        assert_eq!(i.data_bytes, 1000 * 64 * 4);
+        assert_eq!(i.data_bytes, 256 * 64 * 4, "one staged batch");
         assert!(!i.on_gpu);
         assert_eq!(i.allreduce, AllreduceMode::Flat, "the default");
         assert_eq!(
@@ -312,12 +305,8 @@ mod tests {
     }
 
     #[test]
-    fn file_shards_count_their_size_where_readable() {
-        let dir = tempfile::tempdir().unwrap();
-        let shard = dir.path().join("a.npy");
-        std::fs::write(&shard, vec![0u8; 4096]).unwrap();
-        let missing = dir.path().join("missing.npy");
-        let cfg = toml_config(&format!(
+    fn streamed_data_counts_one_batch_whatever_the_data_set() {
+        let cfg = toml_config(
             r#"
             [model]
             d_in = 8
@@ -325,13 +314,11 @@ mod tests {
             batch_size = 4
             steps = 1
             [data.files]
-            paths = ["{}", "{}"]
+            paths = ["s3://acts/huge/", "/nowhere/*.npy"]
             "#,
-            shard.display(),
-            missing.display()
-        ));
+        );
         let i = EstimateInput::from_config(&cfg);
-        assert_eq!(i.data_bytes, 4096);
+        assert_eq!(i.data_bytes, 4 * 8 * 4);
         assert!(i.on_gpu, "device auto may use a GPU");
     }
 

@@ -1,0 +1,183 @@
+//! The data set behind `data.files.paths`: every entry resolved to shards
+//! (files, directories, glob patterns; `file://` or plain paths), each
+//! shard's header read once, and the rows laid end to end in entry order.
+//!
+//! The catalog keeps one small record per shard and per *segment* (a run of
+//! rows that a read chunk never crosses: a whole dense shard, or one parquet
+//! row group), never the rows themselves.
+
+use super::elem::Elem;
+use super::shard::{Format, Selector, Shard};
+use super::store::{Blob, LocalBlob};
+use cohort_spec::config::FileData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Rows of one segment, and where they start in the data set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub shard: u32,
+    /// Index of the segment within its shard (the parquet row group).
+    pub index: u32,
+    /// First row of the segment within its shard.
+    pub shard_row: u64,
+    pub rows: u64,
+    /// First row of the segment in the whole data set.
+    pub first: u64,
+}
+
+pub struct Catalog {
+    pub shards: Vec<Shard>,
+    pub segments: Vec<Segment>,
+    pub rows: u64,
+    pub d_in: u64,
+    /// The type batches are formed in (the shards' common type).
+    pub elem: Elem,
+}
+
+/// A shard file found for an entry, not yet opened.
+type ShardFile = (Arc<dyn Blob>, Format);
+
+fn data_err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl Catalog {
+    /// Resolve, open and check every shard against `d_in`. The first problem
+    /// is returned naming the file.
+    pub fn open(cfg: &FileData, d_in: i64) -> Result<Self, String> {
+        let mut files: Vec<ShardFile> = Vec::new();
+        for entry in &cfg.paths {
+            files.extend(resolve(entry)?);
+        }
+        let sel = Selector {
+            tensor: cfg.tensor.as_deref(),
+            column: cfg.column.as_deref(),
+            d_in: d_in as u64,
+        };
+        let mut shards = Vec::with_capacity(files.len());
+        for (blob, format) in files {
+            let name = blob.name().to_string();
+            let shard = Shard::open(blob, format, sel).map_err(|e| data_err(&name, e))?;
+            if shard.rows() == 0 {
+                return Err(data_err(&name, "has no rows"));
+            }
+            if shard.d_in() != d_in as u64 {
+                return Err(data_err(
+                    &name,
+                    format!("rows have {} values but model.d_in is {d_in}", shard.d_in()),
+                ));
+            }
+            shards.push(shard);
+        }
+        let elem = Elem::common(shards.iter().map(Shard::elem)).ok_or("no shards")?;
+        let mut segments = Vec::new();
+        let mut first = 0u64;
+        for (s, shard) in shards.iter().enumerate() {
+            let mut shard_row = 0;
+            for (index, rows) in shard.segments().into_iter().enumerate() {
+                if rows == 0 {
+                    continue;
+                }
+                segments.push(Segment {
+                    shard: s as u32,
+                    index: index as u32,
+                    shard_row,
+                    rows,
+                    first,
+                });
+                shard_row += rows;
+                first += rows;
+            }
+        }
+        Ok(Self {
+            shards,
+            segments,
+            rows: first,
+            d_in: d_in as u64,
+            elem,
+        })
+    }
+
+    /// The segment holding data-set row `row` (< `self.rows`).
+    pub fn segment_of(&self, row: u64) -> usize {
+        self.segments.partition_point(|s| s.first <= row) - 1
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.d_in as usize * self.elem.size()
+    }
+}
+
+/// One `paths` entry to its shard files, in order.
+fn resolve(entry: &str) -> Result<Vec<ShardFile>, String> {
+    if entry.starts_with("s3://") {
+        return Err(data_err(
+            entry,
+            "s3:// data is not supported by this build yet",
+        ));
+    }
+    let path = entry.strip_prefix("file://").unwrap_or(entry);
+    let local = |p: PathBuf, format| -> Result<ShardFile, String> {
+        let name = p.display().to_string();
+        let blob = LocalBlob::open(p).map_err(|e| data_err(&name, e))?;
+        Ok((Arc::new(blob) as Arc<dyn Blob>, format))
+    };
+    let found: Vec<PathBuf> = if path.contains(['*', '?', '[']) {
+        let matches = glob::glob(path).map_err(|e| data_err(entry, e))?;
+        let mut found = Vec::new();
+        for m in matches {
+            let p = m.map_err(|e| data_err(entry, e))?;
+            if p.is_file() && shard_format(&p).is_some() {
+                found.push(p);
+            }
+        }
+        found.sort();
+        if found.is_empty() {
+            return Err(data_err(
+                entry,
+                "the pattern matches no .npy, .safetensors or .parquet file",
+            ));
+        }
+        found
+    } else if Path::new(path).is_dir() {
+        let listing = std::fs::read_dir(path).map_err(|e| data_err(entry, e))?;
+        let mut found = Vec::new();
+        for item in listing {
+            let p = item.map_err(|e| data_err(entry, e))?.path();
+            if p.is_file() && shard_format(&p).is_some() {
+                found.push(p);
+            }
+        }
+        found.sort();
+        if found.is_empty() {
+            return Err(data_err(
+                entry,
+                "the directory holds no .npy, .safetensors or .parquet file",
+            ));
+        }
+        found
+    } else {
+        let p = PathBuf::from(path);
+        if shard_format(&p).is_none() {
+            let why = if p.exists() {
+                "is not a .npy, .safetensors or .parquet file"
+            } else {
+                "no such file or directory"
+            };
+            return Err(data_err(entry, why));
+        }
+        vec![p]
+    };
+    found
+        .into_iter()
+        .map(|p| {
+            let format = shard_format(&p).expect("filtered");
+            local(p, format)
+        })
+        .collect()
+}
+
+fn shard_format(p: &Path) -> Option<Format> {
+    Format::of(&p.file_name()?.to_string_lossy())
+}

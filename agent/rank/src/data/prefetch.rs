@@ -1,0 +1,106 @@
+//! The background reader: a thread that forms the batches of the steps to
+//! come, in order, into a bounded queue of `data.prefetch_batches`, so reading
+//! overlaps the training step. Batches stay in the stored element type; on
+//! CUDA they are pinned, so the copy to the device can be asynchronous.
+
+use super::source::Source;
+use super::store::ReadError;
+use crate::error::RankError;
+use crate::sampler::{ChunkTable, DistributedSampler, EpochOrder};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tch::{Device, Tensor};
+
+/// What the reader needs to know of the run.
+pub struct Schedule {
+    pub sampler: DistributedSampler,
+    pub table: ChunkTable,
+    pub window_chunks: u64,
+    pub start_step: i64,
+    pub total_steps: i64,
+    pub depth: usize,
+    /// Pin batches for this CUDA device.
+    pub pin_for: Option<Device>,
+}
+
+pub struct Prefetcher {
+    rx: Receiver<Result<(i64, Tensor), ReadError>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Prefetcher {
+    pub fn spawn(mut source: Source, d_in: usize, s: Schedule) -> Self {
+        let (tx, rx) = sync_channel(s.depth);
+        let handle = std::thread::Builder::new()
+            .name("cohort-data".into())
+            .spawn(move || {
+                let kind = source.elem().kind();
+                let row_bytes = d_in * source.elem().size();
+                let mut current: Option<(i64, EpochOrder)> = None;
+                for step in s.start_step..s.total_steps {
+                    let (epoch, batch) = s.sampler.position(step);
+                    if current.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                        let order = EpochOrder::new(
+                            &s.table,
+                            s.sampler.seed,
+                            epoch as u64,
+                            s.window_chunks,
+                        );
+                        current = Some((epoch, order));
+                    }
+                    let order = &mut current.as_mut().expect("set above").1;
+                    let ids: Vec<u64> = s
+                        .sampler
+                        .batch_positions(batch)
+                        .map(|p| order.sample_at(p))
+                        .collect();
+                    let mut bytes = vec![0u8; ids.len() * row_bytes];
+                    let made = source.fill(&ids, d_in, &mut bytes).map(|()| {
+                        let t =
+                            Tensor::from_data_size(&bytes, &[ids.len() as i64, d_in as i64], kind);
+                        match s.pin_for {
+                            Some(device) => (step, t.pin_memory(device)),
+                            None => (step, t),
+                        }
+                    });
+                    let failed = made.is_err();
+                    if tx.send(made).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .expect("spawn the data reader thread");
+        Self {
+            rx,
+            handle: Some(handle),
+        }
+    }
+
+    /// The next step's batch (on the host) and how long this call waited.
+    pub fn next(&mut self, step: i64) -> Result<(Tensor, Duration), RankError> {
+        let started = Instant::now();
+        match self.rx.recv() {
+            Ok(Ok((got, batch))) => {
+                debug_assert_eq!(got, step, "batches arrive in step order");
+                Ok((batch, started.elapsed()))
+            }
+            Ok(Err(ReadError::Io(e))) => Err(RankError::DataUnavailable(e)),
+            Ok(Err(ReadError::Data(e))) => Err(RankError::Data(e)),
+            Err(_) => Err(RankError::Internal(format!(
+                "the data reader stopped before step {step}"
+            ))),
+        }
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        // Unblock a reader waiting on a full queue, then let it end.
+        let (_, rx) = sync_channel(1);
+        drop(std::mem::replace(&mut self.rx, rx));
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Forming a batch: the rows of the given sample ids, in order, as bytes of
+//! the source's element type. File rows are read by ranges (one read per run
+//! of consecutive rows of a shard); parquet rows by decoding the chunk that
+//! holds them, with the chunks of the current shuffle windows kept decoded;
+//! synthetic rows are generated.
+
+use super::catalog::Catalog;
+use super::elem::{convert, Elem};
+use super::shard::Layout;
+use super::store::{coalesce, ReadError};
+use super::synthetic::Synthetic;
+use std::collections::VecDeque;
+
+pub enum Source {
+    Synthetic(Synthetic, u64),
+    Files(Box<FileSource>),
+}
+
+pub struct FileSource {
+    pub catalog: Catalog,
+    chunk: u64,
+    /// Decoded parquet chunks: ((segment, chunk within it), bytes), newest last.
+    decoded: VecDeque<((usize, u64), Vec<u8>)>,
+    decoded_cap: usize,
+}
+
+impl Source {
+    pub fn files(catalog: Catalog, chunk: u64, window_chunks: u64) -> Self {
+        Source::Files(Box::new(FileSource {
+            catalog,
+            chunk,
+            decoded: VecDeque::new(),
+            // A batch draws from at most two windows.
+            decoded_cap: 2 * window_chunks as usize + 2,
+        }))
+    }
+
+    pub fn rows(&self) -> u64 {
+        match self {
+            Source::Synthetic(_, rows) => *rows,
+            Source::Files(f) => f.catalog.rows,
+        }
+    }
+
+    pub fn elem(&self) -> Elem {
+        match self {
+            Source::Synthetic(..) => Elem::F32,
+            Source::Files(f) => f.catalog.elem,
+        }
+    }
+
+    /// Rows per segment (the runs a chunk never crosses).
+    pub fn segment_rows(&self) -> Vec<u64> {
+        match self {
+            Source::Synthetic(_, rows) => vec![*rows],
+            Source::Files(f) => f.catalog.segments.iter().map(|s| s.rows).collect(),
+        }
+    }
+
+    /// The rows of `ids`, in order, into `out` (`ids.len()` rows of
+    /// [`Self::elem`]). Errors name the shard.
+    pub fn fill(&mut self, ids: &[u64], d_in: usize, out: &mut [u8]) -> Result<(), ReadError> {
+        match self {
+            Source::Synthetic(s, _) => {
+                let mut row = vec![0f32; d_in];
+                for (i, &id) in ids.iter().enumerate() {
+                    s.sample(id, &mut row);
+                    let dst = &mut out[i * d_in * 4..(i + 1) * d_in * 4];
+                    for (o, v) in dst.chunks_exact_mut(4).zip(&row) {
+                        o.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                Ok(())
+            }
+            Source::Files(f) => f.fill(ids, out),
+        }
+    }
+}
+
+impl FileSource {
+    fn fill(&mut self, ids: &[u64], out: &mut [u8]) -> Result<(), ReadError> {
+        let row_bytes = self.catalog.row_bytes();
+        // (segment, row within the data set, where it goes), in row order.
+        let mut wanted: Vec<(usize, u64, usize)> = ids
+            .iter()
+            .enumerate()
+            .map(|(at, &id)| (self.catalog.segment_of(id), id, at))
+            .collect();
+        wanted.sort_unstable_by_key(|w| (w.1, w.2));
+        let mut i = 0;
+        while i < wanted.len() {
+            let seg = wanted[i].0;
+            let end = wanted[i..].partition_point(|w| w.0 == seg) + i;
+            let group = &wanted[i..end];
+            let segment = self.catalog.segments[seg];
+            let shard = &self.catalog.shards[segment.shard as usize];
+            match &shard.layout {
+                Layout::Dense(d) => {
+                    let rb = d.row_bytes();
+                    let at = |row: u64| d.offset + (segment.shard_row + row - segment.first) * rb;
+                    let runs = coalesce(group.iter().map(|w| (at(w.1), at(w.1) + rb)).collect());
+                    let total: u64 = runs.iter().map(|(s, e)| e - s).sum();
+                    let mut buf = vec![0u8; total as usize];
+                    let ranges: Vec<(u64, usize)> =
+                        runs.iter().map(|&(s, e)| (s, (e - s) as usize)).collect();
+                    shard
+                        .blob
+                        .read_ranges(&ranges, &mut buf)
+                        .map_err(|e| ReadError::Io(format!("{}: {e}", shard.blob.name())))?;
+                    // Where each run's bytes start in buf.
+                    let mut starts = Vec::with_capacity(runs.len());
+                    let mut pos = 0u64;
+                    for (s, e) in &runs {
+                        starts.push((*s, pos));
+                        pos += e - s;
+                    }
+                    for w in group {
+                        let off = at(w.1);
+                        let r = starts.partition_point(|(s, _)| *s <= off) - 1;
+                        let src = (starts[r].1 + off - starts[r].0) as usize;
+                        convert(
+                            d.elem,
+                            &buf[src..src + rb as usize],
+                            self.catalog.elem,
+                            &mut out[w.2 * row_bytes..(w.2 + 1) * row_bytes],
+                        );
+                    }
+                }
+                Layout::Parquet(p) => {
+                    let elem = p.elem();
+                    let rb = p.d_in() as usize * elem.size();
+                    for w in group {
+                        let in_seg = w.1 - segment.first;
+                        let k = in_seg / self.chunk;
+                        let key = (seg, k);
+                        if !self.decoded.iter().any(|(c, _)| *c == key) {
+                            let start = k * self.chunk;
+                            let n = self.chunk.min(segment.rows - start) as usize;
+                            let rows = p
+                                .read_rows(segment.index as usize, start, n)
+                                .map_err(|e| e.in_shard(shard.blob.name()))?;
+                            if self.decoded.len() >= self.decoded_cap {
+                                self.decoded.pop_front();
+                            }
+                            self.decoded.push_back((key, rows));
+                        }
+                        let (_, rows) = self
+                            .decoded
+                            .iter()
+                            .find(|(c, _)| *c == key)
+                            .expect("decoded above");
+                        let src = ((in_seg - k * self.chunk) as usize) * rb;
+                        convert(
+                            elem,
+                            &rows[src..src + rb],
+                            self.catalog.elem,
+                            &mut out[w.2 * row_bytes..(w.2 + 1) * row_bytes],
+                        );
+                    }
+                }
+            }
+            i = end;
+        }
+        Ok(())
+    }
+}
