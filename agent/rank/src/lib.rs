@@ -10,6 +10,7 @@ pub mod launch;
 pub mod model;
 pub mod report;
 pub mod sampler;
+pub mod storage;
 pub mod train;
 
 pub use error::RankError;

@@ -4,7 +4,7 @@
 //! coalesced all-reduce of the gradients (and the step's losses), identical
 //! Adam updates everywhere, checkpoints and progress from rank 0.
 
-use crate::checkpoint::{self, Manifest, SamplerState};
+use crate::checkpoint::{self, Manifest, SamplerState, Store};
 use crate::data::prefetch::{Prefetcher, Schedule};
 use crate::data::source::Source;
 use crate::dist::{Backend, GroupOptions, ProcessGroup};
@@ -57,6 +57,7 @@ pub struct Trainer<'a> {
     launch: &'a Launch,
     cfg: &'a TrainingConfig,
     run_dir: &'a Path,
+    checkpoints: Store,
     device: Device,
     kind: Kind,
     group: Option<ProcessGroup>,
@@ -116,10 +117,12 @@ impl<'a> Trainer<'a> {
             cfg.optim.seed,
         );
         let adam = Adam::new(&cfg.optim, &sae.params);
+        let checkpoints = Store::new(cfg.checkpoint.storage.as_deref(), run_dir)?;
         Ok(Self {
             launch,
             cfg,
             run_dir,
+            checkpoints,
             device,
             kind,
             group,
@@ -142,14 +145,14 @@ impl<'a> Trainer<'a> {
     fn synchronise_start(&mut self) -> Result<i64, RankError> {
         let mut resumed = 0i64;
         if self.launch.is_leader() {
-            if let Some(loaded) = checkpoint::latest(self.run_dir) {
-                self.check_sampler(&loaded.manifest)?;
-                checkpoint::restore(&loaded, &mut self.sae, &mut self.adam)?;
+            if let Some(found) = self.checkpoints.latest()? {
+                self.check_sampler(&found.manifest)?;
+                self.checkpoints
+                    .restore(&found, self.run_dir, &mut self.sae, &mut self.adam)?;
                 resumed = 1;
                 eprintln!(
                     "cohort-rank: resuming from {} (step {})",
-                    loaded.dir.display(),
-                    loaded.manifest.step
+                    found.location, found.manifest.step
                 );
             }
         }
@@ -357,12 +360,11 @@ impl<'a> Trainer<'a> {
         if !self.launch.is_leader() {
             return Ok(());
         }
-        let dir = checkpoint::save(self.run_dir, &self.sae, &self.adam, &self.manifest(step))?;
-        checkpoint::prune(self.run_dir, self.cfg.checkpoint.keep as usize)?;
-        self.out.emit(&ProgressLine::Checkpoint {
-            step,
-            path: dir.display().to_string(),
-        });
+        let path =
+            self.checkpoints
+                .save(self.run_dir, &self.sae, &self.adam, &self.manifest(step))?;
+        self.checkpoints.prune(self.cfg.checkpoint.keep as usize)?;
+        self.out.emit(&ProgressLine::Checkpoint { step, path });
         Ok(())
     }
 
@@ -416,7 +418,9 @@ impl<'a> Trainer<'a> {
                 self.save_checkpoint(done)?;
             }
         }
-        if self.total_steps > start_step || checkpoint::latest(self.run_dir).is_none() {
+        if self.total_steps > start_step
+            || (self.launch.is_leader() && self.checkpoints.latest()?.is_none())
+        {
             self.save_checkpoint(self.total_steps)?;
         }
         if last_loss.is_nan() {

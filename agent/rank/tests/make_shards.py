@@ -8,6 +8,9 @@ safetensors, pyarrow), for cohort-rank's tests and benchmarks.
         OUT_DIR/all.npy: the same 900 rows in name order, as f32.
     make_shards.py bad OUT_DIR D_IN
         OUT_DIR/<case>.<ext> for each malformed case.
+    make_shards.py upload DIR BUCKET PREFIX
+        every file of DIR to s3://BUCKET/PREFIX/ (boto3, the AWS_* variables
+        name the endpoint), creating the bucket.
 """
 import sys
 
@@ -55,9 +58,25 @@ def bad(out, d_in):
         f.write(b"PAR1 this is not parquet")
 
 
+def upload(src, bucket, prefix):
+    import os
+
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    if bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+        s3.create_bucket(Bucket=bucket)
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if os.path.isfile(path):
+            s3.upload_file(path, bucket, f"{prefix.rstrip('/')}/{name}")
+
+
 if __name__ == "__main__":
     kind, out = sys.argv[1], sys.argv[2]
-    if kind == "mixed":
+    if kind == "upload":
+        upload(out, sys.argv[3], sys.argv[4])
+    elif kind == "mixed":
         mixed(out, int(sys.argv[3]), int(sys.argv[4]))
     else:
         bad(out, int(sys.argv[3]))

@@ -90,6 +90,53 @@ fn a_directory_of_mixed_shards_reads_exactly_the_rows_of_one_file() {
 }
 
 #[test]
+fn shards_in_s3_read_exactly_the_rows_of_local_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shards, all) = mixed(dir.path());
+    let s3 = S3Server::start();
+    s3.upload_dir(Path::new(&shards), "acts", "run-1/shards");
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let local = write(dir.path(), "local.toml", &files_config(&[all], 30, 0));
+    let expected = run_group(&local, &dir.path().join("local"), 2);
+    assert_eq!(expected[0].code, Some(0), "{}", expected[0].stderr);
+    for (name, entries) in [
+        ("prefix", vec!["s3://acts/run-1/shards/".to_string()]),
+        (
+            "objects and a glob",
+            vec![
+                "s3://acts/run-1/shards/a.npy".to_string(),
+                "s3://acts/run-1/shards/b.safetensors".to_string(),
+                "s3://acts/run-1/shards/*.parquet".to_string(),
+            ],
+        ),
+    ] {
+        let cfg = write(dir.path(), "s3.toml", &files_config(&entries, 30, 0));
+        let got = run_group_with(&cfg, &dir.path().join("s3"), 2, &env);
+        assert_eq!(got[0].code, Some(0), "{name}: {}", got[0].stderr);
+        assert_eq!(checksum(&got[0]), checksum(&expected[0]), "{name}");
+    }
+    // A missing object and an empty prefix are data errors naming them.
+    for (entry, why) in [
+        ("s3://acts/run-1/shards/zz.npy", "zz.npy"),
+        ("s3://acts/nothing/", "holds no .npy"),
+        ("s3://no-such-bucket/x/", "no-such-bucket"),
+    ] {
+        let cfg = write(
+            dir.path(),
+            "bad.toml",
+            &files_config(&[entry.to_string()], 2, 0),
+        );
+        let r = finish(
+            spawn(&cfg, &dir.path().join("bad"), 0, 1, free_port(), &env),
+            Duration::from_secs(60),
+        );
+        assert_eq!(r.code, Some(4), "{entry}: {}", r.stderr);
+        assert!(r.stderr.contains(why), "{entry}: {}", r.stderr);
+    }
+}
+
+#[test]
 fn a_run_killed_mid_epoch_resumes_bit_identical() {
     let dir = tempfile::tempdir().unwrap();
     let (shards, _) = mixed(dir.path());
@@ -113,6 +160,82 @@ fn a_run_killed_mid_epoch_resumes_bit_identical() {
     assert_eq!(start_step(&resumed[0]), Some(at));
     assert_eq!(checksum(&resumed[0]), checksum(&straight[0]));
     assert_eq!(checksum(&resumed[1]), checksum(&straight[0]));
+}
+
+#[test]
+fn checkpoints_in_s3_let_another_host_resume_bit_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shards, _) = mixed(dir.path());
+    let s3 = S3Server::start();
+    s3.upload_dir(Path::new(&shards), "acts", "shards");
+    // An empty directory uploads nothing but creates the bucket.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    s3.upload_dir(&empty, "ckpt", "x");
+    let env = s3.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let text = files_config(&["s3://acts/shards/".to_string()], 45, 5)
+        .replace("keep = 100", "keep = 2\nstorage = \"s3://ckpt/runs\"");
+    let cfg = write(dir.path(), "c.toml", &text);
+    let straight = run_group_with(
+        &cfg,
+        &dir.path().join("straight"),
+        2,
+        &[("COHORT_JOB_ID", "trn-a")]
+            .iter()
+            .chain(&env)
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(straight[0].code, Some(0), "{}", straight[0].stderr);
+
+    // Killed after a checkpoint; the gang restarts in fresh run dirs (other
+    // hosts: nothing local survives) and resumes from the bucket.
+    let job = [("COHORT_JOB_ID", "trn-b")];
+    let env_b: Vec<(&str, &str)> = job.iter().chain(&env).copied().collect();
+    let port = free_port();
+    let mut ranks: Vec<Rank> = (0..2)
+        .map(|r| spawn(&cfg, &dir.path().join("host-a"), r, 2, port, &env_b))
+        .collect();
+    let at = loop {
+        let line = ranks[0]
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a checkpoint");
+        if let Some(cohort_spec::progress::ProgressLine::Checkpoint { step, path }) =
+            cohort_spec::progress::ProgressLine::parse(&line)
+        {
+            assert_eq!(path, format!("s3://ckpt/runs/trn-b/step-{step:08}"));
+            if step >= 15 {
+                break step;
+            }
+        }
+    };
+    for r in &mut ranks {
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+    std::fs::remove_dir_all(dir.path().join("host-a")).unwrap();
+    let resumed = run_group_with(&cfg, &dir.path().join("host-b"), 2, &env_b);
+    assert_eq!(resumed[0].code, Some(0), "{}", resumed[0].stderr);
+    let start = start_step(&resumed[0]).unwrap();
+    assert!(
+        start >= at,
+        "resumed at {start}, a checkpoint at {at} existed"
+    );
+    assert!(
+        resumed[0]
+            .stderr
+            .contains("resuming from s3://ckpt/runs/trn-b/"),
+        "{}",
+        resumed[0].stderr
+    );
+    assert_eq!(checksum(&resumed[0]), checksum(&straight[0]));
+    assert_eq!(checksum(&resumed[1]), checksum(&straight[0]));
+    assert!(
+        !dir.path().join("host-b/checkpoints").exists(),
+        "nothing written locally"
+    );
 }
 
 #[test]

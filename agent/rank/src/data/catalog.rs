@@ -9,6 +9,8 @@
 use super::elem::Elem;
 use super::shard::{Format, Selector, Shard};
 use super::store::{Blob, LocalBlob};
+use crate::storage::s3::{self, S3Blob};
+use crate::storage::Location;
 use cohort_spec::config::FileData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,13 +113,59 @@ impl Catalog {
 
 /// One `paths` entry to its shard files, in order.
 fn resolve(entry: &str) -> Result<Vec<ShardFile>, String> {
-    if entry.starts_with("s3://") {
-        return Err(data_err(
-            entry,
-            "s3:// data is not supported by this build yet",
-        ));
+    match Location::parse(entry)? {
+        Location::Local(path) => resolve_local(entry, &path.to_string_lossy()),
+        Location::S3 { bucket, key } => resolve_s3(entry, &bucket, &key),
     }
-    let path = entry.strip_prefix("file://").unwrap_or(entry);
+}
+
+const NO_SHARDS: &str = "no .npy, .safetensors or .parquet file";
+
+/// An object, a directory (the shards directly under the prefix) or a glob
+/// pattern over keys.
+fn resolve_s3(entry: &str, bucket: &str, key: &str) -> Result<Vec<ShardFile>, String> {
+    let shard = |k: &str, len: u64| -> Option<ShardFile> {
+        let format = Format::of(k)?;
+        let store = s3::bucket(bucket).ok()?;
+        Some((
+            Arc::new(S3Blob::new(store, bucket, k, len)) as Arc<dyn Blob>,
+            format,
+        ))
+    };
+    s3::bucket(bucket).map_err(|e| data_err(entry, e))?;
+    if let Some(first) = key.find(['*', '?', '[']) {
+        let pattern = glob::Pattern::new(key).map_err(|e| data_err(entry, e))?;
+        let dir = &key[..key[..first].rfind('/').map_or(0, |i| i + 1)];
+        let options = glob::MatchOptions {
+            require_literal_separator: true,
+            ..Default::default()
+        };
+        let found: Vec<ShardFile> = s3::list(bucket, dir, true)?
+            .into_iter()
+            .filter(|(k, _)| pattern.matches_with(k, options))
+            .filter_map(|(k, len)| shard(&k, len))
+            .collect();
+        if found.is_empty() {
+            return Err(data_err(entry, format!("the pattern matches {NO_SHARDS}")));
+        }
+        return Ok(found);
+    }
+    if !key.ends_with('/') && Format::of(key).is_some() {
+        let blob = S3Blob::open(bucket, key).map_err(|e| data_err(entry, e))?;
+        let format = Format::of(key).expect("checked");
+        return Ok(vec![(Arc::new(blob) as Arc<dyn Blob>, format)]);
+    }
+    let found: Vec<ShardFile> = s3::list(bucket, key, false)?
+        .into_iter()
+        .filter_map(|(k, len)| shard(&k, len))
+        .collect();
+    if found.is_empty() {
+        return Err(data_err(entry, format!("the prefix holds {NO_SHARDS}")));
+    }
+    Ok(found)
+}
+
+fn resolve_local(entry: &str, path: &str) -> Result<Vec<ShardFile>, String> {
     let local = |p: PathBuf, format| -> Result<ShardFile, String> {
         let name = p.display().to_string();
         let blob = LocalBlob::open(p).map_err(|e| data_err(&name, e))?;

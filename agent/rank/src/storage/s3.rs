@@ -1,0 +1,216 @@
+//! S3 through object_store: one client per bucket, driven by one small
+//! tokio runtime that the rank's threads block on (the training loop and
+//! the data reader are plain threads).
+
+use super::super::data::store::Blob;
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::sync::{Arc, Mutex, OnceLock};
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cohort-s3")
+            .enable_all()
+            .build()
+            .expect("build the object storage runtime")
+    })
+}
+
+/// Run `f` to completion on the storage runtime.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// The client for `bucket` (configured from the AWS environment variables).
+pub fn bucket(bucket: &str) -> Result<Arc<AmazonS3>, String> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<AmazonS3>>>> = OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    let mut clients = clients.lock().expect("clients lock");
+    if let Some(c) = clients.get(bucket) {
+        return Ok(c.clone());
+    }
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    // S3-compatible servers (MinIO, moto, Ceph) take path-style requests.
+    if std::env::var_os("AWS_ENDPOINT_URL").is_some() || std::env::var_os("AWS_ENDPOINT").is_some()
+    {
+        builder = builder.with_virtual_hosted_style_request(false);
+    }
+    let client = Arc::new(
+        builder
+            .build()
+            .map_err(|e| format!("s3://{bucket}: cannot configure S3: {e}"))?,
+    );
+    clients.insert(bucket.to_string(), client.clone());
+    Ok(client)
+}
+
+fn to_io(e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => {
+            io::Error::new(io::ErrorKind::NotFound, e.to_string())
+        }
+        e => io::Error::other(e.to_string()),
+    }
+}
+
+/// One object, read by ranges.
+pub struct S3Blob {
+    store: Arc<AmazonS3>,
+    path: ObjectPath,
+    name: String,
+    len: u64,
+}
+
+impl S3Blob {
+    /// An object whose size is known (from a listing).
+    pub fn new(store: Arc<AmazonS3>, bucket: &str, key: &str, len: u64) -> Self {
+        Self {
+            store,
+            path: ObjectPath::from(key),
+            name: format!("s3://{bucket}/{key}"),
+            len,
+        }
+    }
+
+    /// An object by name: its size from a HEAD request.
+    pub fn open(bucket_name: &str, key: &str) -> io::Result<Self> {
+        let store = bucket(bucket_name).map_err(io::Error::other)?;
+        let meta = block_on(store.head(&ObjectPath::from(key))).map_err(to_io)?;
+        Ok(Self::new(store, bucket_name, key, meta.size))
+    }
+}
+
+impl Blob for S3Blob {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// One GET per range, fetched concurrently (object_store merges ranges
+    /// closer than 1 MiB into one request).
+    fn read_ranges(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> io::Result<()> {
+        let wanted: Vec<std::ops::Range<u64>> = ranges
+            .iter()
+            .map(|&(offset, len)| offset..offset + len as u64)
+            .collect();
+        let parts = block_on(self.store.get_ranges(&self.path, &wanted)).map_err(to_io)?;
+        let mut at = 0;
+        for (part, &(_, len)) in parts.iter().zip(ranges) {
+            if part.len() != len {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: short read ({} of {len} bytes)", self.name, part.len()),
+                ));
+            }
+            out[at..at + len].copy_from_slice(part);
+            at += len;
+        }
+        Ok(())
+    }
+}
+
+/// (key, size) of the objects directly under `prefix` (a "directory"), or
+/// of every object under it with `recursive`, sorted by key.
+pub fn list(
+    bucket_name: &str,
+    prefix: &str,
+    recursive: bool,
+) -> Result<Vec<(String, u64)>, String> {
+    let store = bucket(bucket_name)?;
+    let dir = ObjectPath::from(prefix.trim_end_matches('/'));
+    let prefix_opt = (!prefix.trim_end_matches('/').is_empty()).then_some(&dir);
+    let err = |e: object_store::Error| format!("s3://{bucket_name}/{prefix}: cannot list: {e}");
+    let mut found: Vec<(String, u64)> = if recursive {
+        block_on(
+            store
+                .list(prefix_opt)
+                .map_ok(|m| (m.location.to_string(), m.size))
+                .try_collect(),
+        )
+        .map_err(err)?
+    } else {
+        block_on(store.list_with_delimiter(prefix_opt))
+            .map_err(err)?
+            .objects
+            .into_iter()
+            .map(|m| (m.location.to_string(), m.size))
+            .collect()
+    };
+    found.sort();
+    Ok(found)
+}
+
+/// Upload `source` (any size: multipart, 8 MiB parts) to `key`.
+pub fn upload(bucket_name: &str, key: &str, mut source: impl Read) -> Result<(), String> {
+    let store = bucket(bucket_name)?;
+    let path = ObjectPath::from(key);
+    let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot upload: {e}");
+    block_on(async {
+        let upload = store.put_multipart(&path).await.map_err(|e| err(&e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+        let mut buf = vec![0u8; 8 << 20];
+        loop {
+            let n = source.read(&mut buf).map_err(|e| err(&e))?;
+            if n == 0 {
+                break;
+            }
+            writer.wait_for_capacity(4).await.map_err(|e| err(&e))?;
+            writer.write(&buf[..n]);
+        }
+        writer.finish().await.map_err(|e| err(&e))?;
+        Ok(())
+    })
+}
+
+/// Put a small object in one request.
+pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let store = bucket(bucket_name)?;
+    block_on(store.put(&ObjectPath::from(key), PutPayload::from(bytes)))
+        .map(|_| ())
+        .map_err(|e| format!("s3://{bucket_name}/{key}: cannot write: {e}"))
+}
+
+/// A whole (small) object.
+pub fn get(bucket_name: &str, key: &str) -> Result<Vec<u8>, String> {
+    let store = bucket(bucket_name)?;
+    block_on(async {
+        let got = store.get(&ObjectPath::from(key)).await?;
+        got.bytes().await
+    })
+    .map(|b| b.to_vec())
+    .map_err(|e| format!("s3://{bucket_name}/{key}: cannot read: {e}"))
+}
+
+/// Stream an object into `sink`, a part at a time.
+pub fn download(bucket_name: &str, key: &str, sink: &mut impl io::Write) -> Result<(), String> {
+    let store = bucket(bucket_name)?;
+    let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot read: {e}");
+    block_on(async {
+        let got = store
+            .get(&ObjectPath::from(key))
+            .await
+            .map_err(|e| err(&e))?;
+        let mut stream = got.into_stream();
+        while let Some(part) = stream.next().await {
+            let part = part.map_err(|e| err(&e))?;
+            sink.write_all(&part).map_err(|e| err(&e))?;
+        }
+        Ok(())
+    })
+}
+
+pub fn delete(bucket_name: &str, key: &str) -> Result<(), String> {
+    let store = bucket(bucket_name)?;
+    block_on(store.delete(&ObjectPath::from(key)))
+        .map_err(|e| format!("s3://{bucket_name}/{key}: cannot delete: {e}"))
+}
