@@ -7,6 +7,7 @@
 //!   and direct reads of what the coordinator wrote.
 //! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
 //! - [`poll`]: waiting for a condition with a deadline (never a bare sleep).
+//! - [`s3`]: moto's S3 server on 127.0.0.1 and test shards uploaded to it.
 //! - [`procs`]: child processes in their own process groups, and a scan of
 //!   `/proc` for rank processes a test left behind.
 //! - [`status`]: asserting an error's code and ErrorInfo reason.
@@ -20,6 +21,7 @@ pub mod job;
 pub mod otlp;
 pub mod poll;
 pub mod procs;
+pub mod s3;
 pub mod status;
 pub mod watch;
 

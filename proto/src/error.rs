@@ -25,6 +25,8 @@ pub mod reason {
     pub const INSUFFICIENT_MEMORY: &str = "INSUFFICIENT_MEMORY";
     pub const ILLEGAL_TRANSITION: &str = "ILLEGAL_TRANSITION";
     pub const REQUEST_ID_CONFLICT: &str = "REQUEST_ID_CONFLICT";
+    pub const CHECKPOINT_NOT_FOUND: &str = "CHECKPOINT_NOT_FOUND";
+    pub const CHECKPOINT_UNREACHABLE: &str = "CHECKPOINT_UNREACHABLE";
     pub const INTERNAL: &str = "INTERNAL";
 }
 

@@ -83,6 +83,9 @@ pub enum CliError {
     /// stdout was closed by its reader (e.g. `| head`): stop quietly.
     #[error("output closed")]
     BrokenPipe,
+    /// A downloaded file could not be written, or the stream was malformed.
+    #[error("{path}: {reason}")]
+    Download { path: String, reason: String },
 }
 
 impl From<Status> for CliError {
@@ -114,7 +117,7 @@ impl CliError {
             CliError::Rpc(status) => status_exit_code(status.code()),
             CliError::Config(_) => exit::INVALID,
             CliError::TrainingEnded { code, .. } => *code,
-            CliError::Output(_) => exit::GENERIC,
+            CliError::Output(_) | CliError::Download { .. } => exit::GENERIC,
             CliError::BrokenPipe => exit::OK,
         }
     }

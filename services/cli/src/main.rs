@@ -71,11 +71,42 @@ pub enum Command {
     /// also those resolved within `--since`); `--watch` keeps following.
     #[command(args_conflicts_with_subcommands = true)]
     Alerts(AlertsArgs),
-    /// List the complete checkpoints of a training, newest first.
-    Checkpoints {
-        /// The training id.
-        id: String,
-    },
+    /// List the complete checkpoints of a training, newest first; `download`
+    /// fetches one.
+    #[command(args_conflicts_with_subcommands = true)]
+    Checkpoints(CheckpointsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointsArgs {
+    /// The training id (to list its checkpoints).
+    #[arg(required = true)]
+    pub id: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<CheckpointsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointsCommand {
+    /// Download a checkpoint's files into a directory: natively
+    /// (manifest.json, state.safetensors) or for SAELens (cfg.json,
+    /// sae_weights.safetensors; `sae_lens.SAE.load_from_disk(DIR)`).
+    Download(DownloadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    /// The training id.
+    pub id: String,
+    /// The directory to write into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// The checkpoint's step (default: the newest).
+    #[arg(long)]
+    pub step: Option<i64>,
+    /// native or saelens.
+    #[arg(long, default_value = "native", value_parser = ["native", "saelens"])]
+    pub format: String,
 }
 
 #[derive(Debug, Args)]
@@ -405,7 +436,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Some(cmd) => commands::gpus::advise(coordinator, cmd, out).await,
         },
         Command::Agents => commands::agents::list(coordinator, out).await,
-        Command::Checkpoints { id } => commands::train::checkpoints(coordinator, &id, out).await,
+        Command::Checkpoints(args) => match (args.command, args.id) {
+            (Some(CheckpointsCommand::Download(d)), _) => {
+                commands::checkpoints::download(coordinator, &d, out).await
+            }
+            (None, Some(id)) => commands::train::checkpoints(coordinator, &id, out).await,
+            (None, None) => Err(CliError::Usage("give a training id".into())),
+        },
         Command::Train(cmd) => match cmd {
             TrainCommand::Submit(args) => commands::train::submit(coordinator, &args, out).await,
             TrainCommand::List(args) => commands::train::list(coordinator, &args, out).await,

@@ -307,6 +307,75 @@ async fn get_list_cancel_and_checkpoints() {
     assert_eq!(stdout(&o), "training t-2: CANCELLED\n");
     let o = cohort(&url, &["checkpoints", "t-1"]).await;
     assert!(stdout(&o).contains("/runs/t-1/ckpt-20"), "{}", stdout(&o));
+
+    // download: chunks land at their offsets; files appear only when whole.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ckpt");
+    let o = cohort(
+        &url,
+        &[
+            "checkpoints",
+            "download",
+            "t-1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(out.join("manifest.json")).unwrap(),
+        b"{\"a\":1"
+    );
+    assert_eq!(
+        std::fs::read(out.join("state.safetensors")).unwrap(),
+        b"xyz"
+    );
+    assert!(
+        stdout(&o).contains("checkpoint step 20 of t-1"),
+        "{}",
+        stdout(&o)
+    );
+    let o = cohort(
+        &url,
+        &[
+            "checkpoints",
+            "download",
+            "t-evil",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad file name"), "{}", stderr(&o));
+    assert!(!dir.path().join("escape").exists());
+    let o = cohort(
+        &url,
+        &[
+            "checkpoints",
+            "download",
+            "t-short",
+            "--out",
+            dir.path().join("short").to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("after 3 of 10 bytes"), "{}", stderr(&o));
+    assert!(!dir.path().join("short/state.safetensors").exists());
+    let o = cohort(
+        &url,
+        &[
+            "checkpoints",
+            "download",
+            "t-9",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

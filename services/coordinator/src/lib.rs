@@ -15,6 +15,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod export;
 pub mod fleet;
 pub mod history;
 pub mod instruments;

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod alerts;
 pub mod alerts_list;
+pub mod checkpoints;
 pub mod gpus;
 pub mod history;
 pub mod report;

@@ -258,6 +258,45 @@ impl TrainingService for Fake {
         }))
     }
 
+    type DownloadCheckpointStream = BoxStream<v1::CheckpointChunk>;
+
+    /// t-1: "manifest.json" in two chunks, then "state.safetensors"; t-evil:
+    /// a file name that would leave the output directory; t-short: a file
+    /// whose stream ends early.
+    async fn download_checkpoint(
+        &self,
+        req: Request<v1::DownloadCheckpointRequest>,
+    ) -> Reply<Self::DownloadCheckpointStream> {
+        let id = req.into_inner().training_id;
+        let chunk = |file: &str, offset: u64, size: u64, data: &[u8]| {
+            Ok(v1::CheckpointChunk {
+                file: file.into(),
+                offset,
+                file_size: size,
+                data: data.to_vec(),
+                step: 20,
+            })
+        };
+        let chunks = match id.as_str() {
+            "t-1" => vec![
+                chunk("manifest.json", 0, 6, b"{\"a\""),
+                chunk("manifest.json", 4, 6, b":1"),
+                chunk("state.safetensors", 0, 3, b"xyz"),
+            ],
+            "t-evil" => vec![chunk("../escape", 0, 1, b"x")],
+            "t-short" => vec![chunk("state.safetensors", 0, 10, b"abc")],
+            _ => {
+                return Err(status(
+                    Code::NotFound,
+                    reason::CHECKPOINT_NOT_FOUND,
+                    "no complete checkpoint",
+                    [],
+                ))
+            }
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
     // `cohort train report` is tested against the real coordinator
     // (integration-tests/tests/report.rs).
     async fn get_training_report(

@@ -8,6 +8,7 @@
 //!   [`status`]: persistence errors -> `tonic::Status` with ErrorInfo reasons.
 
 pub mod agent;
+pub mod checkpoints;
 pub mod convert;
 pub mod gpu;
 pub mod page_token;

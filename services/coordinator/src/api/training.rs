@@ -95,7 +95,7 @@ fn required_id(id: &str) -> Result<(), Status> {
     Ok(())
 }
 
-fn page_size(raw: i32) -> Result<i64, Status> {
+pub(super) fn page_size(raw: i32) -> Result<i64, Status> {
     match raw {
         0 => Ok(DEFAULT_PAGE_SIZE),
         n if n < 0 => Err(bad_field(
@@ -461,73 +461,20 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::ListCheckpointsRequest>,
     ) -> Result<Response<v1::ListCheckpointsResponse>, Status> {
-        let req = request.into_inner();
-        if req.training_id.is_empty() {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
-                "training_id",
-                "required",
-            ));
-        }
-        let limit = page_size(req.page_size)? as usize;
-        // The token is the step of the last checkpoint of the previous page.
-        let before: i64 = if req.page_token.is_empty() {
-            i64::MAX
-        } else {
-            req.page_token.parse().map_err(|_| {
-                bad_field(
-                    reason::INVALID_PAGE_TOKEN,
-                    "page_token",
-                    "not a token this server issued",
-                )
-            })?
-        };
-        let db = &self.ctx.db;
-        let training = db
-            .get_training(&req.training_id)
+        super::checkpoints::list(&self.ctx, request.into_inner())
             .await
-            .map_err(|e| from_db("list_checkpoints", e))?
-            .ok_or_else(|| {
-                from_db(
-                    "list_checkpoints",
-                    DatabaseError::TrainingNotFound(req.training_id.clone()),
-                )
-            })?;
-        let all = db
-            .checkpoints(&req.training_id)
+            .map(Response::new)
+    }
+
+    type DownloadCheckpointStream = BoxStream<v1::CheckpointChunk>;
+
+    async fn download_checkpoint(
+        &self,
+        request: Request<v1::DownloadCheckpointRequest>,
+    ) -> Result<Response<Self::DownloadCheckpointStream>, Status> {
+        super::checkpoints::download(&self.ctx, request.into_inner())
             .await
-            .map_err(|e| from_db("list_checkpoints", e))?;
-        // Newest first, and only those rank 0 keeps on disk (the newest
-        // `checkpoint.keep`; it prunes older ones as it writes new ones).
-        let kept = training.config.checkpoint.keep.max(1) as usize;
-        let page: Vec<_> = all
-            .iter()
-            .rev()
-            .take(kept)
-            .filter(|c| c.step < before)
-            .take(limit + 1)
-            .collect();
-        let next_page_token = if page.len() > limit {
-            page[limit - 1].step.to_string()
-        } else {
-            String::new()
-        };
-        let checkpoints = page
-            .into_iter()
-            .take(limit)
-            .map(|c| v1::Checkpoint {
-                training_id: c.training_id.clone(),
-                attempt: c.attempt,
-                step: c.step,
-                path: c.path.clone(),
-                agent_id: c.agent_id.clone(),
-                create_time: Some(super::convert::timestamp(c.create_time)),
-            })
-            .collect();
-        Ok(Response::new(v1::ListCheckpointsResponse {
-            checkpoints,
-            next_page_token,
-        }))
+            .map(Response::new)
     }
 
     async fn get_training_report(

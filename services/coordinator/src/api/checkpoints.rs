@@ -1,0 +1,222 @@
+//! ListCheckpoints and DownloadCheckpoint: a training's complete checkpoints
+//! (those rank 0 still keeps), and the files of one streamed out, natively or
+//! converted for SAELens.
+
+use super::status::from_db;
+use super::training::page_size;
+use super::{BoxStream, Context};
+use crate::export::source::{Source, CHUNK, MANIFEST, STATE};
+use crate::export::{saelens, ExportError};
+use crate::persistence::CheckpointRecord;
+use crate::persistence::DatabaseError;
+use cohort_proto::error::{bad_field, reason, status};
+use cohort_proto::v1;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status};
+
+type ChunkStream = BoxStream<Result<v1::CheckpointChunk, Status>>;
+
+fn required_id(id: &str) -> Result<(), Status> {
+    if id.is_empty() {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "training_id",
+            "required",
+        ));
+    }
+    Ok(())
+}
+
+/// The training's checkpoints that rank 0 still keeps (the newest
+/// `checkpoint.keep`; it prunes older ones as it writes), newest first.
+async fn kept(ctx: &Context, id: &str, op: &'static str) -> Result<Vec<CheckpointRecord>, Status> {
+    let training = ctx
+        .db
+        .get_training(id)
+        .await
+        .map_err(|e| from_db(op, e))?
+        .ok_or_else(|| from_db(op, DatabaseError::TrainingNotFound(id.to_string())))?;
+    let all = ctx.db.checkpoints(id).await.map_err(|e| from_db(op, e))?;
+    let keep = training.config.checkpoint.keep.max(1) as usize;
+    Ok(all.into_iter().rev().take(keep).collect())
+}
+
+pub async fn list(
+    ctx: &Context,
+    req: v1::ListCheckpointsRequest,
+) -> Result<v1::ListCheckpointsResponse, Status> {
+    required_id(&req.training_id)?;
+    let limit = page_size(req.page_size)? as usize;
+    // The token is the step of the last checkpoint of the previous page.
+    let before: i64 = if req.page_token.is_empty() {
+        i64::MAX
+    } else {
+        req.page_token.parse().map_err(|_| {
+            bad_field(
+                reason::INVALID_PAGE_TOKEN,
+                "page_token",
+                "not a token this server issued",
+            )
+        })?
+    };
+    let page: Vec<CheckpointRecord> = kept(ctx, &req.training_id, "list_checkpoints")
+        .await?
+        .into_iter()
+        .filter(|c| c.step < before)
+        .take(limit + 1)
+        .collect();
+    let next_page_token = if page.len() > limit {
+        page[limit - 1].step.to_string()
+    } else {
+        String::new()
+    };
+    let checkpoints = page
+        .into_iter()
+        .take(limit)
+        .map(|c| v1::Checkpoint {
+            training_id: c.training_id,
+            attempt: c.attempt,
+            step: c.step,
+            path: c.path,
+            agent_id: c.agent_id,
+            create_time: Some(super::convert::timestamp(c.create_time)),
+        })
+        .collect();
+    Ok(v1::ListCheckpointsResponse {
+        checkpoints,
+        next_page_token,
+    })
+}
+
+fn export_status(training_id: &str, step: i64, err: ExportError) -> Status {
+    let meta = [
+        ("training_id".to_string(), training_id.to_string()),
+        ("step".to_string(), step.to_string()),
+    ];
+    match err {
+        ExportError::Unreachable(_) => status(
+            Code::FailedPrecondition,
+            reason::CHECKPOINT_UNREACHABLE,
+            format!(
+                "{err}; give the training shared checkpoint.storage (a shared path or s3://bucket/prefix) to download it"
+            ),
+            meta,
+        ),
+        ExportError::Storage(_) => {
+            tracing::warn!(training_id, step, error = %err, "checkpoint storage failed");
+            status(Code::Unavailable, reason::INTERNAL, err.to_string(), meta)
+        }
+        ExportError::Malformed(_) => {
+            tracing::error!(training_id, step, error = %err, "checkpoint cannot be exported");
+            status(Code::Internal, reason::INTERNAL, err.to_string(), meta)
+        }
+    }
+}
+
+pub async fn download(
+    ctx: &Context,
+    req: v1::DownloadCheckpointRequest,
+) -> Result<ChunkStream, Status> {
+    required_id(&req.training_id)?;
+    let format = v1::CheckpointFormat::try_from(req.format).map_err(|_| {
+        bad_field(
+            reason::INVALID_ARGUMENT,
+            "format",
+            format!("unknown format {}", req.format),
+        )
+    })?;
+    let kept = kept(ctx, &req.training_id, "download_checkpoint").await?;
+    let chosen = match req.step {
+        None => kept.into_iter().next(),
+        Some(step) => kept.into_iter().find(|c| c.step == step),
+    };
+    let Some(checkpoint) = chosen else {
+        let what = req.step.map_or("no complete checkpoint".to_string(), |s| {
+            format!("no complete checkpoint at step {s}")
+        });
+        return Err(status(
+            Code::NotFound,
+            reason::CHECKPOINT_NOT_FOUND,
+            format!("training {} has {what}", req.training_id),
+            [("training_id".to_string(), req.training_id.clone())],
+        ));
+    };
+    let (id, step) = (req.training_id.clone(), checkpoint.step);
+    let source = Source::open(&checkpoint.path)
+        .await
+        .map_err(|e| export_status(&id, step, e))?;
+    // Checked before the stream starts, so a missing file is a status, not a
+    // broken stream.
+    source
+        .size(MANIFEST)
+        .await
+        .map_err(|e| export_status(&id, step, e))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        if let Err(e) = send_files(&source, format, step, &tx).await {
+            let _ = tx.send(Err(export_status(&id, step, e))).await;
+        }
+    });
+    Ok(ctx.until_stopping(ReceiverStream::new(rx)))
+}
+
+type Sender = tokio::sync::mpsc::Sender<Result<v1::CheckpointChunk, Status>>;
+
+async fn send_files(
+    source: &Source,
+    format: v1::CheckpointFormat,
+    step: i64,
+    tx: &Sender,
+) -> Result<(), ExportError> {
+    match format {
+        v1::CheckpointFormat::Unspecified | v1::CheckpointFormat::Native => {
+            for file in [MANIFEST, STATE] {
+                send_file(source, file, step, tx).await?;
+            }
+        }
+        v1::CheckpointFormat::Saelens => {
+            let scratch = tempfile::tempdir()
+                .map_err(|e| ExportError::Storage(format!("a scratch directory: {e}")))?;
+            let state = scratch.path().join(STATE);
+            source.copy_to(STATE, &state).await?;
+            let manifest = source
+                .read(MANIFEST, 0, source.size(MANIFEST).await? as usize)
+                .await?;
+            let manifest: serde_json::Value = serde_json::from_slice(&manifest)
+                .map_err(|e| ExportError::Malformed(format!("{MANIFEST}: {e}")))?;
+            let out = scratch.path().to_path_buf();
+            tokio::task::spawn_blocking(move || saelens::convert(&state, &manifest, &out))
+                .await
+                .map_err(|e| ExportError::Storage(format!("conversion task: {e}")))??;
+            let converted = Source::Dir(scratch.path().to_path_buf());
+            for file in [saelens::CFG, saelens::WEIGHTS] {
+                send_file(&converted, file, step, tx).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stream one file in chunks; stops quietly when the client went away.
+async fn send_file(source: &Source, file: &str, step: i64, tx: &Sender) -> Result<(), ExportError> {
+    let size = source.size(file).await?;
+    let mut offset = 0;
+    loop {
+        let n = (size - offset).min(CHUNK as u64) as usize;
+        let data = source.read(file, offset, n).await?;
+        let chunk = v1::CheckpointChunk {
+            file: file.to_string(),
+            offset,
+            file_size: size,
+            data,
+            step,
+        };
+        if tx.send(Ok(chunk)).await.is_err() {
+            return Ok(());
+        }
+        offset += n as u64;
+        if offset >= size {
+            return Ok(());
+        }
+    }
+}

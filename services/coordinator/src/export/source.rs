@@ -1,0 +1,124 @@
+//! Where a checkpoint's files are: a directory the coordinator can read
+//! (shared storage, or a single-host setup), or an S3 prefix (object_store,
+//! configured from the coordinator's own AWS_* environment variables).
+
+use super::ExportError;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+pub enum Source {
+    Dir(PathBuf),
+    S3 {
+        store: Arc<dyn ObjectStore>,
+        uri: String,
+        prefix: String,
+    },
+}
+
+impl Source {
+    /// The source of a checkpoint reported at `location` (a directory or an
+    /// `s3://bucket/key` URI).
+    pub async fn open(location: &str) -> Result<Self, ExportError> {
+        if let Some(rest) = location.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if std::env::var_os("AWS_ENDPOINT_URL").is_some()
+                || std::env::var_os("AWS_ENDPOINT").is_some()
+            {
+                builder = builder.with_virtual_hosted_style_request(false);
+            }
+            let store = builder
+                .build()
+                .map_err(|e| ExportError::Storage(format!("s3://{bucket}: {e}")))?;
+            return Ok(Source::S3 {
+                store: Arc::new(store),
+                uri: location.to_string(),
+                prefix: prefix.trim_end_matches('/').to_string(),
+            });
+        }
+        let dir = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
+        match tokio::fs::metadata(dir.join(crate::export::source::MANIFEST)).await {
+            Ok(m) if m.is_file() => Ok(Source::Dir(dir)),
+            _ => Err(ExportError::Unreachable(location.to_string())),
+        }
+    }
+
+    fn key(prefix: &str, file: &str) -> ObjectPath {
+        ObjectPath::from(format!("{prefix}/{file}"))
+    }
+
+    fn storage(&self, file: &str, e: impl std::fmt::Display) -> ExportError {
+        match self {
+            Source::Dir(d) => ExportError::Storage(format!("{}: {e}", d.join(file).display())),
+            Source::S3 { uri, .. } => ExportError::Storage(format!("{uri}/{file}: {e}")),
+        }
+    }
+
+    pub async fn size(&self, file: &str) -> Result<u64, ExportError> {
+        match self {
+            Source::Dir(d) => tokio::fs::metadata(d.join(file))
+                .await
+                .map(|m| m.len())
+                .map_err(|e| self.storage(file, e)),
+            Source::S3 { store, prefix, .. } => store
+                .head(&Self::key(prefix, file))
+                .await
+                .map(|m| m.size)
+                .map_err(|e| self.storage(file, e)),
+        }
+    }
+
+    /// `len` bytes of `file` from `offset`.
+    pub async fn read(&self, file: &str, offset: u64, len: usize) -> Result<Vec<u8>, ExportError> {
+        match self {
+            Source::Dir(d) => {
+                let mut f = tokio::fs::File::open(d.join(file))
+                    .await
+                    .map_err(|e| self.storage(file, e))?;
+                f.seek(std::io::SeekFrom::Start(offset))
+                    .await
+                    .map_err(|e| self.storage(file, e))?;
+                let mut buf = vec![0u8; len];
+                f.read_exact(&mut buf)
+                    .await
+                    .map_err(|e| self.storage(file, e))?;
+                Ok(buf)
+            }
+            Source::S3 { store, prefix, .. } => store
+                .get_range(&Self::key(prefix, file), offset..offset + len as u64)
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| self.storage(file, e)),
+        }
+    }
+
+    /// Copy `file` to the local path `to`, a megabyte at a time.
+    pub async fn copy_to(&self, file: &str, to: &Path) -> Result<(), ExportError> {
+        let size = self.size(file).await?;
+        let mut out = tokio::fs::File::create(to)
+            .await
+            .map_err(|e| ExportError::Storage(format!("{}: {e}", to.display())))?;
+        let mut offset = 0;
+        while offset < size {
+            let n = (size - offset).min(CHUNK as u64) as usize;
+            let part = self.read(file, offset, n).await?;
+            out.write_all(&part)
+                .await
+                .map_err(|e| ExportError::Storage(format!("{}: {e}", to.display())))?;
+            offset += n as u64;
+        }
+        out.flush()
+            .await
+            .map_err(|e| ExportError::Storage(format!("{}: {e}", to.display())))
+    }
+}
+
+/// The checkpoint's files, as cohort-rank writes them.
+pub const MANIFEST: &str = "manifest.json";
+pub const STATE: &str = "state.safetensors";
+/// Bytes per streamed chunk.
+pub const CHUNK: usize = 1 << 20;
