@@ -35,6 +35,23 @@ pub fn write_mixed_shards(dir: &Path, d_in: i64) -> PathBuf {
     dir.join("shards")
 }
 
+/// integration-tests/check_export.py over the two downloads.
+pub fn check_export(native: &Path, saelens: &Path) {
+    let root = workspace_root();
+    let out = std::process::Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("integration-tests/check_export.py"))
+        .arg(native)
+        .arg(saelens)
+        .output()
+        .expect("run check_export.py");
+    assert!(
+        out.status.success(),
+        "check_export.py: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// moto_server, killed on drop.
 pub struct S3Server {
     child: Child,

@@ -5,7 +5,7 @@
 //! files, and resumes from the newest checkpoint in the bucket.
 
 use cohort_integration_tests::faults::kill_agent_and_ranks;
-use cohort_integration_tests::s3::{write_mixed_shards, S3Server};
+use cohort_integration_tests::s3::{check_export, write_mixed_shards, S3Server};
 use cohort_integration_tests::watch::watch_until;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::v1;
@@ -206,23 +206,6 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
             "{name}: {local:?}"
         );
     }
-}
-
-/// integration-tests/check_export.py over the two downloads.
-pub fn check_export(native: &std::path::Path, saelens: &std::path::Path) {
-    let root = cohort_integration_tests::bins::workspace_root();
-    let out = std::process::Command::new(root.join(".venv/bin/python"))
-        .arg(root.join("integration-tests/check_export.py"))
-        .arg(native)
-        .arg(saelens)
-        .output()
-        .expect("run check_export.py");
-    assert!(
-        out.status.success(),
-        "check_export.py: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn walk(dir: &std::path::Path) -> Vec<String> {

@@ -19,6 +19,7 @@ pub(super) fn handle(agent: &mut Agent, command: v1::CoordinatorMessage) -> Vec<
             stop_ranks(agent, stop);
             Vec::new()
         }
+        Some(In::ReadFile(_)) => unreachable!("the session serves ReadFile itself"),
         Some(In::Registered(_)) => {
             tracing::warn!("ignoring a second Registered on the same session");
             Vec::new()

@@ -6,6 +6,7 @@
 mod backoff;
 mod commands;
 pub mod convert;
+mod files;
 mod outbox;
 mod session;
 

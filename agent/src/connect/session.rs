@@ -13,7 +13,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
 
-use super::{commands, convert, stopped, Agent};
+use super::{commands, convert, files, stopped, Agent};
 use crate::telemetry;
 
 /// Messages queued for the stream before the sender waits.
@@ -137,6 +137,17 @@ async fn serve(
                 }
             }
             received = inbound.message() => match received {
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::ReadFile(req)) })) => {
+                    // File I/O off the loop; the answer goes out when ready.
+                    let (tx, work_dir) = (tx.clone(), agent.config.work_dir.clone());
+                    tokio::spawn(async move {
+                        if let Ok(chunk) =
+                            tokio::task::spawn_blocking(move || files::read(&work_dir, &req)).await
+                        {
+                            let _ = tx.send(message(Out::FileChunk(chunk))).await;
+                        }
+                    });
+                }
                 Ok(Some(command)) => {
                     for event in commands::handle(agent, command) {
                         send(tx, Out::RankEvent(event)).await?;

@@ -151,6 +151,7 @@ async fn serve(
                     tracing::warn!(agent_id = %agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");
                 }
             }
+            Some(Message::FileChunk(data)) => fleet.relay.complete(&agent_id, data),
             Some(Message::Register(_)) => {
                 tracing::warn!(agent_id = %agent_id, "ignoring a second Register on one stream");
             }

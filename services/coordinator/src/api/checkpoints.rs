@@ -29,7 +29,11 @@ fn required_id(id: &str) -> Result<(), Status> {
 
 /// The training's checkpoints that rank 0 still keeps (the newest
 /// `checkpoint.keep`; it prunes older ones as it writes), newest first.
-async fn kept(ctx: &Context, id: &str, op: &'static str) -> Result<Vec<CheckpointRecord>, Status> {
+async fn kept(
+    ctx: &Context,
+    id: &str,
+    op: &'static str,
+) -> Result<(Vec<CheckpointRecord>, bool), Status> {
     let training = ctx
         .db
         .get_training(id)
@@ -38,7 +42,8 @@ async fn kept(ctx: &Context, id: &str, op: &'static str) -> Result<Vec<Checkpoin
         .ok_or_else(|| from_db(op, DatabaseError::TrainingNotFound(id.to_string())))?;
     let all = ctx.db.checkpoints(id).await.map_err(|e| from_db(op, e))?;
     let keep = training.config.checkpoint.keep.max(1) as usize;
-    Ok(all.into_iter().rev().take(keep).collect())
+    let shared = training.config.checkpoint.storage.is_some();
+    Ok((all.into_iter().rev().take(keep).collect(), shared))
 }
 
 pub async fn list(
@@ -61,6 +66,7 @@ pub async fn list(
     };
     let page: Vec<CheckpointRecord> = kept(ctx, &req.training_id, "list_checkpoints")
         .await?
+        .0
         .into_iter()
         .filter(|c| c.step < before)
         .take(limit + 1)
@@ -98,7 +104,7 @@ fn export_status(training_id: &str, step: i64, err: ExportError) -> Status {
             Code::FailedPrecondition,
             reason::CHECKPOINT_UNREACHABLE,
             format!(
-                "{err}; give the training shared checkpoint.storage (a shared path or s3://bucket/prefix) to download it"
+                "{err}, and its agent is not connected; give trainings shared checkpoint.storage (a shared path or s3://bucket/prefix) to download checkpoints whatever happens to their hosts"
             ),
             meta,
         ),
@@ -125,7 +131,7 @@ pub async fn download(
             format!("unknown format {}", req.format),
         )
     })?;
-    let kept = kept(ctx, &req.training_id, "download_checkpoint").await?;
+    let (kept, shared) = kept(ctx, &req.training_id, "download_checkpoint").await?;
     let chosen = match req.step {
         None => kept.into_iter().next(),
         Some(step) => kept.into_iter().find(|c| c.step == step),
@@ -142,7 +148,7 @@ pub async fn download(
         ));
     };
     let (id, step) = (req.training_id.clone(), checkpoint.step);
-    let source = Source::open(&checkpoint.path)
+    let source = Source::open(&checkpoint.path, shared, &ctx.fleet, &checkpoint.agent_id)
         .await
         .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a

@@ -7,7 +7,8 @@ pub mod source;
 /// Why a checkpoint cannot be exported.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    /// On an agent's local disk that this coordinator cannot read.
+    /// On an agent's local disk that this coordinator cannot read, and the
+    /// agent is not connected.
     #[error("checkpoint {0} is on its agent's local disk, which this coordinator cannot read")]
     Unreachable(String),
     /// The storage failed or is misconfigured.

@@ -1,8 +1,11 @@
 //! Where a checkpoint's files are: a directory the coordinator can read
-//! (shared storage, or a single-host setup), or an S3 prefix (object_store,
-//! configured from the coordinator's own AWS_* environment variables).
+//! (shared storage, or a single-host setup), an S3 prefix (object_store,
+//! configured from the coordinator's own AWS_* environment variables), or a
+//! directory on the disk of the agent that holds it, read through its
+//! Connect stream.
 
 use super::ExportError;
+use crate::fleet::{Fleet, RelayError};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -12,6 +15,11 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 pub enum Source {
     Dir(PathBuf),
+    Agent {
+        fleet: Fleet,
+        agent_id: String,
+        dir: String,
+    },
     S3 {
         store: Arc<dyn ObjectStore>,
         uri: String,
@@ -21,8 +29,16 @@ pub enum Source {
 
 impl Source {
     /// The source of a checkpoint reported at `location` (a directory or an
-    /// `s3://bucket/key` URI).
-    pub async fn open(location: &str) -> Result<Self, ExportError> {
+    /// `s3://bucket/key` URI) by a rank on agent `holder`. A checkpoint in
+    /// shared storage is read directly; one on its agent's disk (no
+    /// `checkpoint.storage`) through that agent while it is connected, else
+    /// directly when this host happens to see the path.
+    pub async fn open(
+        location: &str,
+        shared: bool,
+        fleet: &Fleet,
+        holder: &str,
+    ) -> Result<Self, ExportError> {
         if let Some(rest) = location.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
@@ -41,8 +57,18 @@ impl Source {
             });
         }
         let dir = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
-        match tokio::fs::metadata(dir.join(crate::export::source::MANIFEST)).await {
+        if !shared && fleet.is_connected(holder) {
+            return Ok(Source::Agent {
+                fleet: fleet.clone(),
+                agent_id: holder.to_string(),
+                dir: location.to_string(),
+            });
+        }
+        match tokio::fs::metadata(dir.join(MANIFEST)).await {
             Ok(m) if m.is_file() => Ok(Source::Dir(dir)),
+            _ if shared => Err(ExportError::Storage(format!(
+                "{location}: not readable from the coordinator's host (mount the shared storage there)"
+            ))),
             _ => Err(ExportError::Unreachable(location.to_string())),
         }
     }
@@ -53,6 +79,7 @@ impl Source {
 
     fn storage(&self, file: &str, e: impl std::fmt::Display) -> ExportError {
         match self {
+            Source::Agent { dir, .. } => ExportError::Storage(format!("{dir}/{file}: {e}")),
             Source::Dir(d) => ExportError::Storage(format!("{}: {e}", d.join(file).display())),
             Source::S3 { uri, .. } => ExportError::Storage(format!("{uri}/{file}: {e}")),
         }
@@ -60,6 +87,15 @@ impl Source {
 
     pub async fn size(&self, file: &str) -> Result<u64, ExportError> {
         match self {
+            Source::Agent {
+                fleet,
+                agent_id,
+                dir,
+            } => fleet
+                .read_file(agent_id, &format!("{dir}/{file}"), 0, 0)
+                .await
+                .map(|(_, size)| size)
+                .map_err(|e| relay_error(dir, e)),
             Source::Dir(d) => tokio::fs::metadata(d.join(file))
                 .await
                 .map(|m| m.len())
@@ -75,6 +111,26 @@ impl Source {
     /// `len` bytes of `file` from `offset`.
     pub async fn read(&self, file: &str, offset: u64, len: usize) -> Result<Vec<u8>, ExportError> {
         match self {
+            Source::Agent {
+                fleet,
+                agent_id,
+                dir,
+            } => {
+                let path = format!("{dir}/{file}");
+                let mut out = Vec::with_capacity(len);
+                while out.len() < len {
+                    let want = (len - out.len()).min(CHUNK) as u32;
+                    let (data, _) = fleet
+                        .read_file(agent_id, &path, offset + out.len() as u64, want)
+                        .await
+                        .map_err(|e| relay_error(dir, e))?;
+                    if data.is_empty() {
+                        return Err(self.storage(file, "the file ended early"));
+                    }
+                    out.extend_from_slice(&data);
+                }
+                Ok(out)
+            }
             Source::Dir(d) => {
                 let mut f = tokio::fs::File::open(d.join(file))
                     .await
@@ -114,6 +170,15 @@ impl Source {
         out.flush()
             .await
             .map_err(|e| ExportError::Storage(format!("{}: {e}", to.display())))
+    }
+}
+
+/// An agent that went away mid-download makes the checkpoint unreachable;
+/// anything else is the storage failing.
+fn relay_error(dir: &str, e: RelayError) -> ExportError {
+    match e {
+        RelayError::NotConnected(_) => ExportError::Unreachable(dir.to_string()),
+        e => ExportError::Storage(format!("{dir}: {e}")),
     }
 }
 

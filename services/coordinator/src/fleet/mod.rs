@@ -2,7 +2,10 @@
 //! samples, which GPU each training holds, and the fan-out of telemetry to
 //! watchers. In memory only; the database keeps the durable part.
 
+mod relay;
 mod telemetry;
+
+pub use relay::{Relay, RelayError};
 
 pub use telemetry::{Aggregator, GpuReading, GpuValues, ReadingFilter, TelemetryBatch};
 
@@ -77,6 +80,8 @@ pub struct Fleet {
     /// Telemetry batches and samples taken by [`Fleet::ingest`] since start.
     batches_ingested: Arc<AtomicU64>,
     samples_ingested: Arc<AtomicU64>,
+    /// File reads on agents' hosts in flight.
+    pub relay: Relay,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -106,6 +111,7 @@ impl Fleet {
             presence: broadcast::channel(PRESENCE_BUFFER).0,
             batches_ingested: Arc::default(),
             samples_ingested: Arc::default(),
+            relay: Relay::default(),
         }
     }
 
@@ -172,6 +178,45 @@ impl Fleet {
 
     pub fn is_connected(&self, agent_id: &str) -> bool {
         self.lock().agents.contains_key(agent_id)
+    }
+
+    /// Reads up to `length` bytes of `path` from `offset` on an agent's host
+    /// (0: only its size); returns the data and the file's size.
+    pub async fn read_file(
+        &self,
+        agent_id: &str,
+        path: &str,
+        offset: u64,
+        length: u32,
+    ) -> Result<(Vec<u8>, u64), RelayError> {
+        let (request_id, answer) = self.relay.start(agent_id)?;
+        let message = v1::CoordinatorMessage {
+            message: Some(v1::coordinator_message::Message::ReadFile(v1::ReadFile {
+                request_id,
+                path: path.to_string(),
+                offset,
+                length: length.min(relay::MAX_READ),
+            })),
+        };
+        if !self.send(agent_id, message) {
+            self.relay.forget(request_id);
+            return Err(RelayError::NotConnected(agent_id.to_string()));
+        }
+        let got = tokio::time::timeout(relay::READ_TIMEOUT, answer).await;
+        self.relay.forget(request_id);
+        match got {
+            Ok(Ok(d)) if d.error.is_empty() => Ok((d.data, d.file_size)),
+            Ok(Ok(d)) => Err(RelayError::Refused {
+                agent: agent_id.to_string(),
+                reason: d.error,
+            }),
+            // The session ended (its waiter was dropped) or time ran out.
+            Ok(Err(_)) => Err(RelayError::NotConnected(agent_id.to_string())),
+            Err(_) => Err(RelayError::Timeout(
+                agent_id.to_string(),
+                relay::READ_TIMEOUT,
+            )),
+        }
     }
 
     /// Sends a command to an agent; false when it is not connected.

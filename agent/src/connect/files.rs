@@ -1,0 +1,116 @@
+//! ReadFile: the coordinator reads a checkpoint kept on this host (for
+//! DownloadCheckpoint). Only files directly in a `step-*` directory under a
+//! `checkpoints` directory below this agent's `<work-dir>/trainings` are
+//! served, at most 1 MiB per request; everything else is refused.
+
+use cohort_proto::v1;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Bytes served per request at most.
+pub const MAX_READ: u64 = 1 << 20;
+
+/// The canonical path `requested` names, if it is one we serve.
+fn allowed(work_dir: &Path, requested: &str) -> Result<PathBuf, String> {
+    let path = Path::new(requested);
+    if !path.is_absolute() {
+        return Err("the path is not absolute".into());
+    }
+    let root = work_dir
+        .join("trainings")
+        .canonicalize()
+        .map_err(|e| format!("no trainings directory: {e}"))?;
+    let real = path
+        .canonicalize()
+        .map_err(|e| format!("{requested}: {e}"))?;
+    let in_step_dir = real
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+    let under_checkpoints = real
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "checkpoints");
+    if !real.starts_with(&root) || !in_step_dir || !under_checkpoints || !real.is_file() {
+        return Err(format!(
+            "{requested} is not a checkpoint file of this agent"
+        ));
+    }
+    Ok(real)
+}
+
+/// Answer one ReadFile (blocking file I/O: run it off the session's loop).
+pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
+    let answer = |data: Vec<u8>, file_size: u64, error: String| v1::FileChunk {
+        request_id: req.request_id,
+        data,
+        file_size,
+        error,
+    };
+    let result = allowed(work_dir, &req.path).and_then(|path| {
+        let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", req.path))?;
+        let size = file
+            .metadata()
+            .map_err(|e| format!("{}: {e}", req.path))?
+            .len();
+        let want = (req.length as u64)
+            .min(MAX_READ)
+            .min(size.saturating_sub(req.offset));
+        let mut data = vec![0u8; want as usize];
+        file.seek(SeekFrom::Start(req.offset))
+            .and_then(|_| file.read_exact(&mut data))
+            .map_err(|e| format!("{}: {e}", req.path))?;
+        Ok((data, size))
+    });
+    match result {
+        Ok((data, size)) => answer(data, size, String::new()),
+        Err(e) => {
+            tracing::warn!(path = %req.path, error = %e, "refusing a ReadFile");
+            answer(Vec::new(), 0, e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serves_checkpoint_files_only() {
+        let work = tempfile::tempdir().unwrap();
+        let step = work
+            .path()
+            .join("trainings/t1/run/checkpoints/step-00000020");
+        std::fs::create_dir_all(&step).unwrap();
+        std::fs::write(step.join("state.safetensors"), b"0123456789").unwrap();
+        std::fs::write(work.path().join("trainings/t1/secret"), b"no").unwrap();
+        let req = |path: PathBuf, offset, length| v1::ReadFile {
+            request_id: 7,
+            path: path.display().to_string(),
+            offset,
+            length,
+        };
+        let got = read(work.path(), &req(step.join("state.safetensors"), 3, 4));
+        assert_eq!(
+            (got.data, got.file_size, got.request_id),
+            (b"3456".to_vec(), 10, 7)
+        );
+        assert!(got.error.is_empty());
+        let size_only = read(work.path(), &req(step.join("state.safetensors"), 0, 0));
+        assert_eq!((size_only.data.len(), size_only.file_size), (0, 10));
+        for bad in [
+            work.path().join("trainings/t1/secret"),
+            step.join("../../../secret"),
+            PathBuf::from("/etc/passwd"),
+            step.join("missing"),
+        ] {
+            let got = read(work.path(), &req(bad.clone(), 0, 10));
+            assert!(
+                !got.error.is_empty() && got.data.is_empty(),
+                "{}",
+                bad.display()
+            );
+        }
+    }
+}

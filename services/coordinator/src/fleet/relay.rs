@@ -1,0 +1,109 @@
+//! Reading files on an agent's host through its Connect stream: the
+//! coordinator sends ReadFile and waits for the FileData with the same
+//! request id from the same agent. Requests in flight are bounded; an
+//! answer from another agent, or to a request nobody waits for, is dropped
+//! and counted.
+
+use cohort_proto::v1;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Reads in flight across all agents.
+pub const MAX_PENDING: usize = 64;
+/// How long one read may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes one read asks for at most.
+pub const MAX_READ: u32 = 1 << 20;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RelayError {
+    #[error("agent {0} is not connected")]
+    NotConnected(String),
+    #[error("too many file reads in flight")]
+    Busy,
+    #[error("agent {0} did not answer within {1:?}")]
+    Timeout(String, Duration),
+    #[error("agent {agent}: {reason}")]
+    Refused { agent: String, reason: String },
+}
+
+type Waiter = (String, oneshot::Sender<v1::FileChunk>);
+
+#[derive(Clone, Default)]
+pub struct Relay {
+    next: Arc<AtomicU64>,
+    pending: Arc<Mutex<HashMap<u64, Waiter>>>,
+    /// Answers dropped: from the wrong agent, or to nobody.
+    pub stray: Arc<AtomicU64>,
+}
+
+impl Relay {
+    /// Registers a read; returns its request id and where the answer comes.
+    pub fn start(
+        &self,
+        agent_id: &str,
+    ) -> Result<(u64, oneshot::Receiver<v1::FileChunk>), RelayError> {
+        let mut pending = self.pending.lock().expect("relay lock");
+        if pending.len() >= MAX_PENDING {
+            return Err(RelayError::Busy);
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        pending.insert(id, (agent_id.to_string(), tx));
+        Ok((id, rx))
+    }
+
+    /// Forgets a read (answered, timed out or never sent).
+    pub fn forget(&self, id: u64) {
+        self.pending.lock().expect("relay lock").remove(&id);
+    }
+
+    /// An agent's FileChunk: handed to its waiter when it is that agent's.
+    pub fn complete(&self, agent_id: &str, data: v1::FileChunk) {
+        let mut pending = self.pending.lock().expect("relay lock");
+        match pending.get(&data.request_id) {
+            Some((owner, _)) if owner == agent_id => {
+                let (_, tx) = pending.remove(&data.request_id).expect("present");
+                let _ = tx.send(data);
+            }
+            _ => {
+                drop(pending);
+                self.stray.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    agent_id,
+                    request_id = data.request_id,
+                    "dropping a FileChunk nobody asked this agent for"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_reach_only_their_own_waiter() {
+        let relay = Relay::default();
+        let (id, mut rx) = relay.start("a1").unwrap();
+        let answer = |request_id| v1::FileChunk {
+            request_id,
+            data: vec![1],
+            ..Default::default()
+        };
+        relay.complete("a2", answer(id));
+        assert!(rx.try_recv().is_err(), "another agent cannot answer");
+        relay.complete("a1", answer(id + 100));
+        assert_eq!(relay.stray.load(Ordering::Relaxed), 2);
+        relay.complete("a1", answer(id));
+        assert_eq!(rx.try_recv().unwrap().data, vec![1]);
+        for _ in 0..MAX_PENDING {
+            relay.start("a1").unwrap();
+        }
+        assert_eq!(relay.start("a1").unwrap_err(), RelayError::Busy);
+    }
+}
