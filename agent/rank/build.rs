@@ -1,13 +1,42 @@
 //! Builds the c10d shim against the headers of the libtorch that torch-sys
 //! found, and gives the binary an rpath to that libtorch so it runs without
 //! LD_LIBRARY_PATH.
+//!
+//! ProcessGroupNCCL is built whenever that libtorch has CUDA
+//! (`libtorch_cuda.so`) and the CUDA and NCCL headers are there: from
+//! `COHORT_CUDA_INCLUDE` (':'-separated), else from the NVIDIA wheels beside
+//! torch in its site-packages (`nvidia/cu13/include`, its `cccl`, and
+//! `nvidia/nccl/include`: scripts/setup.sh installs the header wheels).
+//! The `nccl` feature makes NCCL required instead of optional.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The include directories for the NCCL path, if every one is there.
+fn cuda_includes(torch_root: &Path) -> Option<Vec<PathBuf>> {
+    if let Ok(dirs) = env::var("COHORT_CUDA_INCLUDE") {
+        let dirs: Vec<PathBuf> = dirs
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        return (!dirs.is_empty()).then_some(dirs);
+    }
+    let nvidia = torch_root.parent()?.join("nvidia");
+    let cu = nvidia.join("cu13/include");
+    let dirs = vec![cu.join("cccl"), cu.clone(), nvidia.join("nccl/include")];
+    let complete = cu.join("cuda_runtime_api.h").is_file()
+        && cu.join("crt/host_config.h").is_file()
+        && cu.join("cccl/cuda/std/version").is_file()
+        && nvidia.join("nccl/include/nccl.h").is_file();
+    complete.then_some(dirs)
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=shim/c10d_shim.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    println!("cargo:rerun-if-env-changed=COHORT_CUDA_INCLUDE");
+    println!("cargo::rustc-check-cfg=cfg(cohort_nccl)");
     let lib = PathBuf::from(
         env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys exports DEP_TCH_LIBTORCH_LIB"),
     );
@@ -28,17 +57,29 @@ fn main() {
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .warnings(false);
-    if env::var_os("CARGO_FEATURE_NCCL").is_some() {
-        build.define("USE_C10D_NCCL", None);
-        for dir in env::var("COHORT_CUDA_INCLUDE")
-            .unwrap_or_default()
-            .split(':')
-        {
-            if !dir.is_empty() {
+    let required = env::var_os("CARGO_FEATURE_NCCL").is_some();
+    let has_cuda = lib.join("libtorch_cuda.so").is_file();
+    let includes = if has_cuda { cuda_includes(root) } else { None };
+    let nccl = match includes {
+        Some(dirs) => {
+            build.define("USE_C10D_NCCL", None);
+            for dir in &dirs {
+                println!("cargo:rerun-if-changed={}", dir.display());
                 build.include(dir);
             }
+            true
         }
-    }
+        None if required => panic!(
+            "the `nccl` feature needs a libtorch with CUDA and the CUDA and NCCL headers (COHORT_CUDA_INCLUDE, or scripts/setup.sh's wheels)"
+        ),
+        None => {
+            println!(
+                "cargo:warning=cohort-rank is built without ProcessGroupNCCL ({}): CUDA ranks will all-reduce through gloo",
+                if has_cuda { "no CUDA/NCCL headers found" } else { "this libtorch has no CUDA" }
+            );
+            false
+        }
+    };
     build.compile("cohort_c10d_shim");
 
     println!("cargo:rustc-link-search=native={}", lib.display());
@@ -48,8 +89,9 @@ fn main() {
     // referenced directly, or CUDA looks absent on a GPU machine.
     println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
     println!("cargo:rustc-link-arg=-ltorch");
-    if env::var_os("CARGO_FEATURE_NCCL").is_some() {
+    if nccl {
         println!("cargo:rustc-link-arg=-ltorch_cuda");
+        println!("cargo:rustc-cfg=cohort_nccl");
     }
     println!("cargo:rustc-link-arg=-Wl,--as-needed");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());

@@ -183,9 +183,24 @@ impl<'a> EpochOrder<'a> {
         }
     }
 
+    /// How many windows the epoch has.
+    pub fn windows(&self) -> u64 {
+        self.window_start.len() as u64 - 1
+    }
+
+    /// The window holding position `pos` (< rows).
+    pub fn window_of(&self, pos: u64) -> u64 {
+        self.window_start.partition_point(|&s| s <= pos) as u64 - 1
+    }
+
+    /// The positions of window `w`.
+    pub fn window_range(&self, w: u64) -> std::ops::Range<u64> {
+        self.window_start[w as usize]..self.window_start[w as usize + 1]
+    }
+
     /// The sample at position `pos` (< rows) of this epoch.
     pub fn sample_at(&mut self, pos: u64) -> u64 {
-        let w = self.window_start.partition_point(|&s| s <= pos) as u64 - 1;
+        let w = self.window_of(pos);
         if self.cached.as_ref().is_none_or(|c| c.index != w) {
             self.cached = Some(self.window(w));
         }
@@ -252,6 +267,24 @@ impl DistributedSampler {
     pub fn batch_len(&self, batch: i64) -> i64 {
         let start = batch * self.batch_size;
         self.batch_size.min(self.per_rank() - start)
+    }
+
+    /// This rank's positions of the epoch's order within `range` (padding
+    /// positions past the data set are not included).
+    pub fn positions_in(&self, range: std::ops::Range<u64>) -> Vec<u64> {
+        let global = (self.batch_size * self.world_size) as u64;
+        let last = self.steps_per_epoch() as u64 - 1;
+        let first_batch = range.start / global;
+        let last_batch = ((range.end.max(1) - 1) / global).min(last);
+        let mut out = Vec::new();
+        for b in first_batch..=last_batch {
+            let len = self.batch_len(b as i64) as u64;
+            let start = b * global + self.rank as u64 * len;
+            let lo = start.max(range.start);
+            let hi = (start + len).min(range.end).min(self.num_samples as u64);
+            out.extend(lo..hi.max(lo));
+        }
+        out
     }
 
     /// This rank's positions of batch `batch` in the epoch's order; positions

@@ -34,7 +34,7 @@ pub fn select_device(choice: DeviceChoice) -> Result<Device, RankError> {
 }
 
 fn backend_for(device: Device) -> Backend {
-    if device.is_cuda() && cfg!(feature = "nccl") {
+    if device.is_cuda() && cfg!(cohort_nccl) {
         Backend::Nccl
     } else {
         // gloo carries CPU tensors, and CUDA tensors through host copies.

@@ -21,7 +21,6 @@ use source::Source;
 pub fn open(cfg: &TrainingConfig) -> Result<Source, RankError> {
     let d = &cfg.data;
     let chunk = d.shuffle_chunk as u64;
-    let window_chunks = window_chunks(cfg);
     match (&d.synthetic, &d.files) {
         (Some(s), _) => Ok(Source::Synthetic(
             synthetic::Synthetic::new(s, cfg.model.d_in, cfg.optim.seed),
@@ -29,7 +28,7 @@ pub fn open(cfg: &TrainingConfig) -> Result<Source, RankError> {
         )),
         (None, Some(f)) => {
             let catalog = catalog::Catalog::open(f, cfg.model.d_in).map_err(RankError::Data)?;
-            Ok(Source::files(catalog, chunk, window_chunks))
+            Ok(Source::files(catalog, chunk))
         }
         (None, None) => unreachable!("validated config has a data source"),
     }

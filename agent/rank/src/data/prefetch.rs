@@ -38,6 +38,9 @@ impl Prefetcher {
                 let kind = source.elem().kind();
                 let row_bytes = d_in * source.elem().size();
                 let mut current: Option<(i64, EpochOrder)> = None;
+                let preload = source.wants_preload();
+                // The highest window of the current epoch read ahead so far.
+                let mut preloaded: Option<u64> = None;
                 for step in s.start_step..s.total_steps {
                     let (epoch, batch) = s.sampler.position(step);
                     if current.as_ref().is_none_or(|(e, _)| *e != epoch) {
@@ -48,8 +51,38 @@ impl Prefetcher {
                             s.window_chunks,
                         );
                         current = Some((epoch, order));
+                        preloaded = None;
                     }
                     let order = &mut current.as_mut().expect("set above").1;
+                    if preload {
+                        let rows = s.sampler.num_samples as u64;
+                        let positions: Vec<u64> = s
+                            .sampler
+                            .batch_positions(batch)
+                            .filter(|&p| p < rows)
+                            .collect();
+                        let last = positions.iter().map(|&p| order.window_of(p)).max();
+                        let first = positions.iter().map(|&p| order.window_of(p)).min();
+                        if let (Some(first), Some(last)) = (first, last) {
+                            // One window ahead, so the next one is read
+                            // while this one trains.
+                            let ahead = (last + 1).min(order.windows() - 1);
+                            let from = preloaded.map_or(first, |w| (w + 1).max(first));
+                            for w in from..=ahead {
+                                let ids: Vec<u64> = s
+                                    .sampler
+                                    .positions_in(order.window_range(w))
+                                    .into_iter()
+                                    .map(|p| order.sample_at(p))
+                                    .collect();
+                                if let Err(e) = source.preload((epoch as u64, w), &ids) {
+                                    let _ = tx.send(Err(e));
+                                    return;
+                                }
+                                preloaded = Some(w);
+                            }
+                        }
+                    }
                     let ids: Vec<u64> = s
                         .sampler
                         .batch_positions(batch)

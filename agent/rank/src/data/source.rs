@@ -1,8 +1,13 @@
 //! Forming a batch: the rows of the given sample ids, in order, as bytes of
 //! the source's element type. File rows are read by ranges (one read per run
 //! of consecutive rows of a shard); parquet rows by decoding the chunk that
-//! holds them, with the chunks of the current shuffle windows kept decoded;
-//! synthetic rows are generated.
+//! holds them; synthetic rows are generated.
+//!
+//! Where a read costs a request or a decode (objects in S3, parquet shards),
+//! the rank's rows of a whole shuffle window are read at once when the
+//! window begins ([`Source::preload`]): each chunk is then fetched or decoded
+//! once per window instead of once per batch that draws from it. The next
+//! window is read one window ahead; at most three are held.
 
 use super::catalog::Catalog;
 use super::elem::{convert, Elem};
@@ -22,17 +27,64 @@ pub struct FileSource {
     /// Decoded parquet chunks: ((segment, chunk within it), bytes), newest last.
     decoded: VecDeque<((usize, u64), Vec<u8>)>,
     decoded_cap: usize,
+    /// Preloaded windows: (epoch, window), row index by sample id, the rows.
+    windows: VecDeque<Preloaded>,
+    /// Whether reads cost enough to preload windows (S3 or parquet shards).
+    preload: bool,
 }
 
+struct Preloaded {
+    key: (u64, u64),
+    index: std::collections::HashMap<u64, usize>,
+    rows: Vec<u8>,
+}
+
+/// Windows held at once: the one being read, the next (read ahead), and
+/// the previous while a batch still straddles it.
+const PRELOADED_WINDOWS: usize = 3;
+
 impl Source {
-    pub fn files(catalog: Catalog, chunk: u64, window_chunks: u64) -> Self {
+    pub fn files(catalog: Catalog, chunk: u64) -> Self {
+        let preload = catalog
+            .shards
+            .iter()
+            .any(|s| matches!(s.layout, Layout::Parquet(_)) || s.blob.name().starts_with("s3://"));
         Source::Files(Box::new(FileSource {
             catalog,
             chunk,
             decoded: VecDeque::new(),
-            // A batch draws from at most two windows.
-            decoded_cap: 2 * window_chunks as usize + 2,
+            // Preloading reads a window's rows in order: a chunk at a time.
+            decoded_cap: 2,
+            windows: VecDeque::new(),
+            preload,
         }))
+    }
+
+    /// Whether [`Self::preload`] pays off for this source.
+    pub fn wants_preload(&self) -> bool {
+        matches!(self, Source::Files(f) if f.preload)
+    }
+
+    /// Read the rows of `ids` (this rank's samples of window `key`) ahead,
+    /// dropping the oldest window held.
+    pub fn preload(&mut self, key: (u64, u64), ids: &[u64]) -> Result<(), ReadError> {
+        let Source::Files(f) = self else {
+            return Ok(());
+        };
+        if f.windows.iter().any(|w| w.key == key) {
+            return Ok(());
+        }
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut rows = vec![0u8; ids.len() * f.catalog.row_bytes()];
+        f.fill_direct(&ids, &mut rows)?;
+        let index = ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+        if f.windows.len() >= PRELOADED_WINDOWS {
+            f.windows.pop_front();
+        }
+        f.windows.push_back(Preloaded { key, index, rows });
+        Ok(())
     }
 
     pub fn rows(&self) -> u64 {
@@ -90,7 +142,37 @@ struct DenseRead {
 const PARALLEL_READS: usize = 8;
 
 impl FileSource {
+    /// Rows from the preloaded windows; the others (padding, or a source
+    /// that does not preload) read directly.
     fn fill(&mut self, ids: &[u64], out: &mut [u8]) -> Result<(), ReadError> {
+        if self.windows.is_empty() {
+            return self.fill_direct(ids, out);
+        }
+        let rb = self.catalog.row_bytes();
+        let mut missing: Vec<(u64, usize)> = Vec::new();
+        for (at, &id) in ids.iter().enumerate() {
+            let hit = self
+                .windows
+                .iter()
+                .find_map(|w| w.index.get(&id).map(|&i| &w.rows[i * rb..(i + 1) * rb]));
+            match hit {
+                Some(row) => out[at * rb..(at + 1) * rb].copy_from_slice(row),
+                None => missing.push((id, at)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let miss_ids: Vec<u64> = missing.iter().map(|m| m.0).collect();
+        let mut rows = vec![0u8; miss_ids.len() * rb];
+        self.fill_direct(&miss_ids, &mut rows)?;
+        for (i, &(_, at)) in missing.iter().enumerate() {
+            out[at * rb..(at + 1) * rb].copy_from_slice(&rows[i * rb..(i + 1) * rb]);
+        }
+        Ok(())
+    }
+
+    fn fill_direct(&mut self, ids: &[u64], out: &mut [u8]) -> Result<(), ReadError> {
         // (segment, row within the data set, where it goes), in row order.
         let mut wanted: Vec<(usize, u64, usize)> = ids
             .iter()

@@ -108,3 +108,32 @@ fn a_window_mixes_its_chunks() {
     let chunks: std::collections::BTreeSet<u64> = ids.iter().map(|i| i / 32).collect();
     assert!(chunks.len() >= 3, "{ids:?}");
 }
+
+#[test]
+fn a_windows_positions_are_the_ranks_positions_in_it() {
+    let table = ChunkTable::new([50, 7, 63], 8);
+    let n = table.rows() as i64;
+    for world in [1, 2, 3] {
+        for rank in 0..world {
+            let s = sampler(n, world, rank, 16);
+            let order = EpochOrder::new(&table, s.seed, 0, 3);
+            let mut all: Vec<u64> = (0..s.steps_per_epoch())
+                .flat_map(|b| s.batch_positions(b).collect::<Vec<_>>())
+                .filter(|&p| p < n as u64)
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            let mut windows = Vec::new();
+            let mut w = 0;
+            while order.window_range(w).start < n as u64 {
+                windows.extend(s.positions_in(order.window_range(w)));
+                w += 1;
+                if order.window_range(w - 1).end >= n as u64 {
+                    break;
+                }
+            }
+            windows.sort_unstable();
+            assert_eq!(windows, all, "world {world} rank {rank}");
+        }
+    }
+}
