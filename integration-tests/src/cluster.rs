@@ -383,6 +383,21 @@ impl Cluster {
         .await
     }
 
+    /// The name of the agent with id `agent_id` (from ListAgents).
+    pub async fn agent_name_of(&self, agent_id: &str) -> String {
+        self.agents()
+            .await
+            .list_agents(v1::ListAgentsRequest::default())
+            .await
+            .expect("ListAgents")
+            .into_inner()
+            .agents
+            .into_iter()
+            .find(|a| a.id == agent_id)
+            .unwrap_or_else(|| panic!("no agent {agent_id}"))
+            .name
+    }
+
     /// Runs the `cohort` CLI against this coordinator: `cohort --coordinator URL <args>`.
     pub async fn cli(&self, args: &[&str]) -> Output {
         let mut command = tokio::process::Command::new(&self.bins.cli);

@@ -215,20 +215,7 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
         .expect("rank 3")
         .agent_id
         .clone();
-    let agents = cluster
-        .agents()
-        .await
-        .list_agents(v1::ListAgentsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .agents;
-    let victim = agents
-        .iter()
-        .find(|a| a.id == victim_id)
-        .expect("victim agent")
-        .name
-        .clone();
+    let victim = cluster.agent_name_of(&victim_id).await;
     let killed = Instant::now();
     kill_agent_and_ranks(&cluster, &victim);
 

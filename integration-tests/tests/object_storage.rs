@@ -111,20 +111,7 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
         .expect("rank 0")
         .agent_id
         .clone();
-    let agents = cluster
-        .agents()
-        .await
-        .list_agents(v1::ListAgentsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .agents;
-    let victim = agents
-        .iter()
-        .find(|a| a.id == rank0_agent)
-        .expect("rank 0's agent")
-        .name
-        .clone();
+    let victim = cluster.agent_name_of(&rank0_agent).await;
     kill_agent_and_ranks(&cluster, &victim);
 
     let done = cluster

@@ -171,40 +171,35 @@ fn resolve_local(entry: &str, path: &str) -> Result<Vec<ShardFile>, String> {
         let blob = LocalBlob::open(p).map_err(|e| data_err(&name, e))?;
         Ok((Arc::new(blob) as Arc<dyn Blob>, format))
     };
+    // The shard files among `paths`, sorted; none is an error saying `what`.
+    let shards = |paths: Vec<Result<PathBuf, String>>, what: &str| {
+        let mut found = Vec::new();
+        for p in paths {
+            let p = p.map_err(|e| data_err(entry, e))?;
+            if p.is_file() && shard_format(&p).is_some() {
+                found.push(p);
+            }
+        }
+        found.sort();
+        if found.is_empty() {
+            return Err(data_err(entry, format!("{what} {NO_SHARDS}")));
+        }
+        Ok(found)
+    };
     let found: Vec<PathBuf> = if path.contains(['*', '?', '[']) {
         let matches = glob::glob(path).map_err(|e| data_err(entry, e))?;
-        let mut found = Vec::new();
-        for m in matches {
-            let p = m.map_err(|e| data_err(entry, e))?;
-            if p.is_file() && shard_format(&p).is_some() {
-                found.push(p);
-            }
-        }
-        found.sort();
-        if found.is_empty() {
-            return Err(data_err(
-                entry,
-                "the pattern matches no .npy, .safetensors or .parquet file",
-            ));
-        }
-        found
+        shards(
+            matches.map(|m| m.map_err(|e| e.to_string())).collect(),
+            "the pattern matches",
+        )?
     } else if Path::new(path).is_dir() {
         let listing = std::fs::read_dir(path).map_err(|e| data_err(entry, e))?;
-        let mut found = Vec::new();
-        for item in listing {
-            let p = item.map_err(|e| data_err(entry, e))?.path();
-            if p.is_file() && shard_format(&p).is_some() {
-                found.push(p);
-            }
-        }
-        found.sort();
-        if found.is_empty() {
-            return Err(data_err(
-                entry,
-                "the directory holds no .npy, .safetensors or .parquet file",
-            ));
-        }
-        found
+        shards(
+            listing
+                .map(|i| i.map(|i| i.path()).map_err(|e| e.to_string()))
+                .collect(),
+            "the directory holds",
+        )?
     } else {
         let p = PathBuf::from(path);
         if shard_format(&p).is_none() {
