@@ -239,6 +239,29 @@ fn checkpoints_in_s3_let_another_host_resume_bit_identical() {
 }
 
 #[test]
+fn thousands_of_shards_in_a_directory_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("many");
+    std::fs::create_dir(&shards).unwrap();
+    for i in 0..2000 {
+        tch::Tensor::randn([5, D_IN], (tch::Kind::Float, tch::Device::Cpu))
+            .write_npy(shards.join(format!("shard-{i:05}.npy")))
+            .unwrap();
+    }
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        &files_config(&[shards.display().to_string()], 20, 0)
+            .replace("shuffle_chunk = 50", "shuffle_chunk = 5")
+            .replace("shuffle_buffer = 150", "shuffle_buffer = 640"),
+    );
+    let r = run_group(&cfg, &dir.path().join("run"), 2);
+    assert_eq!(r[0].code, Some(0), "{}", r[0].stderr);
+    assert_eq!(r[1].code, Some(0), "{}", r[1].stderr);
+    assert_eq!(checksum(&r[0]), checksum(&r[1]));
+}
+
+#[test]
 fn malformed_shards_are_data_errors_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display().to_string();
