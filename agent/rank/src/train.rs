@@ -423,7 +423,7 @@ impl<'a> Trainer<'a> {
         {
             self.save_checkpoint(self.total_steps)?;
         }
-        if last_loss.is_nan() {
+        if start_step >= self.total_steps {
             // Resumed at the last step: nothing ran, so measure the loss the
             // final parameters give on the last step's batch.
             let (host, _) = batches.next(self.total_steps - 1)?;
