@@ -7,6 +7,8 @@
 pub mod catalog;
 pub mod elem;
 pub mod prefetch;
+pub mod preload;
+pub mod reader;
 pub mod shard;
 pub mod source;
 pub mod store;

@@ -39,8 +39,9 @@ impl Prefetcher {
                 let row_bytes = d_in * source.elem().size();
                 let mut current: Option<(i64, EpochOrder)> = None;
                 let preload = source.wants_preload();
-                // The highest window of the current epoch read ahead so far.
-                let mut preloaded: Option<u64> = None;
+                // The highest window of the current epoch asked for, and
+                // the highest one received.
+                let (mut requested, mut received): (Option<u64>, Option<u64>) = (None, None);
                 for step in s.start_step..s.total_steps {
                     let (epoch, batch) = s.sampler.position(step);
                     if current.as_ref().is_none_or(|(e, _)| *e != epoch) {
@@ -51,7 +52,7 @@ impl Prefetcher {
                             s.window_chunks,
                         );
                         current = Some((epoch, order));
-                        preloaded = None;
+                        (requested, received) = (None, None);
                     }
                     let order = &mut current.as_mut().expect("set above").1;
                     if preload {
@@ -64,22 +65,32 @@ impl Prefetcher {
                         let last = positions.iter().map(|&p| order.window_of(p)).max();
                         let first = positions.iter().map(|&p| order.window_of(p)).min();
                         if let (Some(first), Some(last)) = (first, last) {
-                            // One window ahead, so the next one is read
-                            // while this one trains.
+                            // Ask for every window this batch needs and one
+                            // more, so the next is read while this one
+                            // trains; then wait for those this batch needs.
                             let ahead = (last + 1).min(order.windows() - 1);
-                            let from = preloaded.map_or(first, |w| (w + 1).max(first));
-                            for w in from..=ahead {
-                                let ids: Vec<u64> = s
-                                    .sampler
-                                    .positions_in(order.window_range(w))
-                                    .into_iter()
-                                    .map(|p| order.sample_at(p))
-                                    .collect();
-                                if let Err(e) = source.preload((epoch as u64, w), &ids) {
-                                    let _ = tx.send(Err(e));
-                                    return;
+                            let ask = requested.map_or(first, |w| (w + 1).max(first));
+                            let wait = received.map_or(first, |w| (w + 1).max(first));
+                            let mut work = || -> Result<(), ReadError> {
+                                for w in ask..=ahead {
+                                    let ids: Vec<u64> = s
+                                        .sampler
+                                        .positions_in(order.window_range(w))
+                                        .into_iter()
+                                        .map(|p| order.sample_at(p))
+                                        .collect();
+                                    source.request_preload((epoch as u64, w), ids)?;
+                                    requested = Some(w);
                                 }
-                                preloaded = Some(w);
+                                for w in wait..=last {
+                                    source.await_preload((epoch as u64, w))?;
+                                    received = Some(w);
+                                }
+                                Ok(())
+                            };
+                            if let Err(e) = work() {
+                                let _ = tx.send(Err(e));
+                                return;
                             }
                         }
                     }

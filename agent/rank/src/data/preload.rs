@@ -1,0 +1,93 @@
+//! Reading shuffle windows ahead, on a thread of its own: the batch reader
+//! asks for window w+1 when it begins window w and keeps forming batches of
+//! w from memory meanwhile, so a slow store (S3) or a costly decode (parquet)
+//! overlaps training instead of stalling it. Requests and answers are in
+//! order; at most two requests wait.
+
+use super::reader::RowReader;
+use super::store::ReadError;
+use std::collections::HashMap;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+/// One window's rows for this rank: (epoch, window), row index by sample id.
+pub struct Preloaded {
+    pub key: WindowKey,
+    pub index: HashMap<u64, usize>,
+    pub rows: Vec<u8>,
+}
+
+/// A window of an epoch: (epoch, window).
+pub type WindowKey = (u64, u64);
+type Request = (WindowKey, Vec<u64>);
+type Answer = (WindowKey, Result<Preloaded, ReadError>);
+
+pub struct Preloader {
+    requests: Option<SyncSender<Request>>,
+    answers: Receiver<Answer>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Preloader {
+    pub fn spawn(mut reader: RowReader) -> Self {
+        let (requests, inbox) = sync_channel::<Request>(2);
+        let (outbox, answers) = sync_channel::<Answer>(2);
+        let handle = std::thread::Builder::new()
+            .name("cohort-preload".into())
+            .spawn(move || {
+                for (key, mut ids) in inbox {
+                    ids.sort_unstable();
+                    ids.dedup();
+                    let mut rows = vec![0u8; ids.len() * reader.catalog.row_bytes()];
+                    let read = reader.fill(&ids, &mut rows).map(|()| Preloaded {
+                        key,
+                        index: ids.iter().enumerate().map(|(i, &id)| (id, i)).collect(),
+                        rows,
+                    });
+                    if outbox.send((key, read)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .expect("spawn the preload thread");
+        Self {
+            requests: Some(requests),
+            answers,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn request(&self, key: WindowKey, ids: Vec<u64>) -> Result<(), ReadError> {
+        self.requests
+            .as_ref()
+            .expect("open until dropped")
+            .send((key, ids))
+            .map_err(|_| ReadError::Io("the preload thread stopped".into()))
+    }
+
+    /// The answer for `key`, skipping answers for windows nobody waits for
+    /// any more (read ahead for an epoch that ended).
+    pub fn wait(&self, key: WindowKey) -> Result<Preloaded, ReadError> {
+        loop {
+            let (got, read) = self
+                .answers
+                .recv()
+                .map_err(|_| ReadError::Io("the preload thread stopped".into()))?;
+            if got == key {
+                return read;
+            }
+        }
+    }
+}
+
+impl Drop for Preloader {
+    fn drop(&mut self) {
+        // Closing the requests ends the thread after its current read.
+        drop(self.requests.take());
+        let (_, empty) = sync_channel(1);
+        drop(std::mem::replace(&mut self.answers, empty));
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
