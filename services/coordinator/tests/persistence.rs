@@ -3,7 +3,7 @@
 mod common;
 
 use chrono::Utc;
-use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState};
+use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState, RankState};
 use cohort_coordinator::persistence::events::append_event_in;
 use cohort_coordinator::persistence::{
     DatabaseError, ListTrainings, NewTraining, Persistence, TrainingCursor,
@@ -429,4 +429,45 @@ async fn mass_registration_on_sqlite_never_reports_database_is_locked() {
     let agents = db.list_agents().await.unwrap();
     assert_eq!(agents.len(), n);
     assert!(agents.iter().all(|a| a.gpus.len() == 8 && a.connected));
+}
+
+/// A rank event naming a rank that does not exist (a bogus or stale agent
+/// message) is a logical error: it fails at once and is never retried (it
+/// used to be a retryable conflict, rerun with sleeps while the agent's
+/// message loop waited).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_for_no_such_rank_is_not_retried() {
+    for t in common::databases().await {
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        let err =
+            t.db.rank_ended(&id, 1, 7, RankState::Failed, Some(1), None)
+                .await
+                .unwrap_err();
+        assert!(
+            matches!(err, DatabaseError::Logical(_)),
+            "{}: {err:?}",
+            t.name
+        );
+        assert!(!err.is_retryable(), "{}", t.name);
+        assert!(err.to_string().contains("no rank 7 of attempt 1"), "{err}");
+        let err = t.db.rank_started(&id, 1, 7, 4242).await.unwrap_err();
+        assert!(
+            matches!(err, DatabaseError::Logical(_)),
+            "{}: {err:?}",
+            t.name
+        );
+        // Nothing was written: the training is as it was.
+        let got = t.db.get_training(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (got.state, got.attempt),
+            (JobState::Queued, 0),
+            "{}",
+            t.name
+        );
+    }
 }

@@ -30,6 +30,10 @@ pub enum DatabaseError {
     /// The row changed under a conditional update; the operation is retried.
     #[error("concurrent update of {0}")]
     Conflict(String),
+    /// The request names a row that is not there, or breaks an invariant:
+    /// running it again cannot help, so it is never retried.
+    #[error("{0}")]
+    Logical(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("database task failed: {0}")]

@@ -198,7 +198,7 @@ fn set_rank_in(
             .execute(conn)?,
     };
     if n == 0 {
-        return Err(DatabaseError::Conflict(format!(
+        return Err(DatabaseError::Logical(format!(
             "no rank {rank} of attempt {attempt} of training {training_id}"
         )));
     }
@@ -326,7 +326,7 @@ impl Persistence {
         line: ProgressLine,
     ) -> Result<(), DatabaseError> {
         let ProgressLine::Checkpoint { step, path } = line.clone() else {
-            return Err(DatabaseError::Conflict("not a checkpoint line".into()));
+            return Err(DatabaseError::Logical("not a checkpoint line".into()));
         };
         let (id, agent) = (training_id.to_string(), agent_id.to_string());
         self.transaction("record_checkpoint", move |c| {
