@@ -27,6 +27,17 @@ impl Watched {
             .collect()
     }
 
+    /// The step each attempt started from (its `started` event), in order.
+    pub fn start_steps(&self) -> Vec<i64> {
+        self.events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Some(Event::Started(s)) => Some(s.start_step),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The progress events, in order.
     pub fn progress(&self) -> Vec<v1::ProgressEvent> {
         self.events

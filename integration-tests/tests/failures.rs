@@ -155,14 +155,7 @@ async fn a_killed_rank_restarts_from_its_checkpoint_and_matches_an_uninterrupted
     let history = watch_until(&mut client, &id, 0, Duration::from_secs(30), |_| false)
         .await
         .expect("replay");
-    let starts: Vec<i64> = history
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Started(s)) => Some(s.start_step),
-            _ => None,
-        })
-        .collect();
+    let starts = history.start_steps();
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert!(starts[1] >= 40, "attempt 2 started at step {}", starts[1]);
     // both attempts' ranks are kept, with the killed rank's end

@@ -126,14 +126,7 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
     let all = watch_until(&mut client, &id, 0, Duration::from_secs(30), |_| false)
         .await
         .expect("WatchTraining to the end");
-    let starts: Vec<i64> = all
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Started(s)) => Some(s.start_step),
-            _ => None,
-        })
-        .collect();
+    let starts = all.start_steps();
     assert_eq!(starts.len(), 2, "{starts:?}");
     assert_eq!(starts[0], 0);
     assert!(

@@ -278,22 +278,27 @@ impl DistributedSampler {
         let last_batch = ((range.end.max(1) - 1) / global).min(last);
         let mut out = Vec::new();
         for b in first_batch..=last_batch {
-            let len = self.batch_len(b as i64) as u64;
-            let start = b * global + self.rank as u64 * len;
-            let lo = start.max(range.start);
-            let hi = (start + len).min(range.end).min(self.num_samples as u64);
+            let span = self.batch_span(b as i64);
+            let lo = span.start.max(range.start);
+            let hi = span.end.min(range.end).min(self.num_samples as u64);
             out.extend(lo..hi.max(lo));
         }
         out
     }
 
+    /// This rank's positions of batch `batch`, before wrapping: those past
+    /// the data set are the padding.
+    pub fn batch_span(&self, batch: i64) -> std::ops::Range<u64> {
+        let len = self.batch_len(batch);
+        let start = batch * self.batch_size * self.world_size + self.rank * len;
+        start as u64..(start + len) as u64
+    }
+
     /// This rank's positions of batch `batch` in the epoch's order; positions
     /// past the data set wrap around (the padding).
     pub fn batch_positions(&self, batch: i64) -> impl Iterator<Item = u64> {
-        let len = self.batch_len(batch);
-        let start = batch * self.batch_size * self.world_size + self.rank * len;
         let n = self.num_samples as u64;
-        (start..start + len).map(move |p| p as u64 % n)
+        self.batch_span(batch).map(move |p| p % n)
     }
 }
 

@@ -124,15 +124,12 @@ const NO_SHARDS: &str = "no .npy, .safetensors or .parquet file";
 /// An object, a directory (the shards directly under the prefix) or a glob
 /// pattern over keys.
 fn resolve_s3(entry: &str, bucket: &str, key: &str) -> Result<Vec<ShardFile>, String> {
+    let store = s3::bucket(bucket).map_err(|e| data_err(entry, e))?;
     let shard = |k: &str, len: u64| -> Option<ShardFile> {
         let format = Format::of(k)?;
-        let store = s3::bucket(bucket).ok()?;
-        Some((
-            Arc::new(S3Blob::new(store, bucket, k, len)) as Arc<dyn Blob>,
-            format,
-        ))
+        let blob = S3Blob::new(store.clone(), bucket, k, len);
+        Some((Arc::new(blob) as Arc<dyn Blob>, format))
     };
-    s3::bucket(bucket).map_err(|e| data_err(entry, e))?;
     if let Some(first) = key.find(['*', '?', '[']) {
         let pattern = glob::Pattern::new(key).map_err(|e| data_err(entry, e))?;
         let dir = &key[..key[..first].rfind('/').map_or(0, |i| i + 1)];

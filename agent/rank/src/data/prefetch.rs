@@ -56,15 +56,12 @@ impl Prefetcher {
                     }
                     let order = &mut current.as_mut().expect("set above").1;
                     if preload {
-                        let rows = s.sampler.num_samples as u64;
-                        let positions: Vec<u64> = s
-                            .sampler
-                            .batch_positions(batch)
-                            .filter(|&p| p < rows)
-                            .collect();
-                        let last = positions.iter().map(|&p| order.window_of(p)).max();
-                        let first = positions.iter().map(|&p| order.window_of(p)).min();
-                        if let (Some(first), Some(last)) = (first, last) {
+                        // The padding past the end is read directly.
+                        let span = s.sampler.batch_span(batch);
+                        let end = span.end.min(s.sampler.num_samples as u64);
+                        if span.start < end {
+                            let (first, last) =
+                                (order.window_of(span.start), order.window_of(end - 1));
                             // Ask for every window this batch needs and one
                             // more, so the next is read while this one
                             // trains; then wait for those this batch needs.
