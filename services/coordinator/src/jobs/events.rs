@@ -151,7 +151,7 @@ impl Jobs {
         if ranks.iter().all(|r| r.state == RankState::Succeeded) {
             if training.state == JobState::Scheduled {
                 // exits overtook a start report from another agent
-                self.finish_keep(training_id, JobState::Running, "all ranks started")
+                self.settle(training_id, JobState::Running, "all ranks started")
                     .await?;
             }
             let reason = format!("all {} ranks exited 0", ranks.len());

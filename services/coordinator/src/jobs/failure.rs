@@ -255,8 +255,7 @@ impl Jobs {
         self.fleet.release(training_id);
         {
             let mut rt = self.rt();
-            rt.progress.remove(training_id);
-            rt.lifecycle.ended(training_id, false, cause);
+            rt.forget(training_id, super::Outcome::Retry { reason: cause });
             rt.teardown_since
                 .insert(training_id.to_string(), std::time::Instant::now());
         }

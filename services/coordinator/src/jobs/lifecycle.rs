@@ -161,6 +161,11 @@ impl Lifecycle {
         }
     }
 
+    /// Whether an attempt of `training_id` has open spans.
+    pub fn has(&self, training_id: &str) -> bool {
+        self.attempts.contains_key(training_id)
+    }
+
     fn current(&mut self, training_id: &str, attempt: i32) -> Option<&mut AttemptSpans> {
         self.attempts
             .get_mut(training_id)

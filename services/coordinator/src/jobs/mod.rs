@@ -11,6 +11,8 @@ mod failure;
 mod lifecycle;
 pub mod placement;
 pub mod queue;
+mod runtime;
+mod start;
 mod tracker;
 mod watchdog;
 
@@ -18,12 +20,13 @@ pub use failure::describe_exit;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
-use crate::model::{GpuRequest, GpuSelection, JobState, Placement, RankSlot, RankState, Training};
+use crate::model::{GpuRequest, GpuSelection, JobState, RankSlot, Training};
 use crate::persistence::{DatabaseError, Persistence};
 use cohort_proto::v1;
 use placement::Unplaceable;
 use queue::QueuePolicy;
-use std::collections::{HashMap, HashSet};
+use runtime::{Outcome, Runtime};
+use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,23 +71,6 @@ impl Default for JobSettings {
             reports_dir: None,
         }
     }
-}
-
-/// In-memory state of the runner, beside the database.
-#[derive(Default)]
-struct Runtime {
-    /// Progress of the current attempt of each running training.
-    progress: HashMap<String, AttemptProgress>,
-    /// GPUs to avoid when re-placing a training (the faulty one of a crash).
-    avoid: HashMap<String, HashSet<String>>,
-    /// Agents missing since (disconnected while holding ranks).
-    missing_since: HashMap<String, Instant>,
-    /// Attempts whose failure is being decided (peer-lost grace running).
-    deciding: HashSet<(String, i32)>,
-    /// When a restart's teardown began.
-    teardown_since: HashMap<String, Instant>,
-    /// Open lifecycle spans of the current attempts.
-    lifecycle: lifecycle::Lifecycle,
 }
 
 /// Shared by the services; cheap to clone.
@@ -332,7 +318,7 @@ impl Jobs {
                 Err(why) => {
                     let reason = why.to_string();
                     if training.state == JobState::Restarting {
-                        self.finish_keep(
+                        self.settle(
                             &training.id,
                             JobState::Queued,
                             &format!("restart waits for GPUs: {reason}"),
@@ -352,162 +338,27 @@ impl Jobs {
         Ok(())
     }
 
-    /// A MASTER_PORT on `host` that no placed training uses, from a random
-    /// point of the configured range.
-    async fn master_port(&self, host: &str) -> Result<u16, DatabaseError> {
-        let used: HashSet<u16> = self
-            .db
-            .active_placements()
-            .await?
-            .into_iter()
-            .filter(|(t, _)| t.master_addr.as_deref() == Some(host))
-            .filter_map(|(t, _)| t.master_port.and_then(|p| u16::try_from(p).ok()))
-            .collect();
-        let range = self.settings.master_ports.clone();
-        let span = u64::from(*range.end() - *range.start()) + 1;
-        let offset = (uuid::Uuid::new_v4().as_u128() % u128::from(span)) as u64;
-        Ok((0..span)
-            .map(|i| *range.start() + ((offset + i) % span) as u16)
-            .find(|p| !used.contains(p))
-            .unwrap_or(*range.start()))
-    }
-
-    /// Place a training: hold its GPUs, persist the rank map (SCHEDULED), and
-    /// send each agent its ranks.
-    async fn start(&self, training: &Training, slots: Vec<RankSlot>) -> Result<(), DatabaseError> {
-        let attempt = training.attempt + 1;
-        let holds = slots
-            .iter()
-            .map(|s| (s.gpu_uuid.clone(), hold_of(training, attempt, s.rank)))
-            .collect();
-        if self.fleet.hold(holds).is_err() {
-            return Ok(()); // raced with another placement: next pass
-        }
-        let Some(leader) = self.fleet.agent(&slots[0].agent_id) else {
-            self.fleet.release(&training.id);
-            return Ok(());
-        };
-        let master_addr = if leader.address.is_empty() {
-            leader.host_name.clone()
-        } else {
-            leader.address.clone()
-        };
-        let master_port = match self.master_port(&master_addr).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.fleet.release(&training.id);
-                return Err(e);
-            }
-        };
-        let placement = Placement {
-            master_port,
-            master_addr,
-            slots,
-        };
-        let hosts: HashSet<&str> = placement
-            .slots
-            .iter()
-            .map(|s| s.agent_id.as_str())
-            .collect();
-        let agents = hosts.len();
-        let reason = format!(
-            "placed {} ranks on {agents} agent(s)",
-            placement.slots.len(),
-        );
-        let placed = match self
-            .db
-            .place_training(&training.id, placement.clone(), &reason)
-            .await
-        {
-            Ok(t) => t,
-            Err(e) => {
-                self.fleet.release(&training.id);
-                return Err(e);
-            }
-        };
-        self.track(&placed);
-        self.rt().teardown_since.remove(&placed.id);
-        tracing::info!(training_id = %placed.id, attempt, world_size = placed.world_size,
-            master = %format!("{}:{}", placement.master_addr, placement.master_port), "training placed");
-        let config = self.launch_config(&placed);
-        // The wait began at creation, or when the previous attempt ended.
-        let waited_since = if placed.attempt <= 1 {
-            training.create_time
-        } else {
-            training.update_time
-        };
-        let trace = self
-            .rt()
-            .lifecycle
-            .placed(&placed, waited_since.into(), agents);
-        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement, &config, &trace)
-        {
-            let why = format!("agent {agent} went away before its ranks started");
-            self.stop_attempt(&placed, &why).await;
-            self.finish(&placed.id, JobState::Queued, &why).await?;
-        }
-        Ok(())
-    }
-
-    /// The config the ranks get: the training's, with the collective timeout
-    /// kept below the hang deadline so ranks fail on their own first.
-    fn launch_config(&self, training: &Training) -> cohort_spec::TrainingConfig {
-        let mut config = training.config.clone();
-        let cap = self.settings.hang_floor.as_secs_f64() / 2.0;
-        if config.runtime.collective_timeout_s > cap {
-            config.runtime.collective_timeout_s = cap;
-        }
-        config
-    }
-
-    /// Stop an attempt's ranks everywhere and mark the live ones STOPPED.
-    async fn stop_attempt(&self, training: &Training, reason: &str) {
-        let ranks = match self.db.ranks(&training.id, training.attempt).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(training_id = %training.id, error = %e, "cannot read ranks to stop");
-                return;
-            }
-        };
-        commands::stop_ranks(
-            &self.fleet,
-            training,
-            &ranks,
-            self.settings.stop_grace,
-            reason,
-        );
-        if let Err(e) = self
-            .db
-            .end_live_ranks(&training.id, training.attempt, RankState::Stopped)
-            .await
-        {
-            tracing::warn!(training_id = %training.id, error = %e, "cannot mark ranks stopped");
-        }
-    }
-
-    /// Move to `to`, free the GPUs and forget the attempt. An illegal
-    /// transition (someone else got there first) is not an error here.
+    /// Move to `to`, free the GPUs and forget the attempt (and, in a final
+    /// state, the training). An illegal transition (someone else got there
+    /// first) is not an error here.
     async fn finish(
         &self,
         training_id: &str,
         to: JobState,
         reason: &str,
     ) -> Result<(), DatabaseError> {
-        self.finish_keep(training_id, to, reason).await?;
-        self.rt()
-            .lifecycle
-            .ended(training_id, to == JobState::Succeeded, reason);
-        if to.is_final() {
-            self.write_report(training_id);
-            let mut rt = self.rt();
-            rt.progress.remove(training_id);
-            rt.avoid.remove(training_id);
-            rt.teardown_since.remove(training_id);
-        }
+        self.settle(training_id, to, reason).await?;
+        let outcome = if to.is_final() {
+            Outcome::Final { state: to, reason }
+        } else {
+            Outcome::Retry { reason }
+        };
+        self.forget(training_id, outcome);
         Ok(())
     }
 
-    async fn finish_keep(
+    /// Move to `to` and free the GPUs, keeping the runner's state.
+    async fn settle(
         &self,
         training_id: &str,
         to: JobState,
@@ -518,9 +369,23 @@ impl Jobs {
             Err(e) => return Err(e),
         }
         self.fleet.release(training_id);
-        self.rt().progress.remove(training_id);
         self.kick();
         Ok(())
+    }
+
+    /// The one exit of a training's attempt from the runner's memory (see
+    /// [`Runtime::forget`]); a final outcome also writes the training's report.
+    fn forget(&self, training_id: &str, outcome: Outcome<'_>) {
+        self.rt().forget(training_id, outcome);
+        if let Outcome::Final { .. } = outcome {
+            self.write_report(training_id);
+        }
+    }
+
+    /// Whether the runner keeps anything in memory for `training_id` (an
+    /// attempt's progress, GPUs to avoid, a teardown, open lifecycle spans).
+    pub fn tracks(&self, training_id: &str) -> bool {
+        self.rt().tracks(training_id)
     }
 
     /// Cancel a training in any non-final state: persist CANCELLED, then stop
@@ -534,13 +399,14 @@ impl Jobs {
             self.stop_attempt(&cancelled, "cancelled").await;
         }
         self.fleet.release(training_id);
-        {
-            let mut rt = self.rt();
-            rt.progress.remove(training_id);
-            rt.avoid.remove(training_id);
-        }
+        self.forget(
+            training_id,
+            Outcome::Final {
+                state: JobState::Cancelled,
+                reason,
+            },
+        );
         self.kick();
-        self.write_report(training_id);
         tracing::info!(training_id, "training cancelled");
         Ok(cancelled)
     }
@@ -588,3 +454,6 @@ fn hold_of(training: &Training, attempt: i32, rank: i32) -> Hold {
         rank,
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;
