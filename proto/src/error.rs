@@ -18,16 +18,35 @@ pub mod reason {
     pub const INVALID_PAGE_TOKEN: &str = "INVALID_PAGE_TOKEN";
     pub const TRAINING_NOT_FOUND: &str = "TRAINING_NOT_FOUND";
     pub const GPU_NOT_FOUND: &str = "GPU_NOT_FOUND";
-    pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
     pub const GPU_BUSY: &str = "GPU_BUSY";
     pub const GPU_UNHEALTHY: &str = "GPU_UNHEALTHY";
     pub const INSUFFICIENT_GPUS: &str = "INSUFFICIENT_GPUS";
+    pub const NO_AGENTS: &str = "NO_AGENTS";
     pub const INSUFFICIENT_MEMORY: &str = "INSUFFICIENT_MEMORY";
     pub const ILLEGAL_TRANSITION: &str = "ILLEGAL_TRANSITION";
     pub const REQUEST_ID_CONFLICT: &str = "REQUEST_ID_CONFLICT";
     pub const CHECKPOINT_NOT_FOUND: &str = "CHECKPOINT_NOT_FOUND";
     pub const CHECKPOINT_UNREACHABLE: &str = "CHECKPOINT_UNREACHABLE";
     pub const INTERNAL: &str = "INTERNAL";
+
+    /// Every reason above (docs/api.md's table is checked against it).
+    pub const ALL: &[&str] = &[
+        INVALID_CONFIG,
+        INVALID_ARGUMENT,
+        INVALID_PAGE_TOKEN,
+        TRAINING_NOT_FOUND,
+        GPU_NOT_FOUND,
+        GPU_BUSY,
+        GPU_UNHEALTHY,
+        INSUFFICIENT_GPUS,
+        NO_AGENTS,
+        INSUFFICIENT_MEMORY,
+        ILLEGAL_TRANSITION,
+        REQUEST_ID_CONFLICT,
+        CHECKPOINT_NOT_FOUND,
+        CHECKPOINT_UNREACHABLE,
+        INTERNAL,
+    ];
 }
 
 /// A status with an `ErrorInfo` of `reason` and optional metadata.

@@ -250,11 +250,13 @@ pub fn describe_status(status: &Status) -> String {
         }
         Some(reason::TRAINING_NOT_FOUND) => with("no such training"),
         Some(reason::GPU_NOT_FOUND) => with("no such GPU (see `cohort gpus` for GPU ids)"),
-        Some(reason::AGENT_NOT_FOUND) => with("no such agent (see `cohort agents`)"),
         Some(reason::GPU_BUSY) => with("a requested GPU is held by another training"),
         Some(reason::GPU_UNHEALTHY) => with("a requested GPU is offline or unhealthy"),
         Some(reason::INSUFFICIENT_GPUS) => {
             with("not enough free GPUs (without --no-queue the training waits in the queue)")
+        }
+        Some(reason::NO_AGENTS) => {
+            with("no agent is connected (without --no-queue the training waits in the queue)")
         }
         Some(reason::INSUFFICIENT_MEMORY) => with("a GPU has too little memory for this training"),
         Some(reason::ILLEGAL_TRANSITION) => with("not allowed in the training's current state"),

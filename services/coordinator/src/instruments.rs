@@ -152,7 +152,7 @@ fn gpu_gauge(
 type Read = fn(&Context) -> u64;
 
 /// Counters read from the coordinator's own tallies: name, description, read.
-const COUNTERS: [(&str, &str, Read); 5] = [
+const COUNTERS: [(&str, &str, Read); 7] = [
     (
         "cohort.telemetry.samples",
         "GPU samples ingested since start.",
@@ -162,6 +162,16 @@ const COUNTERS: [(&str, &str, Read); 5] = [
         "cohort.telemetry.batches",
         "Telemetry batches (one agent's samples of one tick) ingested since start.",
         |c| c.fleet.ingested().0,
+    ),
+    (
+        "cohort.agent.refused_samples",
+        "GPU samples refused because the sending agent did not register that GPU.",
+        |c| c.fleet.samples_refused(),
+    ),
+    (
+        "cohort.agent.refused_rank_events",
+        "Rank events refused because the rank is not placed on the sending agent.",
+        |c| c.refusals.rank_events(),
     ),
     (
         "cohort.telemetry.watcher_lag_notices",

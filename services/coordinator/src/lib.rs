@@ -10,7 +10,6 @@
 //! - [`metrics`]: the opt-in Prometheus scrape endpoint.
 //! - [`report`]: job reports (metrics.jsonl, performance summary, scaling).
 //! - [`selection`]: GPU selection: memory estimate, recommendation, validation.
-//! - [`session`]: one agent's Connect stream.
 //! - [`server`]: [`server::run`], the server with health and reflection.
 
 pub mod alerts;
@@ -26,4 +25,3 @@ pub mod persistence;
 pub mod report;
 pub mod selection;
 pub mod server;
-pub mod session;

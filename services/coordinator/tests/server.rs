@@ -348,6 +348,26 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
     .await;
 
     let (agents, rounds, gpus) = (5, 10, 8);
+    // The fleet takes samples only from connected agents, of their GPUs.
+    for a in 0..agents {
+        server.fleet.connect(cohort_coordinator::fleet::LiveAgent {
+            id: format!("agent-{a}"),
+            name: format!("agent-{a}"),
+            host_name: format!("host-{a}"),
+            address: String::new(),
+            gpus: (0..gpus)
+                .map(|g| v1::GpuInfo {
+                    index: g,
+                    uuid: format!("GPU-{a}-{g}"),
+                    simulated: true,
+                    ..Default::default()
+                })
+                .collect(),
+            session: 0,
+            commands: tokio::sync::mpsc::channel(1).0,
+            last_seen: std::time::Instant::now(),
+        });
+    }
     for round in 0..rounds {
         for a in 0..agents {
             let samples = (0..gpus)
@@ -392,4 +412,45 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
         matches!(end, Ok(Ok(None)) | Ok(Err(_))),
         "the stream ended: {end:?}"
     );
+}
+
+/// A refused create and a waiting training say why with the same reason
+/// (issue 12, defect 2: they came from two tables that disagreed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_agents_a_refused_create_and_a_queued_training_give_one_reason() {
+    let server = start(common::sqlite().await).await;
+    let mut client = TrainingServiceClient::new(server.channel.clone());
+    let mut refused = create_request("");
+    refused.gpus = Some(v1::GpuRequest {
+        selection: Some(v1::gpu_request::Selection::Count(2)),
+        queue: Some(false),
+    });
+    let status = client.create_training(refused).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(reason_of(&status).as_deref(), Some(reason::NO_AGENTS));
+    let queued = client
+        .create_training(create_request(""))
+        .await
+        .unwrap()
+        .into_inner();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let t = client
+            .get_training(v1::GetTrainingRequest {
+                id: queued.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if t.state_reason.starts_with("NO_AGENTS: ") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pending reason: {}",
+            t.state_reason
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server.stop().await;
 }

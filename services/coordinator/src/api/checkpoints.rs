@@ -2,13 +2,12 @@
 //! (those rank 0 still keeps), and the files of one streamed out, natively or
 //! converted for SAELens.
 
-use super::status::from_db;
+use super::error::ApiError;
 use super::training::page_size;
 use super::{BoxStream, Context};
 use crate::export::source::{Source, CHUNK, MANIFEST, STATE};
 use crate::export::{saelens, ExportError};
 use crate::persistence::CheckpointRecord;
-use crate::persistence::DatabaseError;
 use cohort_proto::error::{bad_field, reason, status};
 use cohort_proto::v1;
 use tokio_stream::wrappers::ReceiverStream;
@@ -29,18 +28,14 @@ fn required_id(id: &str) -> Result<(), Status> {
 
 /// The training's checkpoints that rank 0 still keeps (the newest
 /// `checkpoint.keep`; it prunes older ones as it writes), newest first.
-async fn kept(
-    ctx: &Context,
-    id: &str,
-    op: &'static str,
-) -> Result<(Vec<CheckpointRecord>, bool), Status> {
+async fn kept(ctx: &Context, id: &str) -> Result<(Vec<CheckpointRecord>, bool), Status> {
     let training = ctx
         .db
         .get_training(id)
         .await
-        .map_err(|e| from_db(op, e))?
-        .ok_or_else(|| from_db(op, DatabaseError::TrainingNotFound(id.to_string())))?;
-    let all = ctx.db.checkpoints(id).await.map_err(|e| from_db(op, e))?;
+        .map_err(ApiError::from)?
+        .ok_or_else(|| ApiError::TrainingNotFound(id.to_string()))?;
+    let all = ctx.db.checkpoints(id).await.map_err(ApiError::from)?;
     let keep = training.config.checkpoint.keep.max(1) as usize;
     let shared = training.config.checkpoint.storage.is_some();
     Ok((all.into_iter().rev().take(keep).collect(), shared))
@@ -64,7 +59,7 @@ pub async fn list(
             )
         })?
     };
-    let page: Vec<CheckpointRecord> = kept(ctx, &req.training_id, "list_checkpoints")
+    let page: Vec<CheckpointRecord> = kept(ctx, &req.training_id)
         .await?
         .0
         .into_iter()
@@ -131,7 +126,7 @@ pub async fn download(
             format!("unknown format {}", req.format),
         )
     })?;
-    let (kept, shared) = kept(ctx, &req.training_id, "download_checkpoint").await?;
+    let (kept, shared) = kept(ctx, &req.training_id).await?;
     let chosen = match req.step {
         None => kept.into_iter().next(),
         Some(step) => kept.into_iter().find(|c| c.step == step),

@@ -3,9 +3,10 @@
 //! RecommendGpus, ValidateGpuSelection and EstimateMemory apply the pure
 //! functions of [`crate::selection`] to a snapshot of it.
 
+use super::error::ApiError;
 use super::Context;
 use crate::selection::{self, Candidate, MemoryEstimate};
-use cohort_proto::error::{bad_field, invalid_config, reason};
+use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_server::GpuService;
 use cohort_spec::TrainingConfig;
@@ -81,7 +82,7 @@ impl GpuApi {
 
 /// A request's config, checked as CreateTraining checks it.
 fn parse_config(config: v1::TrainingConfig) -> Result<TrainingConfig, Status> {
-    TrainingConfig::try_from(config).map_err(|e| invalid_config(&e, "config."))
+    TrainingConfig::try_from(config).map_err(|e| ApiError::from(e).into())
 }
 
 fn estimate_of(config: &TrainingConfig) -> MemoryEstimate {
@@ -118,12 +119,7 @@ impl GpuService for GpuApi {
         let req = request.into_inner();
         let mut gpus: Vec<v1::Gpu> = self.snapshot().into_iter().map(|(_, gpu)| gpu).collect();
         // GPUs of agents that are gone: known, OFFLINE, never placed on.
-        let agents = self
-            .ctx
-            .db
-            .list_agents()
-            .await
-            .map_err(|e| crate::api::status::from_db("list_gpus", e))?;
+        let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
         for agent in agents
             .iter()
             .filter(|a| !self.ctx.fleet.is_connected(&a.id))

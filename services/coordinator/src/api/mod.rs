@@ -10,10 +10,10 @@
 pub mod agent;
 pub mod checkpoints;
 pub mod convert;
+pub mod error;
 pub mod gpu;
 pub mod page_token;
 pub mod report;
-pub mod status;
 pub mod telemetry;
 pub mod training;
 
@@ -39,6 +39,8 @@ pub struct Context {
     pub alerts: crate::alerts::AlertHub,
     /// Open WatchGpuMetrics streams and their lag.
     pub watchers: telemetry::watchers::WatcherStats,
+    /// Agent messages refused for naming what the agent does not own.
+    pub refusals: agent::Refusals,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -60,6 +62,7 @@ impl Context {
             history: crate::history::History::default(),
             alerts: crate::alerts::AlertHub::default(),
             watchers: Default::default(),
+            refusals: Default::default(),
             stopping,
         }
     }

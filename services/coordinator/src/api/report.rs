@@ -1,9 +1,8 @@
 //! TrainingService.GetTrainingReport: a training's report (see
 //! [`crate::report`]) as the API's message.
 
-use super::status::from_db;
+use super::error::ApiError;
 use super::Context;
-use crate::persistence::DatabaseError;
 use crate::report::{build_report, RankSummary, Report, Scaling, Summary};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
@@ -19,13 +18,8 @@ pub async fn get_training_report(
     }
     let report = build_report(&ctx.db, &req.id)
         .await
-        .map_err(|e| from_db("get_training_report", e))?
-        .ok_or_else(|| {
-            from_db(
-                "get_training_report",
-                DatabaseError::TrainingNotFound(req.id.clone()),
-            )
-        })?;
+        .map_err(ApiError::from)?
+        .ok_or_else(|| ApiError::TrainingNotFound(req.id.clone()))?;
     Ok(to_proto(report, !req.omit_metrics))
 }
 

@@ -4,12 +4,12 @@
 //! the database; the live fan-out hub can replace the polling later.
 
 use super::convert::training_event;
+use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor};
-use super::status::from_db;
 use super::Context;
 use crate::model::{EventPayload, GpuRequest, JobState, StoredEvent};
 use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
-use cohort_proto::error::{bad_field, invalid_config, reason};
+use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
 use cohort_spec::TrainingConfig;
@@ -66,9 +66,8 @@ fn validate_create(req: v1::CreateTrainingRequest) -> Result<NewTraining, Status
     let config = req
         .config
         .ok_or_else(|| bad_field(reason::INVALID_CONFIG, "config", "required"))?;
-    let config = TrainingConfig::try_from(config).map_err(|e| invalid_config(&e, "config."))?;
-    let gpu_request = GpuRequest::try_from(req.gpus)
-        .map_err(|e| bad_field(reason::INVALID_ARGUMENT, e.field, e.reason))?;
+    let config = TrainingConfig::try_from(config).map_err(ApiError::from)?;
+    let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
     if max_restarts < 0 {
         return Err(bad_field(
@@ -146,11 +145,7 @@ impl TrainingApi {
     async fn lookups(&self, trainings: &[&crate::model::Training]) -> Result<Lookups, Status> {
         use crate::model::JobState;
         let agents = if trainings.iter().any(|t| t.attempt > 0) {
-            self.ctx
-                .db
-                .list_agents()
-                .await
-                .map_err(|e| from_db("get_training", e))?
+            self.ctx.db.list_agents().await.map_err(ApiError::from)?
         } else {
             Vec::new()
         };
@@ -158,12 +153,7 @@ impl TrainingApi {
             .iter()
             .any(|t| matches!(t.state, JobState::Queued | JobState::Restarting))
         {
-            let waiting = self
-                .ctx
-                .jobs
-                .waiting()
-                .await
-                .map_err(|e| from_db("get_training", e))?;
+            let waiting = self.ctx.jobs.waiting().await.map_err(ApiError::from)?;
             waiting.into_iter().map(|t| t.id).collect()
         } else {
             Vec::new()
@@ -182,7 +172,7 @@ impl TrainingApi {
             let ranks = db
                 .ranks(&training.id, training.attempt)
                 .await
-                .map_err(|e| from_db("get_training", e))?;
+                .map_err(ApiError::from)?;
             message.ranks = ranks
                 .iter()
                 .map(|r| {
@@ -208,7 +198,7 @@ impl TrainingApi {
         message.latest_progress = db
             .latest_progress(&training.id)
             .await
-            .map_err(|e| from_db("get_training", e))?
+            .map_err(ApiError::from)?
             .as_ref()
             .and_then(super::convert::latest_progress);
         Ok(message)
@@ -218,15 +208,9 @@ impl TrainingApi {
     /// GPU ids the coordinator has never seen (NOT_FOUND), and, when queueing
     /// is off, a request that can't be placed right now (FAILED_PRECONDITION).
     async fn check_placeable(&self, new: &NewTraining) -> Result<(), Status> {
-        use crate::jobs::placement::Unplaceable;
         use cohort_proto::error::status;
         if let crate::model::GpuSelection::Ids { ids } = &new.gpu_request.selection {
-            let agents = self
-                .ctx
-                .db
-                .list_agents()
-                .await
-                .map_err(|e| from_db("create_training", e))?;
+            let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
             let known: Vec<&str> = agents
                 .iter()
                 .flat_map(|a| a.gpus.iter().map(|g| g.uuid.as_str()))
@@ -248,38 +232,11 @@ impl TrainingApi {
         if new.gpu_request.queue {
             return Ok(());
         }
-        match self.ctx.jobs.plan_first(&new.gpu_request, &new.config) {
-            Ok(_) => Ok(()),
-            Err(why) => {
-                let (reason, key, value) = match &why {
-                    Unplaceable::Busy(ids) => (reason::GPU_BUSY, "gpu_ids", ids.join(",")),
-                    Unplaceable::Unknown(ids) => (reason::GPU_NOT_FOUND, "gpu_ids", ids.join(",")),
-                    Unplaceable::InsufficientGpus { wanted, free } => (
-                        reason::INSUFFICIENT_GPUS,
-                        "missing",
-                        (wanted - free).to_string(),
-                    ),
-                    Unplaceable::NoAgents => (reason::INSUFFICIENT_GPUS, "agents", "0".to_string()),
-                    Unplaceable::NotSuitable(why) => {
-                        (reason::INSUFFICIENT_GPUS, "why", why.clone())
-                    }
-                    Unplaceable::WaitingForHealthy(why) => {
-                        (reason::GPU_UNHEALTHY, "why", why.clone())
-                    }
-                };
-                let code = if matches!(why, Unplaceable::Unknown(_)) {
-                    tonic::Code::NotFound
-                } else {
-                    tonic::Code::FailedPrecondition
-                };
-                Err(status(
-                    code,
-                    reason,
-                    format!("cannot place the training now and queueing is off: {why}"),
-                    [(key.to_string(), value)],
-                ))
-            }
-        }
+        self.ctx
+            .jobs
+            .plan_first(&new.gpu_request, &new.config)
+            .map(drop)
+            .map_err(|why| ApiError::from(why).into())
     }
 }
 
@@ -301,7 +258,7 @@ impl TrainingService for TrainingApi {
             .db
             .create_training(new)
             .await
-            .map_err(|e| from_db("create_training", e))?;
+            .map_err(ApiError::from)?;
         let t = &created.training;
         if created.created {
             tracing::info!(training_id = %t.id, request_id = ?t.request_id, "training created");
@@ -323,8 +280,8 @@ impl TrainingService for TrainingApi {
             .db
             .get_training(&id)
             .await
-            .map_err(|e| from_db("get_training", e))?
-            .ok_or_else(|| from_db("get_training", DatabaseError::TrainingNotFound(id)))?;
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::TrainingNotFound(id))?;
         let lookups = self.lookups(&[&training]).await?;
         Ok(Response::new(self.describe(&training, &lookups).await?))
     }
@@ -345,7 +302,7 @@ impl TrainingService for TrainingApi {
             .db
             .list_trainings(page)
             .await
-            .map_err(|e| from_db("list_trainings", e))?;
+            .map_err(ApiError::from)?;
         let more = trainings.len() as i64 > limit;
         trainings.truncate(limit as usize);
         let next_page_token = match trainings.last() {
@@ -386,11 +343,9 @@ impl TrainingService for TrainingApi {
             }) => db
                 .get_training(&req.id)
                 .await
-                .map_err(|e| from_db("cancel_training", e))?
-                .ok_or_else(|| {
-                    from_db("cancel_training", DatabaseError::TrainingNotFound(req.id))
-                })?,
-            Err(e) => return Err(from_db("cancel_training", e)),
+                .map_err(ApiError::from)?
+                .ok_or_else(|| ApiError::TrainingNotFound(req.id))?,
+            Err(e) => return Err(ApiError::from(e).into()),
         };
         Ok(Response::new((&training).into()))
     }
@@ -405,13 +360,8 @@ impl TrainingService for TrainingApi {
         let training = db
             .get_training(&req.id)
             .await
-            .map_err(|e| from_db("watch_training", e))?
-            .ok_or_else(|| {
-                from_db(
-                    "watch_training",
-                    DatabaseError::TrainingNotFound(req.id.clone()),
-                )
-            })?;
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::TrainingNotFound(req.id.clone()))?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         // Subscribed before the first query, so no event falls between.
         let mut rung = db.events_bell().subscribe(&req.id);
@@ -422,7 +372,7 @@ impl TrainingService for TrainingApi {
                 let batch = match db.events_after(&req.id, after, WATCH_BATCH).await {
                     Ok(batch) => batch,
                     Err(e) => {
-                        let _ = tx.send(Err(from_db("watch_training", e))).await;
+                        let _ = tx.send(Err(ApiError::from(e).into())).await;
                         return;
                     }
                 };

@@ -53,6 +53,17 @@ pub struct LiveAgent {
     pub last_seen: Instant,
 }
 
+/// What [`Fleet::ingest`] did with an agent's samples.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Ingested {
+    pub accepted: usize,
+    /// Samples of GPUs the agent did not register (or from an agent that
+    /// is not connected).
+    pub refused: usize,
+    /// The GPU of the first refused sample.
+    pub first_refused: Option<String>,
+}
+
 /// A GPU free to place a rank on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FreeGpu {
@@ -80,6 +91,7 @@ pub struct Fleet {
     /// Telemetry batches and samples taken by [`Fleet::ingest`] since start.
     batches_ingested: Arc<AtomicU64>,
     samples_ingested: Arc<AtomicU64>,
+    samples_refused: Arc<AtomicU64>,
     /// File reads on agents' hosts in flight.
     pub relay: Relay,
 }
@@ -111,6 +123,7 @@ impl Fleet {
             presence: broadcast::channel(PRESENCE_BUFFER).0,
             batches_ingested: Arc::default(),
             samples_ingested: Arc::default(),
+            samples_refused: Arc::default(),
             relay: Relay::default(),
         }
     }
@@ -320,35 +333,53 @@ impl Fleet {
         readings
     }
 
-    /// Takes an agent's samples: keeps the latest per GPU and fans the batch
-    /// out to watchers, each reading joined to the training holding its GPU.
-    pub fn ingest(&self, agent_id: &str, samples: Vec<v1::GpuSample>) {
+    /// Takes a connected agent's samples of the GPUs it registered: keeps
+    /// the latest per GPU and fans the batch out to watchers, each reading
+    /// joined to the training holding its GPU. Samples of any other GPU (or
+    /// from an agent that is not connected) are refused and counted.
+    pub fn ingest(&self, agent_id: &str, samples: Vec<v1::GpuSample>) -> Ingested {
+        let mut ingested = Ingested::default();
         let batch = {
             let mut state = self.lock();
-            let agent_name = state
-                .agents
-                .get(agent_id)
-                .map(|a| a.name.clone())
-                .unwrap_or_default();
-            let readings = samples
-                .into_iter()
-                .map(|sample| {
-                    state.latest.insert(sample.gpu_uuid.clone(), sample.clone());
-                    GpuReading {
-                        agent_id: agent_id.to_string(),
-                        agent_name: agent_name.clone(),
-                        hold: state.holds.get(&sample.gpu_uuid).cloned(),
-                        sample,
-                    }
-                })
-                .collect();
+            let state = &mut *state;
+            let agent = state.agents.get(agent_id);
+            let agent_name = agent.map(|a| a.name.clone()).unwrap_or_default();
+            let mut readings = Vec::with_capacity(samples.len());
+            for sample in samples {
+                let registered =
+                    agent.is_some_and(|a| a.gpus.iter().any(|g| g.uuid == sample.gpu_uuid));
+                if !registered {
+                    ingested.refused += 1;
+                    ingested.first_refused.get_or_insert(sample.gpu_uuid);
+                    continue;
+                }
+                state.latest.insert(sample.gpu_uuid.clone(), sample.clone());
+                readings.push(GpuReading {
+                    agent_id: agent_id.to_string(),
+                    agent_name: agent_name.clone(),
+                    hold: state.holds.get(&sample.gpu_uuid).cloned(),
+                    sample,
+                });
+            }
             TelemetryBatch::new(readings)
         };
+        ingested.accepted = batch.readings.len();
+        self.samples_refused
+            .fetch_add(ingested.refused as u64, Ordering::Relaxed);
+        if ingested.accepted == 0 {
+            return ingested;
+        }
         self.batches_ingested.fetch_add(1, Ordering::Relaxed);
         self.samples_ingested
-            .fetch_add(batch.readings.len() as u64, Ordering::Relaxed);
+            .fetch_add(ingested.accepted as u64, Ordering::Relaxed);
         // No watcher is not an error.
         let _ = self.telemetry.send(Arc::new(batch));
+        ingested
+    }
+
+    /// GPU samples refused since start (see [`Fleet::ingest`]).
+    pub fn samples_refused(&self) -> u64 {
+        self.samples_refused.load(Ordering::Relaxed)
     }
 
     /// Telemetry batches and samples ingested since start.

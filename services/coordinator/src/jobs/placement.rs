@@ -26,42 +26,28 @@ pub enum Unplaceable {
     WaitingForHealthy(String),
 }
 
-impl Unplaceable {
-    /// A stable reason code (the ErrorInfo reason and the pending reason's prefix).
-    pub fn code(&self) -> &'static str {
+impl std::fmt::Display for Unplaceable {
+    /// "REASON: details", the reason from [`Unplaceable::reason`] (the
+    /// table in `api::error`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.reason())?;
         match self {
-            Unplaceable::NoAgents => "NO_AGENTS",
-            Unplaceable::InsufficientGpus { .. } => "INSUFFICIENT_GPUS",
-            Unplaceable::Busy(_) => "GPU_BUSY",
-            Unplaceable::Unknown(_) => "GPU_NOT_FOUND",
-            Unplaceable::NotSuitable(_) => "INSUFFICIENT_GPUS",
-            Unplaceable::WaitingForHealthy(_) => "WAITING_FOR_HEALTHY_GPU",
+            Unplaceable::NoAgents => write!(f, "no agent is connected"),
+            Unplaceable::InsufficientGpus { wanted, free } => write!(
+                f,
+                "needs {wanted} GPUs, {free} free ({} missing)",
+                wanted.saturating_sub(*free)
+            ),
+            Unplaceable::Busy(ids) => write!(f, "held by another training: {}", ids.join(", ")),
+            Unplaceable::Unknown(ids) => write!(f, "no connected agent has {}", ids.join(", ")),
+            Unplaceable::NotSuitable(why) | Unplaceable::WaitingForHealthy(why) => {
+                write!(f, "{why}")
+            }
         }
     }
 }
 
-impl std::fmt::Display for Unplaceable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unplaceable::NoAgents => write!(f, "NO_AGENTS: no agent is connected"),
-            Unplaceable::InsufficientGpus { wanted, free } => write!(
-                f,
-                "INSUFFICIENT_GPUS: needs {wanted} GPUs, {free} free ({} missing)",
-                wanted - free
-            ),
-            Unplaceable::Busy(ids) => {
-                write!(f, "GPU_BUSY: held by another training: {}", ids.join(", "))
-            }
-            Unplaceable::Unknown(ids) => write!(
-                f,
-                "GPU_NOT_FOUND: no connected agent has {}",
-                ids.join(", ")
-            ),
-            Unplaceable::NotSuitable(why) => write!(f, "INSUFFICIENT_GPUS: {why}"),
-            Unplaceable::WaitingForHealthy(why) => write!(f, "WAITING_FOR_HEALTHY_GPU: {why}"),
-        }
-    }
-}
+impl std::error::Error for Unplaceable {}
 
 /// Assign ranks to the chosen GPUs (grouped by agent, in the given order).
 fn slots(chosen: Vec<&FreeGpu>) -> Vec<RankSlot> {

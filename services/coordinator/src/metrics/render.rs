@@ -227,6 +227,22 @@ pub async fn render(ctx: &Context) -> String {
         "GPU samples ingested since start.",
     );
     samples_total.series.push((String::new(), samples as f64));
+    let mut refused_samples = Family::new(
+        "cohort_agent_refused_samples_total",
+        "counter",
+        "GPU samples refused because the sending agent did not register that GPU.",
+    );
+    refused_samples
+        .series
+        .push((String::new(), ctx.fleet.samples_refused() as f64));
+    let mut refused_events = Family::new(
+        "cohort_agent_refused_rank_events_total",
+        "counter",
+        "Rank events refused because the rank is not placed on the sending agent.",
+    );
+    refused_events
+        .series
+        .push((String::new(), ctx.refusals.rank_events() as f64));
     let watch = ctx.watchers.counts();
     let mut watchers = Family::new(
         "cohort_telemetry_watchers",
@@ -263,6 +279,8 @@ pub async fn render(ctx: &Context) -> String {
         &raised,
         &batches_total,
         &samples_total,
+        &refused_samples,
+        &refused_events,
         &watchers,
         &lag_notices,
     ] {

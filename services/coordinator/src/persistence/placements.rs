@@ -231,6 +231,26 @@ impl Persistence {
         self.read("ranks", move |c| ranks_in(c, &id, attempt)).await
     }
 
+    /// The agent a rank of an attempt is placed on, if that rank exists.
+    pub async fn rank_agent(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        rank: i32,
+    ) -> Result<Option<String>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("rank_agent", move |c| {
+            Ok(ranks::table
+                .filter(ranks::training_id.eq(&id))
+                .filter(ranks::attempt.eq(attempt))
+                .filter(ranks::rank.eq(rank))
+                .select(ranks::agent_id)
+                .first::<String>(c)
+                .optional()?)
+        })
+        .await
+    }
+
     /// A rank process started. When it is the last of its attempt to start and
     /// the training is SCHEDULED, the training moves to RUNNING (returned).
     pub async fn rank_started(

@@ -5,6 +5,7 @@
 
 use crate::alerts::{Alert, Severity};
 use crate::api::convert::timestamp;
+use crate::api::error::ApiError;
 use crate::api::Context;
 use crate::persistence::Persistence;
 use cohort_proto::error::{bad_field, reason};
@@ -84,10 +85,7 @@ async fn filter_of(db: &Persistence, req: &v1::WatchAlertsRequest) -> Result<Ale
     let filter = req.filter.clone().unwrap_or_default();
     let mut agent_ids: HashSet<String> = filter.agents.iter().cloned().collect();
     if !filter.agents.is_empty() {
-        let known = db
-            .list_agents()
-            .await
-            .map_err(|e| crate::api::status::from_db("list_agents", e))?;
+        let known = db.list_agents().await.map_err(ApiError::from)?;
         for agent in known {
             if filter.agents.contains(&agent.name) {
                 agent_ids.insert(agent.id);
@@ -138,7 +136,7 @@ pub async fn watch_alerts(
                 .db
                 .alerts_resolved_since(since, RESOLVED_REPLAY_LIMIT)
                 .await
-                .map_err(|e| crate::api::status::from_db("alerts_resolved_since", e))?;
+                .map_err(ApiError::from)?;
             // Alerts active in the snapshot resolve on the live feed instead.
             let active_ids: HashSet<&str> = active.iter().map(|a| a.id.as_str()).collect();
             first.extend(

@@ -18,8 +18,8 @@
 //! per-GPU entries); the token names the next bucket and pins the resolved
 //! end time, so later pages see the same range.
 
+use crate::api::error::ApiError;
 use crate::api::page_token::{hex, unhex};
-use crate::api::status::from_db;
 use crate::api::Context;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
 use chrono::{DateTime, Utc};
@@ -368,7 +368,7 @@ pub async fn query(
         .db
         .gpu_metric_buckets(plan.selection.clone(), plan.window())
         .await
-        .map_err(|e| from_db("query_gpu_metrics", e))?;
+        .map_err(ApiError::from)?;
     let (updates, next) = assemble(&plan, parts);
     Ok(v1::QueryGpuMetricsResponse {
         updates,

@@ -18,6 +18,29 @@ fn samples(agent: &str, seq: u64, n: usize) -> Vec<v1::GpuSample> {
         .collect()
 }
 
+/// Connects `agent` with `n` GPUs, as [`samples`] names them: the fleet
+/// takes samples only of GPUs their agent registered.
+fn connect(fleet: &Fleet, agent: &str, n: usize) {
+    let gpus = (0..n)
+        .map(|i| v1::GpuInfo {
+            index: i as i32,
+            uuid: format!("{agent}-gpu{i}"),
+            simulated: true,
+            ..Default::default()
+        })
+        .collect();
+    fleet.connect(crate::fleet::LiveAgent {
+        id: agent.into(),
+        name: format!("{agent}-name"),
+        host_name: agent.into(),
+        address: String::new(),
+        gpus,
+        session: 0,
+        commands: mpsc::channel(1).0,
+        last_seen: StdInstant::now(),
+    });
+}
+
 fn batch(agent: &str, seq: u64, n: usize) -> TelemetryBatch {
     TelemetryBatch::new(
         samples(agent, seq, n)
@@ -186,9 +209,13 @@ async fn a_burst_of_batches_reaches_a_watcher_as_one_update() {
     );
     assert!(next(&mut all).await.gpus.is_empty(), "the (empty) snapshot");
     assert!(next(&mut some).await.gpus.is_empty());
+    for a in 0..10 {
+        connect(&fleet, &format!("agent-{a}"), 8);
+    }
     // 200 agents report before the watchers get to run.
     for seq in 0..200u64 {
-        fleet.ingest(&format!("agent-{}", seq % 10), samples("x", seq, 8));
+        let agent = format!("agent-{}", seq % 10);
+        fleet.ingest(&agent, samples(&agent, seq, 8));
     }
     let updates = collect(&mut all, 1600).await;
     assert_eq!(updates.len(), 1, "one update for 200 batches");
@@ -202,12 +229,13 @@ async fn a_burst_of_batches_reaches_a_watcher_as_one_update() {
 #[tokio::test]
 async fn a_steady_stream_is_sent_at_most_once_per_window() {
     let fleet = Fleet::new();
+    connect(&fleet, "agent", 8);
     let mut rx = start(&fleet, v1::MetricsView::PerGpu, ReadingFilter::default());
     next(&mut rx).await;
     let started = StdInstant::now();
     let batches = 100u64;
     for seq in 0..batches {
-        fleet.ingest("agent", samples("x", seq, 8));
+        fleet.ingest("agent", samples("agent", seq, 8));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let updates = collect(&mut rx, batches as usize * 8).await;
@@ -230,6 +258,7 @@ async fn a_steady_stream_is_sent_at_most_once_per_window() {
 #[tokio::test]
 async fn a_lagging_watcher_gets_what_came_before_the_gap_then_a_notice() {
     let fleet = Fleet::with_telemetry_buffer(4);
+    connect(&fleet, "agent", 2);
     let stats = WatcherStats::default();
     let mut rx = start_counted(
         &fleet,
@@ -238,14 +267,14 @@ async fn a_lagging_watcher_gets_what_came_before_the_gap_then_a_notice() {
         &stats,
     );
     next(&mut rx).await;
-    fleet.ingest("agent", samples("x", 0, 2));
+    fleet.ingest("agent", samples("agent", 0, 2));
     assert_eq!(entries(&next(&mut rx).await), vec![("agent".into(), 0); 2]);
     // Within the window after that update: held back, pending.
-    fleet.ingest("agent", samples("x", 1, 2));
+    fleet.ingest("agent", samples("agent", 1, 2));
     tokio::time::sleep(Duration::from_millis(10)).await;
     // 10 more without letting the watcher run: the buffer keeps the last 4.
     for seq in 2..12 {
-        fleet.ingest("agent", samples("x", seq, 2));
+        fleet.ingest("agent", samples("agent", seq, 2));
     }
     let before = next(&mut rx).await;
     assert_eq!(entries(&before), vec![("agent".into(), 1); 2]);
@@ -269,7 +298,8 @@ async fn a_lagging_watcher_gets_what_came_before_the_gap_then_a_notice() {
 #[tokio::test]
 async fn the_aggregated_view_starts_with_the_current_aggregate() {
     let fleet = Fleet::new();
-    fleet.ingest("agent", samples("x", 0, 2));
+    // Refused: the agent is not connected.
+    assert_eq!(fleet.ingest("agent", samples("agent", 0, 2)).refused, 2);
     let mut rx = start(
         &fleet,
         v1::MetricsView::Aggregated,
@@ -278,7 +308,7 @@ async fn the_aggregated_view_starts_with_the_current_aggregate() {
     let first = next(&mut rx).await;
     assert_eq!(first.view, v1::MetricsView::Aggregated as i32);
     assert!(first.gpus.is_empty());
-    // Not connected, so not in the snapshot: an empty aggregate.
+    // Nothing was taken: an empty aggregate.
     assert_eq!(first.aggregate.map(|a| a.gpu_count), Some(0));
 }
 
@@ -305,4 +335,33 @@ async fn a_stopping_server_ends_both_views() {
         let end = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
         assert!(matches!(end, Ok(None)), "the stream ended");
     }
+}
+
+/// Issue 12, defect 4: the fleet took samples for any GPU id from anyone.
+#[test]
+fn an_agent_reports_only_the_gpus_it_registered() {
+    let fleet = Fleet::new();
+    connect(&fleet, "a", 2);
+    connect(&fleet, "b", 2);
+    let mut rx = fleet.subscribe_telemetry();
+    // a speaks for b's GPUs: refused, b's GPUs keep no sample.
+    let got = fleet.ingest("a", samples("b", 0, 2));
+    assert_eq!((got.accepted, got.refused), (0, 2));
+    assert_eq!(got.first_refused.as_deref(), Some("b-gpu0"));
+    assert!(fleet.latest("b-gpu0").is_none() && fleet.latest("b-gpu1").is_none());
+    assert!(rx.try_recv().is_err(), "nothing fanned out");
+    // An agent that never connected: refused, nothing kept.
+    let got = fleet.ingest("ghost", samples("ghost", 0, 3));
+    assert_eq!((got.accepted, got.refused), (0, 3));
+    assert!(fleet.latest("ghost-gpu0").is_none());
+    // A mixed batch keeps only a's own GPU.
+    let mut mixed = samples("a", 1, 1);
+    mixed.extend(samples("b", 1, 2).into_iter().skip(1));
+    let got = fleet.ingest("a", mixed);
+    assert_eq!((got.accepted, got.refused), (1, 1));
+    assert!(fleet.latest("a-gpu0").is_some() && fleet.latest("b-gpu1").is_none());
+    let batch = rx.try_recv().expect("a's sample went out");
+    assert_eq!(batch.readings.len(), 1);
+    assert_eq!(fleet.samples_refused(), 6);
+    assert_eq!(fleet.ingested(), (1, 1));
 }

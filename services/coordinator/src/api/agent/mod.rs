@@ -1,8 +1,22 @@
-//! AgentService: the agents' Connect stream (see [`crate::session`]) and
-//! ListAgents (every agent ever registered, connected or not).
+//! AgentService: the agents' Connect stream and ListAgents (every agent ever
+//! registered, connected or not).
+//!
+//! A Connect stream is [`register`]ed, then served by its [`session`], which
+//! hands each message to a handler: [`samples`] (telemetry) and
+//! [`rank_events`]. An agent may speak only of the GPUs it registered and
+//! the ranks placed on it; anything else is refused and counted
+//! ([`Refusals`], exported as metrics).
+
+mod rank_events;
+mod register;
+mod samples;
+mod session;
+
+pub use rank_events::Refusals;
+pub use register::{HEARTBEAT_INTERVAL, REGISTER_TIMEOUT, TELEMETRY_INTERVAL};
 
 use super::convert::timestamp;
-use super::status::from_db;
+use super::error::ApiError;
 use super::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_server::AgentService;
@@ -33,13 +47,7 @@ impl AgentService for AgentApi {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let ctx = self.ctx.clone();
-        let commands = crate::session::accept(
-            ctx.db.clone(),
-            ctx.fleet.clone(),
-            ctx.jobs.clone(),
-            request.into_inner(),
-        )
-        .await?;
+        let commands = register::accept(ctx.clone(), request.into_inner()).await?;
         Ok(Response::new(
             ctx.until_stopping(ReceiverStream::new(commands).map(Ok)),
         ))
@@ -49,12 +57,7 @@ impl AgentService for AgentApi {
         &self,
         _request: Request<v1::ListAgentsRequest>,
     ) -> Result<Response<v1::ListAgentsResponse>, Status> {
-        let agents = self
-            .ctx
-            .db
-            .list_agents()
-            .await
-            .map_err(|e| from_db("list_agents", e))?;
+        let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
         let agents = agents
             .into_iter()
             .map(|a| {

@@ -1,12 +1,14 @@
-//! One agent's `AgentService.Connect` stream: the first message must be a
-//! Register; the coordinator answers Registered and from then on reads
-//! heartbeats, telemetry and rank events while commands flow back on the same
-//! stream. When the stream ends the agent leaves the live fleet.
+//! The start of an agent's `AgentService.Connect` stream: the first message
+//! must be a valid Register; the agent is recorded, answered Registered,
+//! joins the live fleet, has its running ranks reconciled, and its
+//! [`session`](super::session) begins.
 
-use crate::fleet::{Fleet, LiveAgent};
-use crate::jobs::Jobs;
+use super::session;
+use crate::api::error::ApiError;
+use crate::api::Context;
+use crate::fleet::LiveAgent;
 use crate::model::GpuRecord;
-use crate::persistence::{AgentRegistration, Persistence};
+use crate::persistence::AgentRegistration;
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
@@ -62,10 +64,8 @@ fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
 
 /// Accept a Connect stream: register the agent and spawn its session.
 /// Returns the receiving end of the agent's command channel.
-pub async fn accept(
-    db: Persistence,
-    fleet: Fleet,
-    jobs: Jobs,
+pub(super) async fn accept(
+    ctx: Context,
     mut inbound: Streaming<v1::AgentMessage>,
 ) -> Result<mpsc::Receiver<v1::CoordinatorMessage>, Status> {
     let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
@@ -82,7 +82,8 @@ pub async fn accept(
         ));
     };
     let gpus = validate(&reg)?;
-    let agent_id = db
+    let agent_id = ctx
+        .db
         .register_agent(AgentRegistration {
             name: reg.agent_name.clone(),
             host_name: reg.host_name.clone(),
@@ -91,7 +92,7 @@ pub async fn accept(
             gpus,
         })
         .await
-        .map_err(|e| crate::api::status::from_db("register_agent", e))?;
+        .map_err(ApiError::from)?;
     let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
     let registered = v1::CoordinatorMessage {
         message: Some(v1::coordinator_message::Message::Registered(
@@ -103,7 +104,7 @@ pub async fn accept(
         )),
     };
     tx.try_send(registered).expect("fresh channel has room");
-    let session = fleet.connect(LiveAgent {
+    let session = ctx.fleet.connect(LiveAgent {
         id: agent_id.clone(),
         name: reg.agent_name.clone(),
         host_name: reg.host_name.clone(),
@@ -115,52 +116,14 @@ pub async fn accept(
     });
     tracing::info!(agent_id = %agent_id, name = %reg.agent_name, gpus = reg.gpus.len(),
         running_ranks = reg.running_ranks.len(), "agent connected");
-    if let Err(e) = jobs.reconcile_agent(&agent_id, &reg.running_ranks).await {
+    if let Err(e) = ctx
+        .jobs
+        .reconcile_agent(&agent_id, &reg.running_ranks)
+        .await
+    {
         tracing::warn!(agent_id = %agent_id, error = %e, "cannot reconcile the agent's running ranks");
     }
-    jobs.kick();
-    tokio::spawn(serve(db, fleet, jobs, agent_id, session, inbound));
+    ctx.jobs.kick();
+    tokio::spawn(session::serve(ctx, agent_id, session, inbound));
     Ok(rx)
-}
-
-/// Read the agent's messages until the stream ends.
-async fn serve(
-    db: Persistence,
-    fleet: Fleet,
-    jobs: Jobs,
-    agent_id: String,
-    session: u64,
-    mut inbound: Streaming<v1::AgentMessage>,
-) {
-    loop {
-        let message = match inbound.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => break,
-            Err(status) => {
-                tracing::info!(agent_id = %agent_id, error = %status, "agent stream broke");
-                break;
-            }
-        };
-        fleet.touch(&agent_id);
-        match message.message {
-            Some(Message::Heartbeat(_)) | None => {}
-            Some(Message::Telemetry(t)) => fleet.ingest(&agent_id, t.samples),
-            Some(Message::RankEvent(event)) => {
-                let (training_id, rank) = (event.training_id.clone(), event.rank);
-                if let Err(e) = jobs.on_rank_event(&agent_id, event).await {
-                    tracing::warn!(agent_id = %agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");
-                }
-            }
-            Some(Message::FileChunk(data)) => fleet.relay.complete(&agent_id, data),
-            Some(Message::Register(_)) => {
-                tracing::warn!(agent_id = %agent_id, "ignoring a second Register on one stream");
-            }
-        }
-    }
-    if fleet.disconnect(&agent_id, session) {
-        tracing::info!(agent_id = %agent_id, "agent disconnected");
-        if let Err(e) = db.agent_disconnected(&agent_id).await {
-            tracing::warn!(agent_id = %agent_id, error = %e, "cannot record the disconnect");
-        }
-    }
 }

@@ -1,0 +1,84 @@
+//! An agent's reports about ranks: accepted only for ranks the coordinator
+//! placed on that agent (the rank map in the database), then handed to the
+//! job runner. Anything else is refused, logged and counted, and writes
+//! nothing.
+
+use super::session::Session;
+use crate::persistence::DatabaseError;
+use cohort_proto::v1;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Ranks remembered per session before the memory starts over (an agent
+/// runs a handful of ranks per attempt; this bounds what a misbehaving one
+/// can make the coordinator keep).
+const OWNED_CAPACITY: usize = 1024;
+
+/// (training id, attempt, rank) placed on a session's agent, as learned
+/// from the database.
+#[derive(Default)]
+pub(in crate::api::agent) struct OwnedRanks(HashSet<(String, i32, i32)>);
+
+/// Messages refused because they named what the agent does not own.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    rank_events: Arc<AtomicU64>,
+}
+
+impl Refusals {
+    /// Rank events refused since start.
+    pub fn rank_events(&self) -> u64 {
+        self.rank_events.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether the rank of `event` is placed on the session's agent.
+async fn owns(session: &mut Session, event: &v1::RankEvent) -> Result<bool, DatabaseError> {
+    let key = (event.training_id.clone(), event.attempt, event.rank);
+    if session.owned.0.contains(&key) {
+        return Ok(true);
+    }
+    let agent = session
+        .ctx
+        .db
+        .rank_agent(&event.training_id, event.attempt, event.rank)
+        .await?;
+    let owned = agent.as_deref() == Some(session.agent_id.as_str());
+    if owned {
+        if session.owned.0.len() >= OWNED_CAPACITY {
+            session.owned.0.clear();
+        }
+        session.owned.0.insert(key);
+    }
+    Ok(owned)
+}
+
+pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) {
+    let (training_id, attempt, rank) = (event.training_id.clone(), event.attempt, event.rank);
+    match owns(session, &event).await {
+        Ok(true) => {}
+        Ok(false) => {
+            session
+                .ctx
+                .refusals
+                .rank_events
+                .fetch_add(1, Ordering::Relaxed);
+            let detail = format!("rank {rank} of {training_id} attempt {attempt}");
+            session.refused("rank event", &detail);
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot check a rank event's owner");
+            return;
+        }
+    }
+    if let Err(e) = session
+        .ctx
+        .jobs
+        .on_rank_event(&session.agent_id, event)
+        .await
+    {
+        tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");
+    }
+}

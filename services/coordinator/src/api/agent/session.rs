@@ -1,0 +1,77 @@
+//! One registered agent's session: its messages are read until the stream
+//! ends, each handed to its handler ([`samples`](super::samples) for
+//! telemetry, [`rank_events`](super::rank_events) for its ranks, the relay
+//! for file chunks); then the agent leaves the live fleet.
+
+use super::rank_events::OwnedRanks;
+use crate::api::Context;
+use cohort_proto::v1;
+use cohort_proto::v1::agent_message::Message;
+use tonic::Streaming;
+
+/// What a session keeps between messages.
+pub(super) struct Session {
+    pub ctx: Context,
+    pub agent_id: String,
+    /// Ranks known to be placed on this agent.
+    pub owned: OwnedRanks,
+    /// Whether a refusal was already logged at warn level (later ones go to debug).
+    pub warned: bool,
+}
+
+impl Session {
+    /// Logs a refused message: the first of the session as a warning.
+    pub fn refused(&mut self, what: &str, detail: &str) {
+        if std::mem::replace(&mut self.warned, true) {
+            tracing::debug!(agent_id = %self.agent_id, what, detail, "refused a message about something the agent does not own");
+        } else {
+            tracing::warn!(agent_id = %self.agent_id, what, detail, "refused a message about something the agent does not own (further ones are logged at debug)");
+        }
+    }
+}
+
+/// Reads the agent's messages until the stream ends.
+pub(super) async fn serve(
+    ctx: Context,
+    agent_id: String,
+    session_number: u64,
+    mut inbound: Streaming<v1::AgentMessage>,
+) {
+    let mut session = Session {
+        ctx,
+        agent_id,
+        owned: OwnedRanks::default(),
+        warned: false,
+    };
+    loop {
+        let message = match inbound.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(status) => {
+                tracing::info!(agent_id = %session.agent_id, error = %status, "agent stream broke");
+                break;
+            }
+        };
+        session.ctx.fleet.touch(&session.agent_id);
+        match message.message {
+            Some(Message::Heartbeat(_)) | None => {}
+            Some(Message::Telemetry(t)) => super::samples::on_telemetry(&mut session, t),
+            Some(Message::RankEvent(event)) => {
+                super::rank_events::on_rank_event(&mut session, event).await
+            }
+            Some(Message::FileChunk(data)) => {
+                session.ctx.fleet.relay.complete(&session.agent_id, data)
+            }
+            Some(Message::Register(_)) => {
+                tracing::warn!(agent_id = %session.agent_id, "ignoring a second Register on one stream");
+            }
+        }
+    }
+    let Session { ctx, agent_id, .. } = session;
+    if ctx.fleet.disconnect(&agent_id, session_number) {
+        tracing::info!(agent_id = %agent_id, "agent disconnected");
+        if let Err(e) = ctx.db.agent_disconnected(&agent_id).await {
+            tracing::warn!(agent_id = %agent_id, error = %e, "cannot record the disconnect");
+        }
+    }
+}

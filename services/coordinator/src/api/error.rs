@@ -1,0 +1,224 @@
+//! The one error table of the gRPC services: every domain error a handler
+//! meets converts into [`ApiError`] (`?` does it), and [`ApiError`] into the
+//! `tonic::Status` the client gets — a precise code and a
+//! `google.rpc.ErrorInfo` whose stable reason comes from
+//! [`cohort_proto::error::reason`], the only place reason strings are spelled.
+
+use crate::jobs::placement::Unplaceable;
+use crate::model::{InvalidGpuRequest, JobState};
+use crate::persistence::DatabaseError;
+use cohort_proto::error::{bad_field, invalid_config, reason, status};
+use cohort_spec::ConfigError;
+use tonic::{Code, Status};
+
+/// Why a request failed, before it becomes a status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("training {0} not found")]
+    TrainingNotFound(String),
+    #[error("training {id} is {from}: it cannot become {to}")]
+    IllegalTransition {
+        id: String,
+        from: JobState,
+        to: JobState,
+    },
+    #[error(
+        "request_id {request_id:?} was already used for a different request (training {existing})"
+    )]
+    RequestIdConflict {
+        request_id: String,
+        existing: String,
+    },
+    /// A request's training config (its `config` field) is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    GpuRequest(#[from] InvalidGpuRequest),
+    /// The training cannot be placed now and queueing is off.
+    #[error("cannot place the training now and queueing is off: {0}")]
+    Unplaceable(#[from] Unplaceable),
+    /// The database cannot be reached (connection, pool, worker thread).
+    #[error("the database is unavailable: {0}")]
+    Unavailable(DatabaseError),
+    /// Any other server-side failure; the client learns no more than that.
+    #[error("internal error: {0}")]
+    Internal(DatabaseError),
+}
+
+impl From<DatabaseError> for ApiError {
+    fn from(err: DatabaseError) -> Self {
+        match err {
+            DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id),
+            DatabaseError::IllegalTransition { id, from, to } => {
+                ApiError::IllegalTransition { id, from, to }
+            }
+            DatabaseError::RequestIdConflict {
+                request_id,
+                existing,
+            } => ApiError::RequestIdConflict {
+                request_id,
+                existing,
+            },
+            err @ (DatabaseError::Connect(_) | DatabaseError::Pool(_) | DatabaseError::Task(_)) => {
+                ApiError::Unavailable(err)
+            }
+            err => ApiError::Internal(err),
+        }
+    }
+}
+
+impl Unplaceable {
+    /// The stable reason: the ErrorInfo reason of a refused CreateTraining
+    /// and the prefix of a waiting training's pending reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unplaceable::NoAgents => reason::NO_AGENTS,
+            Unplaceable::InsufficientGpus { .. } | Unplaceable::NotSuitable(_) => {
+                reason::INSUFFICIENT_GPUS
+            }
+            Unplaceable::Busy(_) => reason::GPU_BUSY,
+            Unplaceable::Unknown(_) => reason::GPU_NOT_FOUND,
+            Unplaceable::WaitingForHealthy(_) => reason::GPU_UNHEALTHY,
+        }
+    }
+
+    /// The ErrorInfo metadata: what a client needs to act on it.
+    fn metadata(&self) -> (&'static str, String) {
+        match self {
+            Unplaceable::NoAgents => ("agents", "0".into()),
+            Unplaceable::InsufficientGpus { wanted, free } => {
+                ("missing", wanted.saturating_sub(*free).to_string())
+            }
+            Unplaceable::Busy(ids) | Unplaceable::Unknown(ids) => ("gpu_ids", ids.join(",")),
+            Unplaceable::NotSuitable(why) | Unplaceable::WaitingForHealthy(why) => {
+                ("why", why.clone())
+            }
+        }
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(err: ApiError) -> Self {
+        let message = err.to_string();
+        match err {
+            ApiError::TrainingNotFound(id) => status(
+                Code::NotFound,
+                reason::TRAINING_NOT_FOUND,
+                message,
+                [("training_id".to_string(), id)],
+            ),
+            ApiError::IllegalTransition { id, from, to } => status(
+                Code::FailedPrecondition,
+                reason::ILLEGAL_TRANSITION,
+                message,
+                [
+                    ("training_id".to_string(), id),
+                    ("state".to_string(), from.to_string()),
+                    ("requested_state".to_string(), to.to_string()),
+                ],
+            ),
+            ApiError::RequestIdConflict {
+                request_id,
+                existing,
+            } => status(
+                Code::AlreadyExists,
+                reason::REQUEST_ID_CONFLICT,
+                message,
+                [
+                    ("request_id".to_string(), request_id),
+                    ("training_id".to_string(), existing),
+                ],
+            ),
+            ApiError::Config(e) => invalid_config(&e, "config."),
+            ApiError::GpuRequest(e) => bad_field(reason::INVALID_ARGUMENT, e.field, e.reason),
+            ApiError::Unplaceable(why) => {
+                let code = match why {
+                    Unplaceable::Unknown(_) => Code::NotFound,
+                    _ => Code::FailedPrecondition,
+                };
+                let (key, value) = why.metadata();
+                status(code, why.reason(), message, [(key.to_string(), value)])
+            }
+            ApiError::Unavailable(e) => {
+                tracing::error!(error = %e, "database unavailable");
+                status(
+                    Code::Unavailable,
+                    reason::INTERNAL,
+                    "the database is unavailable",
+                    [],
+                )
+            }
+            ApiError::Internal(e) => {
+                tracing::error!(error = %e, "internal error");
+                status(
+                    Code::Internal,
+                    reason::INTERNAL,
+                    "internal database error",
+                    [],
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_proto::error::reason_of;
+
+    fn of(err: impl Into<ApiError>) -> Status {
+        Status::from(err.into())
+    }
+
+    #[test]
+    fn database_errors_have_codes_and_reasons() {
+        let s = of(DatabaseError::TrainingNotFound("trn-x".into()));
+        assert_eq!(s.code(), Code::NotFound);
+        assert_eq!(reason_of(&s).as_deref(), Some(reason::TRAINING_NOT_FOUND));
+        let s = of(DatabaseError::IllegalTransition {
+            id: "trn-x".into(),
+            from: JobState::Succeeded,
+            to: JobState::Cancelled,
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(reason_of(&s).as_deref(), Some(reason::ILLEGAL_TRANSITION));
+        let s = of(DatabaseError::Corrupt("x".into()));
+        assert_eq!(s.code(), Code::Internal);
+        assert!(
+            !s.message().contains('x'),
+            "no internals leak: {}",
+            s.message()
+        );
+        let s = of(DatabaseError::Pool("timed out".into()));
+        assert_eq!(s.code(), Code::Unavailable);
+    }
+
+    /// The pending reason of a waiting training and the ErrorInfo reason of
+    /// a refused create come from one table, so they can't disagree.
+    #[test]
+    fn a_placement_failure_has_one_reason_everywhere() {
+        let all = [
+            Unplaceable::NoAgents,
+            Unplaceable::InsufficientGpus { wanted: 4, free: 2 },
+            Unplaceable::Busy(vec!["GPU-1".into()]),
+            Unplaceable::Unknown(vec!["GPU-9".into()]),
+            Unplaceable::NotSuitable("too little memory".into()),
+            Unplaceable::WaitingForHealthy("GPU-1 has ECC errors".into()),
+        ];
+        for why in all {
+            let pending = why.to_string();
+            let s = of(why.clone());
+            let reason = reason_of(&s).unwrap();
+            assert!(
+                pending.starts_with(&format!("{reason}: ")),
+                "{pending} vs {reason}"
+            );
+            assert!(cohort_proto::error::reason::ALL.contains(&reason.as_str()));
+        }
+        let s = of(Unplaceable::WaitingForHealthy("x".into()));
+        assert_eq!(reason_of(&s).as_deref(), Some(reason::GPU_UNHEALTHY));
+        let s = of(Unplaceable::NoAgents);
+        assert_eq!(reason_of(&s).as_deref(), Some(reason::NO_AGENTS));
+        assert_eq!(s.code(), Code::FailedPrecondition);
+    }
+}

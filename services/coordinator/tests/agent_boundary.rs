@@ -1,0 +1,224 @@
+//! The agent-session boundary on the real server (127.0.0.1:0, SQLite): two
+//! agents connect over AgentService.Connect; one may not speak for the
+//! other's GPUs or ranks. Refused messages change nothing and are counted
+//! (issue 12, defect 4).
+
+#[allow(dead_code)]
+mod common;
+
+use cohort_coordinator::api::Context;
+use cohort_proto::v1;
+use cohort_proto::v1::agent_message::Message;
+use cohort_proto::v1::agent_service_client::AgentServiceClient;
+use cohort_proto::v1::coordinator_message::Message as Command;
+use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct TestAgent {
+    tx: mpsc::Sender<v1::AgentMessage>,
+    commands: tonic::Streaming<v1::CoordinatorMessage>,
+}
+
+impl TestAgent {
+    async fn connect(channel: Channel, name: &str, gpu: &str) -> Self {
+        let (tx, rx) = mpsc::channel(16);
+        let register = v1::Register {
+            host_name: name.into(),
+            agent_name: name.into(),
+            gpus: vec![v1::GpuInfo {
+                index: 0,
+                uuid: gpu.into(),
+                name: "Simulated".into(),
+                memory_total_bytes: 80 << 30,
+                compute_capability: "9.0".into(),
+                simulated: true,
+            }],
+            address: "127.0.0.1".into(),
+            version: "test".into(),
+            running_ranks: vec![],
+        };
+        tx.send(v1::AgentMessage {
+            message: Some(Message::Register(register)),
+        })
+        .await
+        .unwrap();
+        let mut commands = AgentServiceClient::new(channel)
+            .connect(ReceiverStream::new(rx))
+            .await
+            .expect("Connect")
+            .into_inner();
+        let first = commands.message().await.unwrap().expect("Registered");
+        assert!(matches!(first.message, Some(Command::Registered(_))));
+        Self { tx, commands }
+    }
+
+    async fn send(&self, message: Message) {
+        self.tx
+            .send(v1::AgentMessage {
+                message: Some(message),
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn rank_event(&self, id: &str, attempt: i32, kind: v1::rank_event::Kind) {
+        self.send(Message::RankEvent(v1::RankEvent {
+            training_id: id.into(),
+            attempt,
+            rank: 0,
+            time: None,
+            kind: Some(kind),
+        }))
+        .await;
+    }
+
+    async fn start_ranks(&mut self) -> v1::StartRanks {
+        loop {
+            let m = tokio::time::timeout(WAIT, self.commands.message())
+                .await
+                .expect("a command in time")
+                .unwrap()
+                .expect("the stream is open");
+            if let Some(Command::StartRanks(s)) = m.message {
+                return s;
+            }
+        }
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
+    let db = common::sqlite().await;
+    let ctx = Context::new(db.db.clone());
+    let (fleet, refusals) = (ctx.fleet.clone(), ctx.refusals.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        cohort_coordinator::server::run(listener, ctx, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    let channel = cohort_proto::channel(&url).await.unwrap();
+    let mut a = TestAgent::connect(channel.clone(), "host-a", "GPU-a0").await;
+    let b = TestAgent::connect(channel.clone(), "host-b", "GPU-b0").await;
+
+    // b reports a sample of a's GPU: refused, a's GPU keeps no sample.
+    b.send(Message::Telemetry(v1::TelemetrySamples {
+        samples: vec![v1::GpuSample {
+            gpu_uuid: "GPU-a0".into(),
+            memory_used_bytes: 1 << 30,
+            simulated: true,
+            ..Default::default()
+        }],
+    }))
+    .await;
+    until("the foreign sample is refused", || {
+        fleet.samples_refused() == 1
+    })
+    .await;
+    assert!(fleet.latest("GPU-a0").is_none());
+
+    // A training pinned to a's GPU.
+    let config = cohort_spec::TrainingConfig::from_toml(
+        "[model]\nd_in = 8\n[optim]\nbatch_size = 4\nsteps = 5\n[data.synthetic]\nnum_samples = 64\n",
+    )
+    .unwrap();
+    let mut trainings = TrainingServiceClient::new(channel.clone());
+    let training = trainings
+        .create_training(v1::CreateTrainingRequest {
+            config: Some((&config).into()),
+            gpus: Some(v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::GpuIds(
+                    v1::gpu_request::GpuIds {
+                        ids: vec!["GPU-a0".into()],
+                    },
+                )),
+                queue: Some(true),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let start = a.start_ranks().await;
+    assert_eq!(start.training_id, training.id);
+
+    // b claims a's rank started, then failed; and a speaks of a rank that
+    // does not exist. All refused: nothing is written.
+    use v1::rank_event::Kind;
+    b.rank_event(
+        &training.id,
+        start.attempt,
+        Kind::Started(v1::RankStarted { pid: 666 }),
+    )
+    .await;
+    b.rank_event(
+        &training.id,
+        start.attempt,
+        Kind::Exited(v1::RankExited {
+            status: Some(v1::rank_exited::Status::ExitCode(1)),
+            stderr_tail: String::new(),
+        }),
+    )
+    .await;
+    a.rank_event(
+        "trn-nonexistent",
+        1,
+        Kind::Started(v1::RankStarted { pid: 1 }),
+    )
+    .await;
+    until("three rank events refused", || refusals.rank_events() == 3).await;
+    let get = |t: &mut TrainingServiceClient<Channel>| {
+        let id = training.id.clone();
+        let mut t = t.clone();
+        async move {
+            t.get_training(v1::GetTrainingRequest { id })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let now = get(&mut trainings).await;
+    assert_eq!(now.state, v1::training::State::Scheduled as i32, "{now:?}");
+    assert_eq!(now.ranks[0].pid, 0, "b's pid was not recorded");
+
+    // a's own report is taken.
+    a.rank_event(
+        &training.id,
+        start.attempt,
+        Kind::Started(v1::RankStarted { pid: 4242 }),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = get(&mut trainings).await;
+        if now.state == v1::training::State::Running as i32 {
+            assert_eq!(now.ranks[0].pid, 4242);
+            assert_eq!(now.restart_count, 0);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refusals.rank_events(), 3);
+
+    drop((a, b));
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+}
