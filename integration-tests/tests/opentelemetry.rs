@@ -179,6 +179,21 @@ async fn a_training_is_one_trace_from_the_callers_request_to_the_agent() {
             if !rpc {
                 return Err("no rpc.server.call.duration point for CreateTraining".into());
             }
+            let db_op = metrics
+                .iter()
+                .filter(|m| m.metric.name == "cohort.db.operation.duration")
+                .filter_map(|m| match &m.metric.data {
+                    Some(metric::Data::Histogram(h)) => Some(h),
+                    _ => None,
+                })
+                .flat_map(|h| h.data_points.iter())
+                .any(|p| {
+                    attribute(&p.attributes, "db.operation").as_deref() == Some("create_training")
+                        && p.count >= 1
+                });
+            if !db_op {
+                return Err("no cohort.db.operation.duration point for create_training".into());
+            }
             let succeeded = points(&metrics, "cohort.trainings").into_iter().any(|p| {
                 attribute(&p.attributes, "state").as_deref() == Some("SUCCEEDED") && value(p) >= 1.0
             });

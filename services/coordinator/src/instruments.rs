@@ -14,6 +14,8 @@
 //! | `cohort.telemetry.watcher_missed_batches` | counter | |
 //! | `cohort.telemetry.history_dropped_rows` | counter | |
 //! | `cohort.alerts.active` | gauge | `kind`, `severity` |
+//! | `cohort.db.operation.duration` (s) | histogram | `db.operation`, `outcome` (`ok`, `error`) |
+//! | `cohort.agent.refused_samples`, `cohort.agent.refused_rank_events` | counters | |
 //! | `gpu.utilization` (%), `gpu.memory.used` / `gpu.memory.total` (By), `gpu.temperature` (Cel), `gpu.power.draw` (W) | gauges | `gpu.uuid`, `gpu.index`, `agent`, `host`, `training.id`, `training.rank` |
 //!
 //! Observations are taken when the exporter collects. Trainings by state
@@ -267,6 +269,25 @@ pub fn register(ctx: &Context) -> Instruments {
             })
             .build(),
     ));
+    let duration = meter
+        .f64_histogram("cohort.db.operation.duration")
+        .with_unit("s")
+        .with_description(
+            "Latency of each named database operation (one transaction with its retries).",
+        )
+        .build();
+    ctx.db
+        .op_metrics()
+        .observe(Arc::new(move |op, elapsed, ok| {
+            let outcome = if ok { "ok" } else { "error" };
+            duration.record(
+                elapsed.as_secs_f64(),
+                &[
+                    KeyValue::new("db.operation", op),
+                    KeyValue::new("outcome", outcome),
+                ],
+            );
+        }));
     let snapshot = GpuSnapshot::default();
     for (name, unit, description, value) in GPU_GAUGES {
         instruments.push(gpu_gauge(

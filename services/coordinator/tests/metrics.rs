@@ -143,6 +143,38 @@ async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
         ),
         Some(0.0)
     );
+    assert_eq!(
+        value(&body, "cohort_agent_refused_samples_total "),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&body, "cohort_agent_refused_rank_events_total "),
+        Some(0.0)
+    );
+    // Every named database operation: a histogram and an error count. The
+    // agent's registration ran once, without error.
+    assert!(body.contains("# TYPE cohort_db_operation_duration_seconds histogram"));
+    assert_eq!(
+        value(
+            &body,
+            r#"cohort_db_operation_duration_seconds_count{op="register_agent"} "#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"cohort_db_operation_duration_seconds_bucket{op="register_agent",le="+Inf"} "#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &body,
+            r#"cohort_db_operation_errors_total{op="register_agent"} "#
+        ),
+        Some(0.0)
+    );
 
     // Anything else is not a scrape.
     let (head, _) = http(metrics_addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;

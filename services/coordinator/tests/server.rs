@@ -17,7 +17,7 @@ struct Running {
     fleet: cohort_coordinator::fleet::Fleet,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
-    _db: common::TestDb,
+    db: common::TestDb,
 }
 
 impl Running {
@@ -46,7 +46,7 @@ async fn start(db: common::TestDb) -> Running {
         fleet,
         stop: Some(stop),
         task,
-        _db: db,
+        db,
     }
 }
 
@@ -453,4 +453,41 @@ async fn without_agents_a_refused_create_and_a_queued_training_give_one_reason()
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     server.stop().await;
+}
+
+/// ListTrainings reads a page's ranks and progress in one transaction, not
+/// two per training (issue 12, defect 6). Counted by the per-operation
+/// database metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_trainings_reads_a_page_in_a_fixed_number_of_transactions() {
+    for db in common::databases().await {
+        let name = db.name;
+        let server = start(db).await;
+        let mut client = TrainingServiceClient::new(server.channel.clone());
+        for _ in 0..40 {
+            client.create_training(create_request("")).await.unwrap();
+        }
+        let ops = server.db.db.op_metrics().clone();
+        let (progress, details) = (ops.count("latest_progress"), ops.count("training_details"));
+        let page = client
+            .list_trainings(v1::ListTrainingsRequest {
+                page_size: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(page.trainings.len(), 40, "{name}");
+        assert!(
+            page.trainings.iter().all(|t| t.queue_position > 0),
+            "{name}"
+        );
+        assert_eq!(
+            ops.count("latest_progress"),
+            progress,
+            "{name}: no per-training read"
+        );
+        assert_eq!(ops.count("training_details"), details + 1, "{name}");
+        server.stop().await;
+    }
 }

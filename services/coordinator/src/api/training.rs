@@ -46,6 +46,8 @@ struct Lookups {
     agents: Vec<crate::model::AgentRecord>,
     /// Waiting training ids in scheduling order.
     waiting: Vec<String>,
+    /// Ranks and newest progress of the trainings described.
+    details: crate::persistence::details::TrainingDetails,
 }
 
 impl TrainingApi {
@@ -137,13 +139,11 @@ fn is_final_change(e: &StoredEvent) -> bool {
 }
 
 impl TrainingApi {
-    /// The full Training message: the row plus the current attempt's rank map
-    /// and the latest progress.
     /// What describing `trainings` needs beyond their rows, loaded once per
-    /// request: the agents (for rank hosts) and the waiting order (for queue
+    /// request: their ranks and newest progress (one transaction for all),
+    /// the agents (for rank hosts) and the waiting order (for queue
     /// positions), each only when some training needs it.
     async fn lookups(&self, trainings: &[&crate::model::Training]) -> Result<Lookups, Status> {
-        use crate::model::JobState;
         let agents = if trainings.iter().any(|t| t.attempt > 0) {
             self.ctx.db.list_agents().await.map_err(ApiError::from)?
         } else {
@@ -158,21 +158,24 @@ impl TrainingApi {
         } else {
             Vec::new()
         };
-        Ok(Lookups { agents, waiting })
+        let details = self
+            .ctx
+            .db
+            .training_details(trainings)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Lookups {
+            agents,
+            waiting,
+            details,
+        })
     }
 
-    async fn describe(
-        &self,
-        training: &crate::model::Training,
-        lookups: &Lookups,
-    ) -> Result<v1::Training, Status> {
-        let db = &self.ctx.db;
+    /// The full Training message: the row plus the current attempt's rank
+    /// map, its queue position, stragglers and the latest progress.
+    fn describe(&self, training: &crate::model::Training, lookups: &Lookups) -> v1::Training {
         let mut message = v1::Training::from(training);
-        if training.attempt > 0 {
-            let ranks = db
-                .ranks(&training.id, training.attempt)
-                .await
-                .map_err(ApiError::from)?;
+        if let Some(ranks) = lookups.details.ranks.get(&training.id) {
             message.ranks = ranks
                 .iter()
                 .map(|r| {
@@ -195,13 +198,12 @@ impl TrainingApi {
             .iter()
             .position(|id| *id == training.id)
             .map_or(0, |p| p as i32 + 1);
-        message.latest_progress = db
-            .latest_progress(&training.id)
-            .await
-            .map_err(ApiError::from)?
-            .as_ref()
+        message.latest_progress = lookups
+            .details
+            .progress
+            .get(&training.id)
             .and_then(super::convert::latest_progress);
-        Ok(message)
+        message
     }
 
     /// Refuse, before anything is written, what can never be placed as asked:
@@ -283,7 +285,7 @@ impl TrainingService for TrainingApi {
             .map_err(ApiError::from)?
             .ok_or_else(|| ApiError::TrainingNotFound(id))?;
         let lookups = self.lookups(&[&training]).await?;
-        Ok(Response::new(self.describe(&training, &lookups).await?))
+        Ok(Response::new(self.describe(&training, &lookups)))
     }
 
     async fn list_trainings(
@@ -312,11 +314,10 @@ impl TrainingService for TrainingApi {
         Ok(Response::new(v1::ListTrainingsResponse {
             trainings: {
                 let lookups = self.lookups(&trainings.iter().collect::<Vec<_>>()).await?;
-                let mut out = Vec::with_capacity(trainings.len());
-                for t in &trainings {
-                    out.push(self.describe(t, &lookups).await?);
-                }
-                out
+                trainings
+                    .iter()
+                    .map(|t| self.describe(t, &lookups))
+                    .collect()
             },
             next_page_token,
         }))

@@ -286,7 +286,45 @@ pub async fn render(ctx: &Context) -> String {
     ] {
         family.write(&mut out);
     }
+    write_db_operations(&mut out, &ctx.db.op_metrics().snapshot());
     out
+}
+
+/// The database's per-operation latency histogram and error counter.
+fn write_db_operations(out: &mut String, ops: &[(&'static str, crate::persistence::OpStats)]) {
+    use crate::persistence::measure::BUCKETS;
+    const DURATION: &str = "cohort_db_operation_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {DURATION} Latency of each named database operation (one transaction with its retries)."
+    );
+    let _ = writeln!(out, "# TYPE {DURATION} histogram");
+    for (op, stats) in ops {
+        for (bound, n) in BUCKETS.iter().zip(stats.buckets.iter()) {
+            let le = bound.to_string();
+            let _ = writeln!(
+                out,
+                "{DURATION}_bucket{} {n}",
+                labels(&[("op", op), ("le", &le)])
+            );
+        }
+        let op_label = labels(&[("op", op)]);
+        let inf = labels(&[("op", op), ("le", "+Inf")]);
+        let _ = writeln!(out, "{DURATION}_bucket{inf} {}", stats.count);
+        let _ = writeln!(out, "{DURATION}_sum{op_label} {}", stats.sum_seconds);
+        let _ = writeln!(out, "{DURATION}_count{op_label} {}", stats.count);
+    }
+    let mut errors = Family::new(
+        "cohort_db_operation_errors_total",
+        "counter",
+        "Runs of each named database operation that ended in an error.",
+    );
+    for (op, stats) in ops {
+        errors
+            .series
+            .push((labels(&[("op", op)]), stats.errors as f64));
+    }
+    errors.write(out);
 }
 
 #[cfg(test)]

@@ -111,17 +111,24 @@ impl Persistence {
         training_id: &str,
     ) -> Result<Option<StoredEvent>, DatabaseError> {
         let id = training_id.to_string();
-        self.read("latest_progress", move |c| {
-            training_events::table
-                .filter(training_events::training_id.eq(&id))
-                .filter(training_events::kind.eq("progress"))
-                .order(training_events::seq.desc())
-                .select(EventRow::as_select())
-                .first(c)
-                .optional()?
-                .map(StoredEvent::try_from)
-                .transpose()
-        })
-        .await
+        self.read("latest_progress", move |c| latest_progress_in(c, &id))
+            .await
     }
+}
+
+/// The newest `progress` event of a training (an index walk back from its
+/// newest event).
+pub(super) fn latest_progress_in(
+    conn: &mut DbConnection,
+    training_id: &str,
+) -> Result<Option<StoredEvent>, DatabaseError> {
+    training_events::table
+        .filter(training_events::training_id.eq(training_id))
+        .filter(training_events::kind.eq("progress"))
+        .order(training_events::seq.desc())
+        .select(EventRow::as_select())
+        .first(conn)
+        .optional()?
+        .map(StoredEvent::try_from)
+        .transpose()
 }

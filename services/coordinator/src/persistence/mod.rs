@@ -11,21 +11,26 @@
 
 pub mod alerts;
 mod bell;
+pub mod checkpoints;
 mod connection;
+pub mod details;
 mod error;
 pub mod events;
 pub mod fleet;
 pub mod gpu_metrics;
+pub mod measure;
 pub mod placements;
+pub mod ranks;
 mod rows;
 pub mod schema;
 pub mod trainings;
 
 pub use bell::EventBell;
+pub use checkpoints::CheckpointRecord;
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
 pub use error::DatabaseError;
 pub use fleet::AgentRegistration;
-pub use placements::CheckpointRecord;
+pub use measure::{OpMetrics, OpStats};
 pub use trainings::{Created, ListTrainings, NewTraining, TrainingCursor};
 
 use connection::ConnectionManager;
@@ -65,6 +70,8 @@ pub struct Persistence {
     max_attempts: u32,
     /// Rung after a commit that wrote training events.
     bell: EventBell,
+    /// Latency and errors per named operation.
+    metrics: OpMetrics,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -141,6 +148,7 @@ impl Persistence {
             target,
             max_attempts: options.max_attempts.max(1),
             bell: EventBell::default(),
+            metrics: OpMetrics::default(),
         })
     }
 
@@ -184,8 +192,8 @@ impl Persistence {
     {
         let pool = self.pool.clone();
         let max_attempts = self.max_attempts;
-        let (result, written) = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
@@ -216,9 +224,18 @@ impl Persistence {
             }
         })
         .await
-        .map_err(|e| DatabaseError::Task(e.to_string()))??;
+        .map_err(|e| DatabaseError::Task(e.to_string()))
+        .and_then(|run| run);
+        let ok = matches!(outcome, Ok((Ok(_), _)));
+        self.metrics.record(op, started.elapsed(), ok);
+        let (result, written) = outcome?;
         self.bell.ring(written);
         result
+    }
+
+    /// Latency and errors of every named operation so far.
+    pub fn op_metrics(&self) -> &OpMetrics {
+        &self.metrics
     }
 
     /// Rings when a training gets new events (see [`EventBell`]).

@@ -257,6 +257,25 @@ fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training
         .collect()
 }
 
+/// Trainings in `state` by priority (higher first), then age.
+fn trainings_in_state(
+    conn: &mut DbConnection,
+    state: JobState,
+) -> Result<Vec<Training>, DatabaseError> {
+    trainings::table
+        .filter(trainings::state.eq(state.as_str()))
+        .order((
+            trainings::priority.desc(),
+            trainings::create_time.asc(),
+            trainings::id.asc(),
+        ))
+        .select(TrainingRow::as_select())
+        .load(conn)?
+        .into_iter()
+        .map(Training::try_from)
+        .collect()
+}
+
 impl Persistence {
     /// Creates a QUEUED training with its first transition and event, or, when
     /// `request_id` names an existing training with the same config and GPU
@@ -324,6 +343,58 @@ impl Persistence {
                 .into_iter()
                 .map(StateTransition::try_from)
                 .collect()
+        })
+        .await
+    }
+
+    /// QUEUED trainings by priority (higher first), then age.
+    pub async fn queued_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
+        self.read("queued_trainings", |c| {
+            trainings_in_state(c, JobState::Queued)
+        })
+        .await
+    }
+
+    /// Updates a QUEUED training's pending reason without a state change.
+    pub async fn set_pending_reason(
+        &self,
+        training_id: &str,
+        reason: &str,
+    ) -> Result<(), DatabaseError> {
+        let (id, reason) = (training_id.to_string(), reason.to_string());
+        self.transaction("set_pending_reason", move |c| {
+            diesel::update(
+                trainings::table
+                    .filter(trainings::id.eq(&id))
+                    .filter(trainings::state.eq(JobState::Queued.as_str())),
+            )
+            .set(trainings::state_reason.eq(&reason))
+            .execute(c)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// RESTARTING trainings by priority (higher first), then age.
+    pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
+        self.read("restarting_trainings", |c| {
+            trainings_in_state(c, JobState::Restarting)
+        })
+        .await
+    }
+
+    /// Replaces a training's config (e.g. a smaller per-rank batch after an OOM).
+    pub async fn update_config(
+        &self,
+        training_id: &str,
+        config: &cohort_spec::TrainingConfig,
+    ) -> Result<(), DatabaseError> {
+        let (id, json) = (training_id.to_string(), config.to_json());
+        self.transaction("update_config", move |c| {
+            diesel::update(trainings::table.find(&id))
+                .set(trainings::config_json.eq(&json))
+                .execute(c)?;
+            Ok(())
         })
         .await
     }

@@ -1,0 +1,114 @@
+//! Checkpoints the ranks reported: where each step's state is and which
+//! agent holds it.
+
+use super::events::append_event_in;
+use super::rows::{now, to_db_time};
+use super::schema::checkpoints;
+use super::{DatabaseError, Persistence};
+use crate::model::EventPayload;
+use cohort_spec::progress::ProgressLine;
+use diesel::prelude::*;
+
+/// A stored checkpoint of a training.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointRecord {
+    pub training_id: String,
+    pub attempt: i32,
+    pub step: i64,
+    pub path: String,
+    pub agent_id: String,
+    pub create_time: chrono::DateTime<chrono::Utc>,
+}
+
+impl Persistence {
+    /// Records a checkpoint a rank reported, and its event, together.
+    pub async fn record_checkpoint(
+        &self,
+        training_id: &str,
+        attempt: i32,
+        agent_id: &str,
+        line: ProgressLine,
+    ) -> Result<(), DatabaseError> {
+        let ProgressLine::Checkpoint { step, path } = line.clone() else {
+            return Err(DatabaseError::Logical("not a checkpoint line".into()));
+        };
+        let (id, agent) = (training_id.to_string(), agent_id.to_string());
+        self.transaction("record_checkpoint", move |c| {
+            let at = now();
+            diesel::delete(
+                checkpoints::table
+                    .filter(checkpoints::training_id.eq(&id))
+                    .filter(checkpoints::step.eq(step)),
+            )
+            .execute(c)?;
+            diesel::insert_into(checkpoints::table)
+                .values((
+                    checkpoints::training_id.eq(&id),
+                    checkpoints::attempt.eq(attempt),
+                    checkpoints::step.eq(step),
+                    checkpoints::path.eq(&path),
+                    checkpoints::agent_id.eq(&agent),
+                    checkpoints::create_time.eq(to_db_time(at)),
+                ))
+                .execute(c)?;
+            append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A training's checkpoints, oldest first.
+    pub async fn checkpoints(
+        &self,
+        training_id: &str,
+    ) -> Result<Vec<CheckpointRecord>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("checkpoints", move |c| {
+            let rows: Vec<(String, i32, i64, String, String, chrono::NaiveDateTime)> =
+                checkpoints::table
+                    .filter(checkpoints::training_id.eq(&id))
+                    .order(checkpoints::step.asc())
+                    .select((
+                        checkpoints::training_id,
+                        checkpoints::attempt,
+                        checkpoints::step,
+                        checkpoints::path,
+                        checkpoints::agent_id,
+                        checkpoints::create_time,
+                    ))
+                    .load(c)?;
+            Ok(rows
+                .into_iter()
+                .map(
+                    |(training_id, attempt, step, path, agent_id, t)| CheckpointRecord {
+                        training_id,
+                        attempt,
+                        step,
+                        path,
+                        agent_id,
+                        create_time: t.and_utc(),
+                    },
+                )
+                .collect())
+        })
+        .await
+    }
+
+    /// The agent holding the newest checkpoint of a training (rank 0's host of
+    /// the attempt that wrote it), if any.
+    pub async fn checkpoint_agent(
+        &self,
+        training_id: &str,
+    ) -> Result<Option<String>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("checkpoint_agent", move |c| {
+            Ok(checkpoints::table
+                .filter(checkpoints::training_id.eq(&id))
+                .order(checkpoints::step.desc())
+                .select(checkpoints::agent_id)
+                .first(c)
+                .optional()?)
+        })
+        .await
+    }
+}
