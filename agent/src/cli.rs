@@ -84,7 +84,9 @@ impl Args {
     }
 }
 
-/// This machine's host name, or `localhost` when it cannot be read.
+/// This machine's host name, or `localhost` when it cannot be read. Read
+/// once at start-up, before any session runs.
+#[allow(clippy::disallowed_methods)]
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

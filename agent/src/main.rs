@@ -82,7 +82,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %rank_program.display(), "rank program not found; starting ranks will fail until it exists (see --rank-binary)");
     }
     let work_dir = args.work_dir();
-    std::fs::create_dir_all(&work_dir)
+    tokio::fs::create_dir_all(&work_dir)
+        .await
         .with_context(|| format!("creating the work directory {}", work_dir.display()))?;
 
     let config = AgentConfig {

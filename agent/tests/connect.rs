@@ -1,6 +1,9 @@
 //! The agent's coordinator session against an in-process fake coordinator
 //! (a real tonic server on 127.0.0.1) and real rank processes (shell scripts).
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::Duration;

@@ -3,6 +3,9 @@
 //! build (`scripts/test.sh` builds every binary before the tests). It fails,
 //! saying how to build it, when there is none.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -60,6 +63,7 @@ async fn two_real_ranks_train_to_success() {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("config.toml");
     std::fs::write(&config_path, CONFIG).unwrap();
+    std::fs::create_dir_all(dir.path().join("run")).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,5 +1,8 @@
 //! The simulated probe: plausible values, load response, overrides, stable uuids.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Duration;
 
 use cohort_agent::probe::{self, GpuProbe, SimField, SimSpec, SimulatedProbe};

@@ -1,6 +1,9 @@
 //! The rank supervisor against real child processes: small shell scripts stand
 //! in for `cohort-rank`.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,11 +28,13 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
     let config_path = dir.join("config.toml");
     std::fs::write(&config_path, "# test\n").unwrap();
+    let run_dir = dir.join(format!("run-{job}-{rank}"));
+    std::fs::create_dir_all(&run_dir).unwrap();
     RankSpec {
         key: RankKey::new(job, 0, rank),
         program,
         config_path,
-        run_dir: dir.join(format!("run-{job}-{rank}")),
+        run_dir,
         world_size: 2,
         local_rank: rank,
         local_world_size: 2,

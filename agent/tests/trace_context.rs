@@ -4,6 +4,9 @@
 //! rank process gets it as TRACEPARENT. A malformed context starts a new
 //! trace instead of failing the command.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::HashMap;

@@ -1,6 +1,7 @@
 //! The coordinator's commands: StartRanks and StopRanks.
 
 use std::path::PathBuf;
+use tracing::Instrument as _;
 
 use cohort_observe::propagation;
 use cohort_proto::v1;
@@ -12,9 +13,12 @@ use crate::supervisor::{RankKey, RankSpec, RankStopper};
 
 /// Runs one command. Returns events to send at once (ranks that could not be
 /// started); everything else is reported through the supervisor's events.
-pub(super) fn handle(agent: &mut Agent, command: v1::CoordinatorMessage) -> Vec<v1::RankEvent> {
+pub(super) async fn handle(
+    agent: &mut Agent,
+    command: v1::CoordinatorMessage,
+) -> Vec<v1::RankEvent> {
     match command.message {
-        Some(In::StartRanks(start)) => start_ranks(agent, start),
+        Some(In::StartRanks(start)) => start_ranks(agent, start).await,
         Some(In::StopRanks(stop)) => {
             stop_ranks(agent, stop);
             Vec::new()
@@ -31,7 +35,7 @@ pub(super) fn handle(agent: &mut Agent, command: v1::CoordinatorMessage) -> Vec<
     }
 }
 
-fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
+async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
     // A child of the coordinator's `training.start` span, when it sent one.
     let parent = propagation::extract(&cmd.trace_context);
     let span = tracing::info_span!(
@@ -42,7 +46,6 @@ fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
         trace_id = propagation::trace_id(&parent).unwrap_or_default(),
     );
     let _ = span.set_parent(parent);
-    let _entered = span.enter();
     // Each rank continues the trace from here (W3C `TRACEPARENT`).
     let rank_env: Vec<(String, String)> = propagation::traceparent(&span.context())
         .or_else(|| cmd.trace_context.get(propagation::TRACEPARENT).cloned())
@@ -77,7 +80,11 @@ fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEvent> {
     if let Err(message) = validate(&cmd, agent.gpus.len()) {
         return fail_all(message);
     }
-    let (config_path, run_dir) = match prepare_dirs(agent, &cmd, attempt) {
+    let prepared = prepare_dirs(agent, &cmd, attempt)
+        .instrument(span.clone())
+        .await;
+    let _entered = span.enter();
+    let (config_path, run_dir) = match prepared {
         Ok(paths) => paths,
         Err(message) => return fail_all(message),
     };
@@ -171,9 +178,9 @@ fn validate(cmd: &v1::StartRanks, gpu_count: usize) -> Result<(), String> {
 }
 
 /// Writes the config to `<work>/trainings/<id>/attempt-<n>/config.json` and
-/// picks the run directory (the command's, relative to the work dir, or
-/// `<work>/trainings/<id>/run`).
-fn prepare_dirs(
+/// creates the run directory (the command's, relative to the work dir, or
+/// `<work>/trainings/<id>/run`), without blocking the session.
+async fn prepare_dirs(
     agent: &Agent,
     cmd: &v1::StartRanks,
     attempt: u32,
@@ -184,16 +191,21 @@ fn prepare_dirs(
         .join("trainings")
         .join(&cmd.training_id);
     let attempt_dir = training_dir.join(format!("attempt-{attempt}"));
-    std::fs::create_dir_all(&attempt_dir)
+    tokio::fs::create_dir_all(&attempt_dir)
+        .await
         .map_err(|e| format!("cannot create {}: {e}", attempt_dir.display()))?;
     let config_path = attempt_dir.join("config.json");
-    std::fs::write(&config_path, &cmd.config_json)
+    tokio::fs::write(&config_path, &cmd.config_json)
+        .await
         .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     let run_dir = if cmd.run_dir.is_empty() {
         training_dir.join("run")
     } else {
         agent.config.work_dir.join(&cmd.run_dir)
     };
+    tokio::fs::create_dir_all(&run_dir)
+        .await
+        .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
     // The rank runs with the run dir as its working directory: make both
     // paths absolute so they mean the same inside it.
     Ok((absolute(config_path), absolute(run_dir)))

@@ -59,7 +59,9 @@ pub fn gpu_process(p: &GpuProcess) -> v1::GpuProcess {
     }
 }
 
-/// The name of a process on this host, where /proc tells it.
+/// The name of a process on this host, where /proc tells it (blocking: the
+/// session converts samples on a blocking thread).
+#[allow(clippy::disallowed_methods)]
 fn process_name(pid: u32) -> Option<String> {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(comm.trim_end().to_string())
@@ -133,6 +135,7 @@ pub fn positive_duration(d: Option<&prost_types::Duration>) -> Option<Duration> 
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use cohort_spec::ExitClass;

@@ -149,7 +149,7 @@ async fn serve(
                     });
                 }
                 Ok(Some(command)) => {
-                    for event in commands::handle(agent, command) {
+                    for event in commands::handle(agent, command).await {
                         send(tx, Out::RankEvent(event)).await?;
                     }
                 }
@@ -173,9 +173,14 @@ async fn send_telemetry(
             return Ok(());
         }
     };
-    let batch = v1::TelemetrySamples {
-        samples: samples.iter().map(convert::gpu_sample).collect(),
+    // Converting names each GPU process from /proc: off the session's loop.
+    let Ok(samples) =
+        tokio::task::spawn_blocking(move || samples.iter().map(convert::gpu_sample).collect())
+            .await
+    else {
+        return Ok(());
     };
+    let batch = v1::TelemetrySamples { samples };
     match tx.try_send(message(Out::Telemetry(batch))) {
         Ok(()) => Ok(()),
         Err(mpsc::error::TrySendError::Full(_)) => {

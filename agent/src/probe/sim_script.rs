@@ -126,7 +126,9 @@ impl OverrideFile {
     }
 
     /// Re-reads the file if it changed. A missing file means no overrides; a
-    /// malformed one is reported and the previous overrides stay.
+    /// malformed one is reported and the previous overrides stay. Blocking:
+    /// probes are sampled on a blocking thread.
+    #[allow(clippy::disallowed_methods)]
     pub fn refresh(&mut self, controls: &SimControls) {
         let stamp = std::fs::metadata(&self.path)
             .ok()

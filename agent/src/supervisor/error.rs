@@ -14,12 +14,6 @@ pub enum SupervisorError {
         #[source]
         source: std::io::Error,
     },
-    #[error("could not create run directory {path}: {source}")]
-    RunDir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("rank {0} is already running")]
     AlreadyRunning(RankKey),
     #[error("rank {0} is not known to this agent")]

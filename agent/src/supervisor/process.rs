@@ -67,10 +67,6 @@ pub(crate) fn spawn(
     if !spec.program.is_file() {
         return Err(SupervisorError::ProgramNotFound(spec.program.clone()));
     }
-    std::fs::create_dir_all(&spec.run_dir).map_err(|source| SupervisorError::RunDir {
-        path: spec.run_dir.clone(),
-        source,
-    })?;
     let mut command = Command::new(&spec.program);
     command
         .args(spec.args())

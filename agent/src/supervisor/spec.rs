@@ -39,8 +39,9 @@ pub struct RankSpec {
     pub program: PathBuf,
     /// The job config file passed as `--config`.
     pub config_path: PathBuf,
-    /// The run directory (checkpoints, reports) passed as `--run-dir`; created
-    /// if missing. The process also runs with it as its working directory.
+    /// The run directory (checkpoints, reports) passed as `--run-dir`; it
+    /// must exist (the caller creates it, off the async runtime). The process
+    /// also runs with it as its working directory.
     pub run_dir: PathBuf,
     pub world_size: u32,
     pub local_rank: u32,

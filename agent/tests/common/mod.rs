@@ -1,6 +1,9 @@
 //! What the agent's tests share: an in-process fake coordinator (a real
 //! tonic server on 127.0.0.1), fake rank programs (shell scripts) and an
 //! agent running in the test's runtime.
+
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
 #![allow(dead_code)] // each test binary uses its own part
 
 use std::os::unix::fs::PermissionsExt;

@@ -2,6 +2,9 @@
 //! with simulated GPUs whose temperature and XID errors a file scripts, and WatchAlerts
 //! over real gRPC. Also the alert rows on SQLite and PostgreSQL.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 mod agent_proc;
 mod common;
 

@@ -8,6 +8,9 @@
 //! Needs the agent binary next to this test's target dir:
 //! `cargo build -p cohort-agent` (or `COHORT_AGENT_BIN=/path/to/cohort-agent`).
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 #[allow(dead_code)] // this test uses only the SQLite helper
 mod common;
 

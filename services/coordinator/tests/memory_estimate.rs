@@ -16,6 +16,9 @@
 //! Needs the real binary: `source scripts/env.sh && cargo build -p cohort-rank`
 //! (default target dir), or `COHORT_RANK_BIN=/path/to/cohort-rank`.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 use cohort_coordinator::selection::{estimate, EstimateInput, MemoryEstimate};
 use cohort_spec::TrainingConfig;
 use std::path::PathBuf;

@@ -2,6 +2,9 @@
 //! `cohort-agent` whose simulated GPU a file pins, scraped with a plain
 //! HTTP/1.1 request.
 
+// Tests may block: they are not the async runtime's production paths.
+#![allow(clippy::disallowed_methods)]
+
 mod agent_proc;
 #[allow(dead_code)] // only the SQLite helper is used here
 mod common;

@@ -99,6 +99,8 @@ impl Persistence {
             .map_err(|e| DatabaseError::Task(e.to_string()))?
     }
 
+    /// Runs on a blocking thread (see [`Persistence::open_with`]).
+    #[allow(clippy::disallowed_methods)]
     fn open_blocking(
         target: DatabaseTarget,
         options: PersistenceOptions,

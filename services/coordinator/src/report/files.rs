@@ -15,7 +15,9 @@ pub fn report_dir(reports: &Path, training_id: &str) -> PathBuf {
     reports.join(training_id)
 }
 
-/// Writes both files; returns their directory.
+/// Writes both files; returns their directory. Blocking: [`spawn_write`]
+/// runs it on a blocking thread.
+#[allow(clippy::disallowed_methods)]
 pub fn write_files(reports: &Path, report: &Report) -> std::io::Result<PathBuf> {
     let dir = report_dir(reports, &report.training_id);
     std::fs::create_dir_all(&dir)?;
@@ -25,6 +27,7 @@ pub fn write_files(reports: &Path, report: &Report) -> std::io::Result<PathBuf> 
     Ok(dir)
 }
 
+#[allow(clippy::disallowed_methods)]
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes)?;
