@@ -365,7 +365,7 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
                 .collect(),
             session: 0,
             commands: tokio::sync::mpsc::channel(1).0,
-            last_seen: std::time::Instant::now(),
+            last_seen: tokio::time::Instant::now(),
         });
     }
     for round in 0..rounds {

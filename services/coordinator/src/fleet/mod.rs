@@ -13,8 +13,8 @@ use cohort_proto::v1;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 
 /// Telemetry batches (one per agent report) buffered per watcher before it is
 /// told it lagged: ~4 s at 1,000 agents reporting at 1 Hz. A PER_GPU watcher

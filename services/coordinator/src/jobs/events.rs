@@ -6,7 +6,7 @@ use crate::model::{EventPayload, JobState, RankRecord, RankState};
 use crate::persistence::DatabaseError;
 use cohort_proto::v1;
 use cohort_spec::progress::ProgressLine;
-use std::time::Instant;
+use tokio::time::Instant;
 
 impl Jobs {
     /// React to one rank event from `agent_id`.

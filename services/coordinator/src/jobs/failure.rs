@@ -257,7 +257,7 @@ impl Jobs {
             let mut rt = self.rt();
             rt.forget(training_id, super::Outcome::Retry { reason: cause });
             rt.teardown_since
-                .insert(training_id.to_string(), std::time::Instant::now());
+                .insert(training_id.to_string(), tokio::time::Instant::now());
         }
         self.kick();
         Ok(())
@@ -284,7 +284,7 @@ impl Jobs {
             .rt()
             .teardown_since
             .entry(training.id.clone())
-            .or_insert_with(std::time::Instant::now);
+            .or_insert_with(tokio::time::Instant::now);
         let deadline = self.settings.stop_grace + self.settings.agent_timeout;
         if since.elapsed() > deadline {
             tracing::warn!(training_id = %training.id, attempt = training.attempt, "ranks not confirmed gone in time: marked lost");

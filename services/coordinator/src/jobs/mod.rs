@@ -29,8 +29,9 @@ use runtime::{Outcome, Runtime};
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 use tracker::AttemptProgress;
 
 /// Tuning of the job runner.

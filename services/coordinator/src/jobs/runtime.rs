@@ -5,7 +5,7 @@ use super::lifecycle::Lifecycle;
 use super::tracker::AttemptProgress;
 use crate::model::JobState;
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// How the current attempt of a training ended, for [`Runtime::forget`].
 #[derive(Debug, Clone, Copy)]

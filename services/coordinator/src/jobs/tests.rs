@@ -1,6 +1,8 @@
 //! The runner in-process: a real SQLite database, the live fleet, and
 //! agents that are in-memory connections (a command channel each) instead
-//! of processes. The real-process integration tests stay beside these.
+//! of processes. The runner's clocks are tokio's, so the tests that wait
+//! for deadlines (a hang, a lost agent) run on paused time, in milliseconds.
+//! The real-process integration tests stay beside these.
 
 use super::*;
 use crate::fleet::LiveAgent;
@@ -8,6 +10,7 @@ use crate::model::{GpuRecord, GpuRequest, GpuSelection};
 use crate::persistence::{AgentRegistration, DatabaseTarget, NewTraining};
 use cohort_proto::v1::coordinator_message::Message as Command;
 use cohort_proto::v1::rank_event::Kind;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 const GIB: u64 = 1 << 30;
@@ -85,7 +88,7 @@ impl Harness {
             gpus: infos.clone(),
             session: 0,
             commands: tx,
-            last_seen: std::time::Instant::now(),
+            last_seen: tokio::time::Instant::now(),
         });
         MemoryAgent {
             id,
@@ -227,4 +230,144 @@ async fn a_spent_restart_budget_leaves_nothing_in_the_runner() {
     assert_eq!(failed.state, JobState::Failed, "{}", failed.state_reason);
     assert!(failed.state_reason.contains("restart budget of 0 spent"));
     assert!(!h.jobs.tracks(&t.id));
+}
+
+/// The runner's deadlines, short enough to read and far from each other.
+fn deadlines() -> JobSettings {
+    JobSettings {
+        agent_timeout: Duration::from_secs(10),
+        hang_floor: Duration::from_secs(60),
+        stop_grace: Duration::from_secs(5),
+        ..JobSettings::default()
+    }
+}
+
+fn progress(step: i64) -> Kind {
+    Kind::Progress(v1::RankProgress {
+        json_line: format!(
+            r#"{{"event":"progress","step":{step},"loss":0.5,"mse":0.4,"l1":0.1,"mean_abs_z":0.2,"steps_per_s":10.0}}"#
+        ),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_running_attempt_is_a_hang_past_its_deadline_and_restarts() {
+    let h = Harness::new(deadlines()).await;
+    let mut agent = h.agent("a", 1).await;
+    let t = running(&h, &mut agent, 3).await;
+    h.event(&agent, &t.id, t.attempt, 0, progress(10)).await;
+    tokio::time::advance(Duration::from_secs(59)).await;
+    h.fleet.touch(&agent.id); // the agent itself keeps heartbeating
+    h.jobs.watchdog_pass().await.unwrap();
+    assert_eq!(
+        h.training(&t.id).await.state,
+        JobState::Running,
+        "within the floor"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    h.fleet.touch(&agent.id);
+    h.jobs.watchdog_pass().await.unwrap();
+    let hung = h.training(&t.id).await;
+    assert_eq!(hung.state, JobState::Restarting);
+    assert!(
+        hung.state_reason.starts_with("HANG: "),
+        "{}",
+        hung.state_reason
+    );
+    assert_eq!(hung.restart_count, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_agent_restarts_its_gangs_elsewhere_after_the_agent_timeout() {
+    let h = Harness::new(deadlines()).await;
+    let mut a = h.agent("a", 1).await;
+    let t = running(&h, &mut a, 3).await;
+    let mut b = h.agent("b", 1).await;
+    // a's stream broke: the fleet no longer has it.
+    let session = h.fleet.agent(&a.id).unwrap().session;
+    assert!(h.fleet.disconnect(&a.id, session));
+    h.jobs.watchdog_pass().await.unwrap();
+    assert_eq!(
+        h.training(&t.id).await.state,
+        JobState::Running,
+        "missing, not yet lost"
+    );
+    tokio::time::advance(Duration::from_secs(11)).await;
+    h.fleet.touch(&b.id);
+    h.jobs.watchdog_pass().await.unwrap();
+    let lost = h.training(&t.id).await;
+    assert_eq!(lost.state, JobState::Restarting);
+    assert!(
+        lost.state_reason.starts_with("agent a lost"),
+        "{}",
+        lost.state_reason
+    );
+    // Its ranks are LOST (their agent is gone), so the teardown is done and
+    // the next pass places attempt 2 on b.
+    h.jobs.schedule_pass().await.unwrap();
+    let start = b.started();
+    assert_eq!(
+        (start.training_id.as_str(), start.attempt),
+        (t.id.as_str(), 2)
+    );
+    assert_eq!(h.training(&t.id).await.state, JobState::Scheduled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_restarts_the_gang_once_its_exit_is_confirmed() {
+    let h = Harness::new(deadlines()).await;
+    let mut agent = h.agent("a", 2).await;
+    let training = h.create(2, 3).await;
+    h.jobs.schedule_pass().await.unwrap();
+    let start = agent.started();
+    for rank in 0..2 {
+        h.event(&agent, &training.id, 1, rank, started(100 + rank as u32))
+            .await;
+    }
+    // Rank 1 crashes; rank 0 is asked to stop but has not exited yet.
+    h.event(&agent, &training.id, 1, 1, exited(77)).await;
+    assert_eq!(h.training(&training.id).await.state, JobState::Restarting);
+    h.jobs.schedule_pass().await.unwrap();
+    assert_eq!(
+        h.training(&training.id).await.state,
+        JobState::Restarting,
+        "not re-placed while rank 0 may still run"
+    );
+    h.event(&agent, &training.id, 1, 0, exited(143)).await;
+    h.jobs.schedule_pass().await.unwrap();
+    let again = h.training(&training.id).await;
+    assert_eq!((again.state, again.attempt), (JobState::Scheduled, 2));
+    let restart = loop {
+        let s = agent.started();
+        if s.attempt == 2 {
+            break s;
+        }
+    };
+    assert_eq!(restart.ranks.len(), 2);
+    assert_eq!(start.world_size, restart.world_size);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_teardown_is_marked_lost_after_its_deadline() {
+    let h = Harness::new(deadlines()).await;
+    let mut agent = h.agent("a", 2).await;
+    let training = h.create(2, 3).await;
+    h.jobs.schedule_pass().await.unwrap();
+    agent.started();
+    for rank in 0..2 {
+        h.event(&agent, &training.id, 1, rank, started(100 + rank as u32))
+            .await;
+    }
+    h.event(&agent, &training.id, 1, 1, exited(77)).await;
+    // Rank 0 never confirms its exit; its agent stays connected.
+    h.jobs.schedule_pass().await.unwrap();
+    assert_eq!(h.training(&training.id).await.state, JobState::Restarting);
+    // stop_grace + agent_timeout later, it is marked LOST and the gang re-placed.
+    tokio::time::advance(Duration::from_secs(16)).await;
+    h.fleet.touch(&agent.id);
+    h.jobs.schedule_pass().await.unwrap();
+    let again = h.training(&training.id).await;
+    assert_eq!((again.state, again.attempt), (JobState::Scheduled, 2));
+    let ranks = h.db.ranks(&training.id, 1).await.unwrap();
+    assert_eq!(ranks[0].state, crate::model::RankState::Lost);
 }

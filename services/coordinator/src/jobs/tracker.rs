@@ -4,7 +4,8 @@
 //! coordinator restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Reports in a row above the threshold before a rank counts as a straggler.
 pub const STRAGGLER_REPORTS: u32 = 3;

@@ -6,7 +6,7 @@
 use super::Jobs;
 use crate::model::{JobState, RankState};
 use crate::persistence::DatabaseError;
-use std::time::Instant;
+use tokio::time::Instant;
 
 impl Jobs {
     pub(super) async fn watchdog_pass(&self) -> Result<(), DatabaseError> {

@@ -13,8 +13,9 @@ use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tonic::{Status, Streaming};
 
 /// How long a new stream may take to send its Register.

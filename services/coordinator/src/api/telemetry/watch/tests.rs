@@ -37,7 +37,7 @@ fn connect(fleet: &Fleet, agent: &str, n: usize) {
         gpus,
         session: 0,
         commands: mpsc::channel(1).0,
-        last_seen: StdInstant::now(),
+        last_seen: tokio::time::Instant::now(),
     });
 }
 
