@@ -11,9 +11,11 @@
 //! - [`report`]: job reports (metrics.jsonl, performance summary, scaling).
 //! - [`selection`]: GPU selection: memory estimate, recommendation, validation.
 //! - [`server`]: [`server::run`], the server with health and reflection.
+//! - [`background`]: start-up work and the background tasks, stopped with a drain deadline.
 
 pub mod alerts;
 pub mod api;
+pub mod background;
 pub mod export;
 pub mod fleet;
 pub mod history;

@@ -124,21 +124,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let ctx = Context::with_settings(db, settings)
         .with_history(history)
         .with_alert_settings(args.alerts.settings());
-    let metrics = match args.metrics_listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding --metrics-listen {addr}"))?;
-            let serve =
-                cohort_coordinator::metrics::serve(listener, ctx.clone(), std::future::pending());
-            Some(tokio::spawn(serve))
-        }
-        None => None,
-    };
-    let served = cohort_coordinator::server::run(listener, ctx, shutdown_signal()).await;
-    if let Some(metrics) = metrics {
-        metrics.abort();
+    if let Some(addr) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --metrics-listen {addr}"))?;
+        // A background task: stopped and awaited with the others.
+        ctx.tasks.spawn(cohort_coordinator::metrics::serve(
+            listener,
+            ctx.clone(),
+            ctx.tasks.cancelled(),
+        ));
     }
-    served.context("serving")?;
+    cohort_coordinator::server::run(listener, ctx, shutdown_signal())
+        .await
+        .context("serving")?;
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! Watch, per service) and server reflection v1 and v1alpha.
 //!
 //! [`run`] takes a bound listener and a shutdown future, so tests can bind
-//! `127.0.0.1:0` and drive the real server.
+//! `127.0.0.1:0` and drive the real server. The work beside the RPCs is
+//! [`crate::background`]'s.
 
 use crate::api::agent::AgentApi;
 use crate::api::gpu::GpuApi;
@@ -50,23 +51,7 @@ pub async fn run(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    if let Err(e) = ctx.jobs.adopt().await {
-        tracing::warn!(error = %e, "cannot adopt placed trainings");
-    }
-    if let Err(e) = ctx.db.disconnect_all_agents().await {
-        tracing::warn!(error = %e, "cannot reset agent connection states");
-    }
-    let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
-    let scheduler = tokio::spawn(ctx.jobs.clone().run(jobs_stopped.clone()));
-    let alerts = tokio::spawn(crate::alerts::engine::run(
-        ctx.db.clone(),
-        ctx.fleet.clone(),
-        ctx.alerts.clone(),
-        jobs_stopped,
-    ));
-
-    let history = ctx.history.start(ctx.db.clone(), ctx.fleet.clone());
-    let instruments = crate::instruments::register(&ctx);
+    let background = crate::background::Background::start(&ctx).await;
 
     let streams = ctx.clone();
     let shutdown = async move {
@@ -86,11 +71,7 @@ pub async fn run(
         .add_service(AgentServiceServer::new(AgentApi::new(ctx)))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await?;
-    let _ = stop_jobs.send(true);
-    let _ = scheduler.await;
-    drop(instruments);
-    history.stop().await;
-    let _ = alerts.await;
+    background.stop().await;
     tracing::info!("gRPC server stopped");
     Ok(())
 }

@@ -13,7 +13,6 @@ use crate::persistence::Persistence;
 use chrono::{SubsecRound, Utc};
 use std::collections::HashSet;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::watch;
 
 fn now() -> chrono::DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
@@ -24,8 +23,9 @@ pub async fn run(
     db: Persistence,
     fleet: Fleet,
     hub: AlertHub,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: impl std::future::Future<Output = ()>,
 ) {
+    tokio::pin!(shutdown);
     let settings = hub.settings().clone();
     let mut evaluator = Evaluator::new(settings.clone());
     // Subscribe before looking, so no change falls between.
@@ -62,7 +62,7 @@ pub async fn run(
     let mut losses = LossTracker::default();
     loop {
         let changes = tokio::select! {
-            _ = shutdown.changed() => return,
+            _ = &mut shutdown => return,
             batch = telemetry.recv() => match batch {
                 Ok(batch) => {
                     let at = now();

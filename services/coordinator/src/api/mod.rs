@@ -41,6 +41,8 @@ pub struct Context {
     pub watchers: telemetry::watchers::WatcherStats,
     /// Agent messages refused for naming what the agent does not own.
     pub refusals: agent::Refusals,
+    /// The background tasks: one token stops them, one tracker waits for them.
+    pub tasks: crate::background::Tasks,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -53,7 +55,8 @@ impl Context {
 
     pub fn with_settings(db: Persistence, settings: JobSettings) -> Self {
         let fleet = Fleet::new();
-        let jobs = Jobs::new(db.clone(), fleet.clone(), settings);
+        let tasks = crate::background::Tasks::default();
+        let jobs = Jobs::new(db.clone(), fleet.clone(), settings, tasks.clone());
         let stopping = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
         Self {
             db,
@@ -63,6 +66,7 @@ impl Context {
             alerts: crate::alerts::AlertHub::default(),
             watchers: Default::default(),
             refusals: Default::default(),
+            tasks,
             stopping,
         }
     }

@@ -103,7 +103,7 @@ impl Jobs {
             }
             let jobs = self.clone();
             let training = training.clone();
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 tokio::time::sleep(jobs.settings.peer_lost_grace).await;
                 let cause = jobs.peer_lost_cause(&training, &failure).await;
                 if let Err(e) = jobs

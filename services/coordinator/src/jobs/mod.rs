@@ -30,7 +30,7 @@ use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracker::AttemptProgress;
 
@@ -82,6 +82,8 @@ pub struct Jobs {
     wake: Arc<Notify>,
     settings: Arc<JobSettings>,
     runtime: Arc<Mutex<Runtime>>,
+    /// Where report writers and pending decisions run (drained at shutdown).
+    tasks: crate::background::Tasks,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -94,13 +96,19 @@ impl std::fmt::Debug for Jobs {
 pub type Plan = Result<Vec<RankSlot>, Unplaceable>;
 
 impl Jobs {
-    pub fn new(db: Persistence, fleet: Fleet, settings: JobSettings) -> Self {
+    pub fn new(
+        db: Persistence,
+        fleet: Fleet,
+        settings: JobSettings,
+        tasks: crate::background::Tasks,
+    ) -> Self {
         Self {
             db,
             fleet,
             wake: Arc::new(Notify::new()),
             settings: Arc::new(settings),
             runtime: Arc::default(),
+            tasks,
         }
     }
 
@@ -159,8 +167,9 @@ impl Jobs {
         self.rt().progress.insert(training.id.clone(), progress);
     }
 
-    /// The scheduling loop and watchdog; returns when `shutdown` turns true.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+    /// The scheduling loop and watchdog; returns when `shutdown` resolves.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
         loop {
             if let Err(e) = self.watchdog_pass().await {
                 tracing::warn!(error = %e, "watchdog pass failed");
@@ -171,7 +180,7 @@ impl Jobs {
             tokio::select! {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(self.settings.schedule_interval) => {}
-                _ = shutdown.changed() => return,
+                _ = &mut shutdown => return,
             }
         }
     }
@@ -415,11 +424,11 @@ impl Jobs {
     /// Writes the report files of a training that ended, in the background.
     fn write_report(&self, training_id: &str) {
         if let Some(dir) = &self.settings.reports_dir {
-            crate::report::files::spawn_write(
+            self.tasks.spawn(crate::report::files::write(
                 self.db.clone(),
                 dir.clone(),
                 training_id.to_string(),
-            );
+            ));
         }
     }
 

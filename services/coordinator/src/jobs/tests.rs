@@ -37,7 +37,7 @@ impl Harness {
             .await
             .expect("open sqlite");
         let fleet = Fleet::new();
-        let jobs = Jobs::new(db.clone(), fleet.clone(), settings);
+        let jobs = Jobs::new(db.clone(), fleet.clone(), settings, Default::default());
         Self {
             _dir: dir,
             db,

@@ -34,10 +34,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Builds the report of a training that just ended and writes its files, in
-/// the background (the job runner does not wait); failures are logged.
-pub fn spawn_write(db: Persistence, reports: PathBuf, training_id: String) {
-    tokio::spawn(async move {
+/// Builds the report of a training that just ended and writes its files;
+/// failures are logged. The job runner runs it as a background task.
+pub async fn write(db: Persistence, reports: PathBuf, training_id: String) {
+    {
         let report = match super::build_report(&db, &training_id).await {
             Ok(Some(report)) => report,
             Ok(None) => return,
@@ -54,5 +54,5 @@ pub fn spawn_write(db: Persistence, reports: PathBuf, training_id: String) {
             Ok(Err(e)) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
             Err(e) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
         }
-    });
+    }
 }
