@@ -24,7 +24,7 @@
 //! asked for them, so nothing queries the database when nothing exports.
 
 use crate::alerts::AlertKind;
-use crate::api::Context;
+use crate::context::Context;
 use crate::model::JobState;
 use opentelemetry::metrics::Meter;
 use opentelemetry::KeyValue;

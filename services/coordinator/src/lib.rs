@@ -3,6 +3,7 @@
 //! - [`model`]: domain types (job and rank states, GPU requests, trainings).
 //! - [`persistence`]: the database (SQLite or PostgreSQL through diesel).
 //! - [`api`]: the `cohort.v1` gRPC services.
+//! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the scheduler (gang placement) and the job runner.
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
@@ -16,6 +17,7 @@
 pub mod alerts;
 pub mod api;
 pub mod background;
+pub mod context;
 pub mod export;
 pub mod fleet;
 pub mod history;
@@ -27,3 +29,4 @@ pub mod persistence;
 pub mod report;
 pub mod selection;
 pub mod server;
+pub mod tasks;

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_coordinator::jobs::JobSettings;
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
 use cohort_observe::{Observability, ObservabilityArgs};

@@ -9,7 +9,7 @@ use crate::api::agent::AgentApi;
 use crate::api::gpu::GpuApi;
 use crate::api::telemetry::{TelemetryApi, TelemetryServer};
 use crate::api::training::TrainingApi;
-use crate::api::Context;
+use crate::context::Context;
 use cohort_proto::v1::agent_service_server::AgentServiceServer;
 use cohort_proto::v1::gpu_service_server::GpuServiceServer;
 use cohort_proto::v1::telemetry_service_server::TelemetryServiceServer;

@@ -6,7 +6,7 @@
 #[allow(dead_code)]
 mod common;
 
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;

@@ -10,7 +10,7 @@ mod common;
 
 use chrono::{Duration as ChronoDuration, SubsecRound, Utc};
 use cohort_coordinator::alerts::{Alert, AlertKind, AlertSettings, RunningTraining, Severity};
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
 use cohort_proto::v1::watch_alerts_response::Event;

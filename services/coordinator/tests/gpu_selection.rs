@@ -14,7 +14,7 @@
 #[allow(dead_code)] // this test uses only the SQLite helper
 mod common;
 
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_client::GpuServiceClient;
 use std::collections::HashSet;

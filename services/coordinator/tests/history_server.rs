@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod common;
 
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_coordinator::history::{History, HistorySettings, SystemClock};
 use cohort_proto::error::{bad_fields, reason, reason_of};
 use cohort_proto::v1;

@@ -9,7 +9,7 @@ mod agent_proc;
 #[allow(dead_code)] // only the SQLite helper is used here
 mod common;
 
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use cohort_coordinator::api::Context;
+use cohort_coordinator::context::Context;
 use cohort_proto::error::{bad_fields, reason, reason_of};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;

@@ -5,10 +5,10 @@
 
 use super::evaluator::Evaluator;
 use super::hub::AlertHub;
-use super::model::Transition;
 use super::plateau::LossTracker;
 use super::presence::RunningTraining;
 use crate::fleet::{Fleet, Presence};
+use crate::model::Transition;
 use crate::persistence::Persistence;
 use chrono::{SubsecRound, Utc};
 use std::collections::HashSet;

@@ -8,8 +8,8 @@
 //! resolved when the level is `Clear`. `Between` (inside the hysteresis band)
 //! keeps an active alert active but restarts a pending window.
 
-use super::model::{Alert, AlertKey, AlertKind, Transition};
 use super::settings::AlertSettings;
+use crate::model::{Alert, AlertKey, AlertKind, Transition};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! training, and new uncorrected ECC or critical XID errors.
 
 use super::evaluator::{elapsed, human, Draft, Evaluator, GpuState, Level};
-use super::model::{AlertKind, Transition};
 use crate::fleet::GpuReading;
+use crate::model::{AlertKind, Transition};
 use chrono::{DateTime, Utc};
 
 /// `Firing` above `threshold`, `Clear` at or below `threshold - band`.

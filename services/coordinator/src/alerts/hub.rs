@@ -4,8 +4,8 @@
 //! that takes [`AlertHub::subscribe`] gets the active alerts and a receiver
 //! positioned exactly after them: nothing missed, nothing twice.
 
-use super::model::Alert;
 use super::settings::AlertSettings;
+use crate::model::Alert;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

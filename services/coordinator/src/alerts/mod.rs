@@ -5,7 +5,8 @@
 //!
 //! - [`settings`]: thresholds and windows ([`AlertSettings`], data-contract defaults);
 //!   [`AlertFlags`]: the coordinator's flags for the main ones.
-//! - [`model`]: [`Alert`], [`AlertKind`], [`Severity`], [`Transition`].
+//! - The alert types ([`Alert`], [`AlertKind`], [`Severity`], [`Transition`])
+//!   are domain types, in [`crate::model`].
 //! - [`evaluator`]: the pure state machine (time is passed in); the rules are
 //!   in `gpu_rules` (memory, temperature, utilization, ECC) and `presence`
 //!   (agent lost, stale GPUs, stalled trainings); [`plateau`]: loss plateaus.
@@ -17,15 +18,14 @@ pub mod evaluator;
 mod flags;
 mod gpu_rules;
 pub mod hub;
-pub mod model;
 pub mod plateau;
 mod presence;
 pub mod settings;
 
+pub use crate::model::{Alert, AlertKey, AlertKind, Severity, Transition};
 pub use evaluator::Evaluator;
 pub use flags::AlertFlags;
 pub use hub::AlertHub;
-pub use model::{Alert, AlertKey, AlertKind, Severity, Transition};
 pub use presence::RunningTraining;
 pub use settings::AlertSettings;
 

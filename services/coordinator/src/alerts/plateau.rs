@@ -5,8 +5,8 @@
 //! is new); the rule is evaluated with the stall check.
 
 use super::evaluator::{Draft, Evaluator, Level};
-use super::model::{AlertKind, Transition};
 use super::presence::RunningTraining;
+use crate::model::{AlertKind, Transition};
 use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
 use cohort_spec::progress::ProgressLine;

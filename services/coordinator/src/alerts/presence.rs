@@ -2,17 +2,11 @@
 //! GPUs that stopped reporting, ECC quiet windows, and stalled trainings.
 
 use super::evaluator::{elapsed, human, Draft, Evaluator, Level};
-use super::model::{AlertKey, AlertKind, Transition};
+use crate::model::{AlertKey, AlertKind, Transition};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-/// A RUNNING training and when it last showed life.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunningTraining {
-    pub id: String,
-    /// The later of its newest progress event and its entry into RUNNING.
-    pub last_activity: DateTime<Utc>,
-}
+pub use crate::model::RunningTraining;
 
 impl Evaluator {
     /// An agent's session began (a new one or a reconnect).

@@ -4,7 +4,8 @@
 
 use super::error::ApiError;
 use super::training::page_size;
-use super::{BoxStream, Context};
+use super::BoxStream;
+use crate::context::Context;
 use crate::export::source::{Source, CHUNK, MANIFEST, STATE};
 use crate::export::{saelens, ExportError};
 use crate::persistence::CheckpointRecord;

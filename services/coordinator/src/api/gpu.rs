@@ -4,7 +4,7 @@
 //! functions of [`crate::selection`] to a snapshot of it.
 
 use super::error::ApiError;
-use super::Context;
+use crate::context::Context;
 use crate::selection::{self, Candidate, MemoryEstimate};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;

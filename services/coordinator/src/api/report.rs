@@ -2,7 +2,7 @@
 //! [`crate::report`]) as the API's message.
 
 use super::error::ApiError;
-use super::Context;
+use crate::context::Context;
 use crate::report::{build_report, RankSummary, Report, Scaling, Summary};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;

@@ -8,7 +8,7 @@
 //! all watchers (see `wire`). QueryGpuMetrics reads the stored history (see
 //! `query`).
 
-use super::Context;
+use crate::context::Context;
 use crate::fleet::ReadingFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -20,12 +20,11 @@ mod wire;
 
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_server::TelemetryService;
-use std::pin::Pin;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 pub use wire::{EncodedUpdate, TelemetryServer};
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+use crate::api::StatusStream as BoxStream;
 
 /// A request's `view`: PER_GPU when unspecified; INVALID_ARGUMENT when it
 /// names no view.
@@ -65,7 +64,7 @@ impl TelemetryApi {
         };
         let (tx, rx) = tokio::sync::mpsc::channel(watch::QUEUE);
         // The watcher ends the stream itself when the server stops.
-        let stopping = self.ctx.stopping.subscribe();
+        let stopping = self.ctx.stopping();
         tokio::spawn(watch::run(
             self.ctx.fleet.clone(),
             view,

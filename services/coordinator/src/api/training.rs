@@ -1,22 +1,20 @@
 //! TrainingService over persistence. Placement is not done here: a created
-//! training stays QUEUED until the scheduler (not written yet) places it.
-//! WatchTraining replays the stored history and then follows it by polling
-//! the database; the live fan-out hub can replace the polling later.
+//! training stays QUEUED until the scheduler ([`crate::jobs`]) places it.
+//! WatchTraining replays the stored history, then follows it as the event
+//! bell rings (with a slow poll as a safety net).
 
 use super::convert::training_event;
 use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor};
-use super::Context;
+use crate::context::Context;
 use crate::model::{EventPayload, GpuRequest, JobState, StoredEvent};
 use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
 use cohort_spec::TrainingConfig;
-use std::pin::Pin;
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -34,7 +32,7 @@ const WATCH_FALLBACK: Duration = Duration::from_secs(2);
 /// Events read per query while watching.
 const WATCH_BATCH: i64 = 256;
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+use crate::api::StatusStream as BoxStream;
 
 #[derive(Debug, Clone)]
 pub struct TrainingApi {

@@ -83,7 +83,7 @@ pub struct Jobs {
     settings: Arc<JobSettings>,
     runtime: Arc<Mutex<Runtime>>,
     /// Where report writers and pending decisions run (drained at shutdown).
-    tasks: crate::background::Tasks,
+    tasks: crate::tasks::Tasks,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -100,7 +100,7 @@ impl Jobs {
         db: Persistence,
         fleet: Fleet,
         settings: JobSettings,
-        tasks: crate::background::Tasks,
+        tasks: crate::tasks::Tasks,
     ) -> Self {
         Self {
             db,

@@ -5,7 +5,7 @@
 
 pub mod render;
 
-use crate::api::Context;
+use crate::context::Context;
 use std::future::Future;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -7,7 +7,7 @@
 //! dashboards built for dcgm-exporter work and can also group by training.
 
 use crate::alerts::{AlertKind, Severity};
-use crate::api::Context;
+use crate::context::Context;
 use crate::model::JobState;
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -1,11 +1,13 @@
 //! The coordinator's domain types, independent of the database rows and of the
 //! generated protobuf messages (each side converts to and from these).
 
+mod alert;
 mod gpu_request;
 mod placement;
 mod state;
 mod training;
 
+pub use alert::{Alert, AlertKey, AlertKind, RunningTraining, Severity, Transition};
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
 pub use placement::{AgentRecord, GpuRecord, Placement, RankRecord, RankSlot};
 pub use state::{JobState, RankState, UnknownState};

@@ -4,8 +4,8 @@
 use super::rows::to_db_time;
 use super::schema::{alerts, state_transitions, training_events, trainings};
 use super::{DatabaseError, Persistence};
-use crate::alerts::{Alert, AlertKind, RunningTraining, Severity};
 use crate::model::JobState;
+use crate::model::{Alert, AlertKind, RunningTraining, Severity};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::dsl::max;
 use diesel::prelude::*;
@@ -160,18 +160,6 @@ impl Persistence {
                 });
             }
             Ok(out)
-        })
-        .await
-    }
-
-    /// How many trainings are in each state (states with none are left out).
-    pub async fn count_trainings_by_state(&self) -> Result<Vec<(String, i64)>, DatabaseError> {
-        self.read("count_trainings_by_state", |c| {
-            Ok(trainings::table
-                .group_by(trainings::state)
-                .select((trainings::state, diesel::dsl::count_star()))
-                .order(trainings::state.asc())
-                .load::<(String, i64)>(c)?)
         })
         .await
     }

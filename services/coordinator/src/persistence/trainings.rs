@@ -398,4 +398,16 @@ impl Persistence {
         })
         .await
     }
+
+    /// How many trainings are in each state (states with none are left out).
+    pub async fn count_trainings_by_state(&self) -> Result<Vec<(String, i64)>, DatabaseError> {
+        self.read("count_trainings_by_state", |c| {
+            Ok(trainings::table
+                .group_by(trainings::state)
+                .select((trainings::state, diesel::dsl::count_star()))
+                .order(trainings::state.asc())
+                .load::<(String, i64)>(c)?)
+        })
+        .await
+    }
 }

@@ -17,15 +17,14 @@ pub use register::{HEARTBEAT_INTERVAL, REGISTER_TIMEOUT, TELEMETRY_INTERVAL};
 
 use super::convert::timestamp;
 use super::error::ApiError;
-use super::Context;
+use crate::context::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_server::AgentService;
-use std::pin::Pin;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+use crate::api::StatusStream as BoxStream;
 
 #[derive(Debug, Clone)]
 pub struct AgentApi {

@@ -5,7 +5,7 @@
 
 use super::session;
 use crate::api::error::ApiError;
-use crate::api::Context;
+use crate::context::Context;
 use crate::fleet::LiveAgent;
 use crate::model::GpuRecord;
 use crate::persistence::AgentRegistration;

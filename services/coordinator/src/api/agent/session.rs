@@ -4,7 +4,7 @@
 //! for file chunks); then the agent leaves the live fleet.
 
 use super::rank_events::OwnedRanks;
-use crate::api::Context;
+use crate::context::Context;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use tonic::Streaming;

@@ -6,7 +6,7 @@
 use crate::alerts::{Alert, Severity};
 use crate::api::convert::timestamp;
 use crate::api::error::ApiError;
-use crate::api::Context;
+use crate::context::Context;
 use crate::persistence::Persistence;
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;

@@ -20,7 +20,7 @@
 
 use crate::api::error::ApiError;
 use crate::api::page_token::{hex, unhex};
-use crate::api::Context;
+use crate::context::Context;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
 use chrono::{DateTime, Utc};
 use cohort_proto::error::{bad_field, reason};

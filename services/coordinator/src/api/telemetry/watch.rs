@@ -269,7 +269,7 @@ pub async fn run(
     stopping: watch::Receiver<bool>,
     open: WatcherGuard,
 ) {
-    let stop = crate::api::stopped(stopping);
+    let stop = crate::context::stopped(stopping);
     // Subscribe before the snapshot, so no batch falls between the two.
     let batches = (view == v1::MetricsView::PerGpu).then(|| fleet.subscribe_telemetry());
     let snapshot: Vec<GpuReading> = fleet

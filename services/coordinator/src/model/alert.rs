@@ -191,3 +191,11 @@ mod tests {
         assert!(Severity::Info < Severity::Warning && Severity::Warning < Severity::Critical);
     }
 }
+
+/// A RUNNING training and when it last showed life.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningTraining {
+    pub id: String,
+    /// The later of its newest progress event and its entry into RUNNING.
+    pub last_activity: DateTime<Utc>,
+}

@@ -1,0 +1,115 @@
+//! What every service and background task shares: the database, the live
+//! fleet, the job runner, telemetry history, alerts and the background
+//! tasks. Cheap to clone.
+
+use crate::api::BoxStream;
+use crate::fleet::Fleet;
+use crate::jobs::{JobSettings, Jobs};
+use crate::persistence::Persistence;
+
+/// What every service shares. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub db: Persistence,
+    /// The live agents, GPU holds and telemetry fan-out.
+    pub fleet: Fleet,
+    /// The scheduler and job runner.
+    pub jobs: Jobs,
+    /// GPU telemetry history: settings, clock and writer counters (its
+    /// writer and retention tasks run in `server::run`).
+    pub history: crate::history::History,
+    /// Active alerts and their live feed (the alert task runs in `server::run`).
+    pub alerts: crate::alerts::AlertHub,
+    /// Open WatchGpuMetrics streams and their lag.
+    pub watchers: crate::api::telemetry::watchers::WatcherStats,
+    /// Agent messages refused for naming what the agent does not own.
+    pub refusals: crate::api::agent::Refusals,
+    /// The background tasks: one token stops them, one tracker waits for them.
+    pub tasks: crate::tasks::Tasks,
+    /// Turns true when the server stops: every long-lived stream ends then,
+    /// so a graceful shutdown is not held open by agents and watchers.
+    stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Context {
+    pub fn new(db: Persistence) -> Self {
+        Self::with_settings(db, JobSettings::default())
+    }
+
+    pub fn with_settings(db: Persistence, settings: JobSettings) -> Self {
+        let fleet = Fleet::new();
+        let tasks = crate::tasks::Tasks::default();
+        let jobs = Jobs::new(db.clone(), fleet.clone(), settings, tasks.clone());
+        let stopping = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
+        Self {
+            db,
+            fleet,
+            jobs,
+            history: crate::history::History::default(),
+            alerts: crate::alerts::AlertHub::default(),
+            watchers: Default::default(),
+            refusals: Default::default(),
+            tasks,
+            stopping,
+        }
+    }
+
+    /// Evaluate alerts with these thresholds instead of the defaults.
+    pub fn with_alert_settings(mut self, settings: crate::alerts::AlertSettings) -> Self {
+        self.alerts = crate::alerts::AlertHub::new(settings);
+        self
+    }
+
+    /// Keep GPU telemetry history with these settings and this clock.
+    pub fn with_history(mut self, history: crate::history::History) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// Told when the server stops (see [`stopped`]).
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// End every long-lived stream (the server is stopping).
+    pub fn stop_streams(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// `stream`, ended when the server stops.
+    pub fn until_stopping<S>(&self, stream: S) -> BoxStream<S::Item>
+    where
+        S: tokio_stream::Stream + Send + 'static,
+        S::Item: Send,
+    {
+        use tokio_stream::StreamExt;
+        let stopping = self.stopping.subscribe();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let stopped = stopped(stopping);
+            tokio::pin!(stream);
+            tokio::pin!(stopped);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    _ = tx.closed() => return,
+                    item = stream.next() => match item {
+                        Some(item) => if tx.send(item).await.is_err() { return },
+                        None => return,
+                    },
+                }
+            }
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    }
+}
+
+/// Resolves once `stopping` says true (the server is stopping); never when
+/// its sender is gone without saying so.
+pub(crate) async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    while !*stopping.borrow_and_update() {
+        if stopping.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
