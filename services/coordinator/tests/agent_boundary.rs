@@ -13,7 +13,7 @@ use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_proto::v1::coordinator_message::Message as Command;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
@@ -104,17 +104,8 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
     let db = common::sqlite().await;
     let ctx = Context::new(db.db.clone());
     let (fleet, refusals) = (ctx.fleet.clone(), ctx.refusals.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        cohort_coordinator::server::run(listener, ctx, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    let channel = cohort_proto::channel(&url).await.unwrap();
+    let server = common::server::TestServer::start(ctx).await;
+    let channel = server.channel.clone();
     let mut a = TestAgent::connect(channel.clone(), "host-a", "GPU-a0").await;
     let b = TestAgent::connect(channel.clone(), "host-b", "GPU-b0").await;
 
@@ -219,6 +210,5 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
     assert_eq!(refusals.rank_events(), 3);
 
     drop((a, b));
-    let _ = stop.send(());
-    tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, server.stop()).await.unwrap();
 }

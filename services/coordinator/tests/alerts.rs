@@ -15,7 +15,6 @@ use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
 use cohort_proto::v1::watch_alerts_response::Event;
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tonic::Streaming;
 
 /// How long any one expected event may take (generous for a loaded CI box).
@@ -48,12 +47,8 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
         ..AlertSettings::default()
     };
     let ctx = Context::new(db.db.clone()).with_alert_settings(settings);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(cohort_coordinator::server::run(listener, ctx, async {
-        let _ = stopped.await;
-    }));
+    let server = common::server::TestServer::start(ctx).await;
+    let url = server.url.clone();
 
     let dir = tempfile::tempdir().unwrap();
     let overrides = dir.path().join("overrides");
@@ -185,8 +180,7 @@ async fn a_hot_simulated_gpu_raises_and_clears_an_alert_seen_by_watch_alerts() {
         Event::CaughtUp(_)
     ));
 
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }
 
 fn alert(kind: AlertKind, subject: &str) -> Alert {

@@ -21,7 +21,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 const GIB: u64 = 1 << 30;
@@ -126,14 +125,10 @@ fn config() -> v1::TrainingConfig {
 async fn recommend_packs_hosts_and_validate_names_every_problem() {
     let bin = agent_binary();
     let db = common::sqlite().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let ctx = Context::new(db.db.clone());
     let fleet = ctx.fleet.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(cohort_coordinator::server::run(listener, ctx, async {
-        let _ = stopped.await;
-    }));
+    let server = common::server::TestServer::start(ctx).await;
+    let url = server.url.clone();
 
     let dir = tempfile::tempdir().unwrap();
     let overrides = dir.path().join("overrides-b");
@@ -316,23 +311,14 @@ async fn recommend_packs_hosts_and_validate_names_every_problem() {
     assert_eq!(fleet.free_gpus().len(), 6);
 
     drop(_agents);
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }
 
 #[tokio::test]
 async fn estimate_memory_itemises_and_rejects_bad_configs() {
     let db = common::sqlite().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(cohort_coordinator::server::run(
-        listener,
-        Context::new(db.db.clone()),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let server = common::server::TestServer::start(Context::new(db.db.clone())).await;
+    let url = server.url.clone();
     let mut client = GpuServiceClient::new(cohort_proto::channel(&url).await.unwrap());
     let e = client
         .estimate_memory(v1::EstimateMemoryRequest {
@@ -377,6 +363,5 @@ async fn estimate_memory_itemises_and_rejects_bad_configs() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }

@@ -16,7 +16,7 @@ use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -109,17 +109,8 @@ async fn exercise(db: common::TestDb) {
         Arc::new(SystemClock),
     );
     let ctx = Context::new(db.db.clone()).with_history(history.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        cohort_coordinator::server::run(listener, ctx, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    let channel: Channel = cohort_proto::channel(&url).await.unwrap();
+    let server = common::server::TestServer::start(ctx).await;
+    let channel: Channel = server.channel.clone();
 
     // The agent side: Register, then one TelemetrySamples per tick.
     let (tx, rx) = mpsc::channel(64);
@@ -292,8 +283,7 @@ async fn exercise(db: common::TestDb) {
     );
 
     drop(tx);
-    let _ = stop.send(());
-    server.await.unwrap();
+    server.stop().await;
     let stats = history.stats();
     assert_eq!(stats.written_rows, TICKS as u64 * 2, "{name}: {stats:?}");
     assert_eq!(

@@ -6,7 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod agent_proc;
-#[allow(dead_code)] // only the SQLite helper is used here
+#[allow(dead_code)] // each test binary uses its own part
 mod common;
 
 use cohort_coordinator::context::Context;
@@ -49,19 +49,11 @@ fn value(body: &str, prefix: &str) -> Option<f64> {
 async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
     let db = common::sqlite().await;
     let ctx = Context::new(db.db.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_addr = metrics_listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
     let (stop_metrics, metrics_stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(cohort_coordinator::server::run(
-        listener,
-        ctx.clone(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let server = common::server::TestServer::start(ctx.clone()).await;
+    let url = server.url.clone();
     let metrics = tokio::spawn(cohort_coordinator::metrics::serve(
         metrics_listener,
         ctx,
@@ -194,6 +186,5 @@ async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
 
     let _ = stop_metrics.send(());
     metrics.await.unwrap();
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 }

@@ -7,45 +7,31 @@ use cohort_coordinator::context::Context;
 use cohort_proto::error::{bad_fields, reason, reason_of};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
-use tokio::sync::oneshot;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use tonic::Code;
 
 struct Running {
+    server: common::server::TestServer,
     channel: Channel,
     fleet: cohort_coordinator::fleet::Fleet,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
     db: common::TestDb,
 }
 
 impl Running {
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap();
+    async fn stop(self) {
+        self.server.stop().await;
     }
 }
 
 async fn start(db: common::TestDb) -> Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
     let ctx = Context::new(db.db.clone());
     let fleet = ctx.fleet.clone();
-    let task = tokio::spawn(async move {
-        cohort_coordinator::server::run(listener, ctx, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    let channel = cohort_proto::channel(&url).await.unwrap();
+    let server = common::server::TestServer::start(ctx).await;
     Running {
-        channel,
+        channel: server.channel.clone(),
+        server,
         fleet,
-        stop: Some(stop),
-        task,
         db,
     }
 }

@@ -2,6 +2,8 @@
 //! the PostgreSQL server at `COHORT_TEST_POSTGRES_URL` (default
 //! postgres://postgres@127.0.0.1:5432/test), dropped when the test ends.
 
+pub mod server;
+
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
