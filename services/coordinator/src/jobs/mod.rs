@@ -20,13 +20,12 @@ pub use failure::describe_exit;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
-use crate::model::{GpuRequest, GpuSelection, JobState, RankSlot, Training};
+use crate::model::{GpuRequest, JobState, Training};
 use crate::persistence::{DatabaseError, Persistence};
 use cohort_proto::v1;
-use placement::Unplaceable;
+use placement::FleetView;
 use queue::QueuePolicy;
 use runtime::{Outcome, Runtime};
-use std::collections::HashSet;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,8 +91,7 @@ impl std::fmt::Debug for Jobs {
     }
 }
 
-/// What `plan` decided for one training.
-pub type Plan = Result<Vec<RankSlot>, Unplaceable>;
+pub use placement::Plan;
 
 impl Jobs {
     pub fn new(
@@ -185,94 +183,12 @@ impl Jobs {
         }
     }
 
-    /// Where a new training would go right now, without placing it: count and
-    /// AUTO requests follow the recommender (healthy, free GPUs with enough
-    /// memory for the config's estimate, on the fewest hosts); explicit ids
-    /// are taken as given.
+    /// Where a new training would go right now, without placing it (see
+    /// [`placement::plan_first`]).
     pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::TrainingConfig) -> Plan {
-        use crate::selection::{candidates, estimate, recommend, EstimateInput};
-        if let GpuSelection::Ids { .. } = request.selection {
-            return self.plan_avoiding(request, &HashSet::new(), None);
-        }
-        if self.fleet.agent_count() == 0 {
-            return Err(Unplaceable::NoAgents);
-        }
+        use crate::selection::{estimate, EstimateInput};
         let need = estimate(&EstimateInput::from_config(config)).total;
-        let candidates = candidates(&self.fleet);
-        let count = match request.selection {
-            GpuSelection::Count { count } => count as usize,
-            GpuSelection::Auto { max_gpus } => {
-                let suitable = candidates
-                    .iter()
-                    .filter(|c| c.unsuitable(need).is_none())
-                    .count();
-                let bound = if max_gpus == 0 {
-                    usize::MAX
-                } else {
-                    max_gpus as usize
-                };
-                suitable.min(bound).max(1)
-            }
-            GpuSelection::Ids { .. } => unreachable!("handled above"),
-        };
-        let choice = recommend(&candidates, need, count, false);
-        if let Some(why) = choice.shortfall {
-            let unhealthy = choice
-                .rejected
-                .iter()
-                .filter(|(_, u)| matches!(u, crate::selection::Unsuitable::Unhealthy(_)))
-                .count();
-            if choice.chosen.len() + unhealthy >= count {
-                return Err(Unplaceable::WaitingForHealthy(why));
-            }
-            return Err(Unplaceable::NotSuitable(why));
-        }
-        let free = self.fleet.free_gpus();
-        let known: Vec<String> = candidates.iter().map(|c| c.uuid.clone()).collect();
-        let ids: Vec<String> = choice.chosen.iter().map(|c| c.uuid.clone()).collect();
-        placement::by_ids(&free, &known, &ids)
-    }
-
-    /// A restart's placement: avoiding `avoid` GPUs when possible and putting rank 0
-    /// on `leader` (the agent holding the newest checkpoint) when it is chosen.
-    fn plan_avoiding(
-        &self,
-        request: &GpuRequest,
-        avoid: &HashSet<String>,
-        leader: Option<&str>,
-    ) -> Plan {
-        let all_free = self.fleet.free_gpus();
-        let preferred: Vec<_> = all_free
-            .iter()
-            .filter(|g| !avoid.contains(&g.uuid))
-            .cloned()
-            .collect();
-        let any_agent = self.fleet.agent_count() > 0;
-        let attempt = |free: &[crate::fleet::FreeGpu]| -> Plan {
-            match &request.selection {
-                GpuSelection::Count { count } => {
-                    placement::by_count(free, *count as usize, any_agent, leader)
-                }
-                GpuSelection::Auto { max_gpus } => {
-                    let bound = if *max_gpus == 0 {
-                        usize::MAX
-                    } else {
-                        *max_gpus as usize
-                    };
-                    placement::by_count(free, free.len().min(bound).max(1), any_agent, leader)
-                }
-                GpuSelection::Ids { ids } => {
-                    let known: Vec<String> = self
-                        .fleet
-                        .all_gpus()
-                        .into_iter()
-                        .map(|(_, g)| g.uuid)
-                        .collect();
-                    placement::by_ids(&all_free, &known, ids)
-                }
-            }
-        };
-        attempt(&preferred).or_else(|_| attempt(&all_free))
+        placement::plan_first(&FleetView::of(&self.fleet), request, need)
     }
 
     /// Waiting trainings in scheduling order: restarts first, then the queue
@@ -317,7 +233,12 @@ impl Jobs {
             let plan = if training.attempt == 0 {
                 self.plan_first(&training.gpu_request, &training.config)
             } else {
-                self.plan_avoiding(&training.gpu_request, &avoid, leader.as_deref())
+                placement::plan_restart(
+                    &FleetView::of(&self.fleet),
+                    &training.gpu_request,
+                    &avoid,
+                    leader.as_deref(),
+                )
             };
             match plan {
                 Ok(slots) => self.start(&training, slots).await?,

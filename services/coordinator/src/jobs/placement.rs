@@ -1,13 +1,117 @@
 //! Gang placement: all of a training's ranks on free GPUs, or none.
 //!
+//! Planning is pure: [`plan_first`] and [`plan_restart`] decide from a
+//! [`FleetView`] (one snapshot of the live fleet) and return the rank slots or
+//! why not; the runner then holds the GPUs and writes the rank map.
+//!
 //! By count: pack onto as few agents as possible (the agent with the most free
 //! GPUs first), so ranks share hosts and the group spans the fewest links.
 //! By ids: exactly those GPUs, in rank order, each free. Rank order follows
 //! agents, so ranks on one host are contiguous and `local_rank` counts up.
 
-use crate::fleet::FreeGpu;
-use crate::model::RankSlot;
-use std::collections::BTreeMap;
+use crate::fleet::{Fleet, FreeGpu};
+use crate::model::{GpuRequest, GpuSelection, RankSlot};
+use crate::selection::{recommend, Candidate, Unsuitable};
+use std::collections::{BTreeMap, HashSet};
+
+/// What placement sees of the fleet, taken once.
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    /// Agents connected.
+    pub agents: usize,
+    /// GPUs free to take a rank (not held, no foreign process).
+    pub free: Vec<FreeGpu>,
+    /// Every connected GPU with its health, hold and free memory.
+    pub candidates: Vec<Candidate>,
+}
+
+impl FleetView {
+    pub fn of(fleet: &Fleet) -> Self {
+        Self {
+            agents: fleet.agent_count(),
+            free: fleet.free_gpus(),
+            candidates: crate::selection::candidates(fleet),
+        }
+    }
+
+    fn known(&self) -> Vec<String> {
+        self.candidates.iter().map(|c| c.uuid.clone()).collect()
+    }
+}
+
+/// What planning decided for one training.
+pub type Plan = Result<Vec<RankSlot>, Unplaceable>;
+
+/// At most `max_gpus` (0: no bound), at least 1, of `available`.
+fn auto_count(available: usize, max_gpus: u32) -> usize {
+    let bound = if max_gpus == 0 {
+        usize::MAX
+    } else {
+        max_gpus as usize
+    };
+    available.min(bound).max(1)
+}
+
+/// Where a new training goes: count and AUTO requests follow the recommender
+/// (healthy, free GPUs with `need` bytes of memory, on the fewest hosts);
+/// explicit ids are taken as given.
+pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
+    let count = match request.selection {
+        GpuSelection::Ids { .. } => return plan_restart(view, request, &HashSet::new(), None),
+        _ if view.agents == 0 => return Err(Unplaceable::NoAgents),
+        GpuSelection::Count { count } => count as usize,
+        GpuSelection::Auto { max_gpus } => {
+            let suitable = view
+                .candidates
+                .iter()
+                .filter(|c| c.unsuitable(need).is_none())
+                .count();
+            auto_count(suitable, max_gpus)
+        }
+    };
+    let choice = recommend(&view.candidates, need, count, false);
+    if let Some(why) = choice.shortfall {
+        let unhealthy = choice
+            .rejected
+            .iter()
+            .filter(|(_, u)| matches!(u, Unsuitable::Unhealthy(_)))
+            .count();
+        if choice.chosen.len() + unhealthy >= count {
+            return Err(Unplaceable::WaitingForHealthy(why));
+        }
+        return Err(Unplaceable::NotSuitable(why));
+    }
+    let ids: Vec<String> = choice.chosen.iter().map(|c| c.uuid.clone()).collect();
+    by_ids(&view.free, &view.known(), &ids)
+}
+
+/// A restart's placement: avoiding the `avoid` GPUs when possible and
+/// putting rank 0 on `leader` (the agent holding the newest checkpoint) when
+/// it is chosen.
+pub fn plan_restart(
+    view: &FleetView,
+    request: &GpuRequest,
+    avoid: &HashSet<String>,
+    leader: Option<&str>,
+) -> Plan {
+    let preferred: Vec<FreeGpu> = view
+        .free
+        .iter()
+        .filter(|g| !avoid.contains(&g.uuid))
+        .cloned()
+        .collect();
+    let any_agent = view.agents > 0;
+    let attempt = |free: &[FreeGpu]| -> Plan {
+        match &request.selection {
+            GpuSelection::Count { count } => by_count(free, *count as usize, any_agent, leader),
+            GpuSelection::Auto { max_gpus } => {
+                by_count(free, auto_count(free.len(), *max_gpus), any_agent, leader)
+            }
+            GpuSelection::Ids { ids } => by_ids(&view.free, &view.known(), ids),
+        }
+    };
+    attempt(&preferred).or_else(|_| attempt(&view.free))
+}
 
 /// Why a placement is not possible now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,5 +350,62 @@ mod tests {
             (s[0].gpu_uuid.as_str(), s[1].gpu_uuid.as_str()),
             ("b-0", "a-0")
         );
+    }
+
+    fn candidate(agent: &str, index: i32, faults: &[&str]) -> Candidate {
+        Candidate {
+            uuid: format!("{agent}-{index}"),
+            index,
+            agent_id: agent.into(),
+            agent_name: agent.into(),
+            host_name: agent.into(),
+            memory_total_bytes: 1 << 34,
+            memory_free_bytes: 1 << 34,
+            online: true,
+            hold: None,
+            foreign: Vec::new(),
+            faults: faults.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    fn count(n: u32) -> GpuRequest {
+        GpuRequest {
+            selection: GpuSelection::Count { count: n },
+            queue: true,
+        }
+    }
+
+    #[test]
+    fn planning_decides_from_a_view_of_the_fleet() {
+        let view = FleetView {
+            agents: 1,
+            free: gpus(&[("a", 0), ("a", 1)]),
+            candidates: vec![
+                candidate("a", 0, &[]),
+                candidate("a", 1, &["ecc_uncorrected"]),
+            ],
+        };
+        let need = 1 << 30;
+        // Two GPUs exist, one is unhealthy: wait for it, with that reason.
+        let why = plan_first(&view, &count(2), need).unwrap_err();
+        assert!(matches!(why, Unplaceable::WaitingForHealthy(_)), "{why}");
+        // One healthy GPU is enough for one rank.
+        let slots = plan_first(&view, &count(1), need).unwrap();
+        assert_eq!(slots[0].gpu_uuid, "a-0");
+        // Three can never fit on two.
+        let why = plan_first(&view, &count(3), need).unwrap_err();
+        assert!(matches!(why, Unplaceable::NotSuitable(_)), "{why}");
+        let none = FleetView::default();
+        assert_eq!(
+            plan_first(&none, &count(1), need),
+            Err(Unplaceable::NoAgents)
+        );
+        // A restart avoids the GPU that failed when another is free, and
+        // falls back to it when none is.
+        let avoid: HashSet<String> = ["a-0".to_string()].into();
+        let slots = plan_restart(&view, &count(1), &avoid, None).unwrap();
+        assert_eq!(slots[0].gpu_uuid, "a-1");
+        let slots = plan_restart(&view, &count(2), &avoid, None).unwrap();
+        assert_eq!(slots.len(), 2);
     }
 }
