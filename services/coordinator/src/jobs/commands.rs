@@ -91,7 +91,7 @@ pub(super) fn stop_ranks(
 pub(super) fn stop_stale(
     fleet: &Fleet,
     agent_id: &str,
-    rank: &v1::RunningRank,
+    rank: &crate::model::RunningRank,
     grace_period: Duration,
 ) {
     fleet.send(

@@ -2,34 +2,32 @@
 
 use super::failure::Failure;
 use super::Jobs;
-use crate::model::{EventPayload, JobState, RankRecord, RankState};
+use crate::model::{EventPayload, JobState, RankRecord, RankReport, RankReportKind, RankState};
 use crate::persistence::DatabaseError;
-use cohort_proto::v1;
 use cohort_spec::progress::ProgressLine;
 use tokio::time::Instant;
 
 impl Jobs {
-    /// React to one rank event from `agent_id`.
+    /// React to one report about a rank placed on `agent_id`.
     pub async fn on_rank_event(
         &self,
         agent_id: &str,
-        event: v1::RankEvent,
+        report: RankReport,
     ) -> Result<(), DatabaseError> {
-        use v1::rank_event::Kind;
-        let (id, attempt, rank) = (event.training_id.as_str(), event.attempt, event.rank);
+        let (id, attempt, rank) = (report.training_id.as_str(), report.attempt, report.rank);
         self.heard(id, attempt);
-        match event.kind {
-            Some(Kind::Started(s)) => {
+        match report.kind {
+            RankReportKind::Started { pid } => {
                 if let Some(t) = self
                     .db
-                    .rank_started(id, attempt, rank, i64::from(s.pid))
+                    .rank_started(id, attempt, rank, i64::from(pid))
                     .await?
                 {
                     tracing::info!(training_id = %t.id, attempt, "training running");
                     self.rt().lifecycle.running(id, attempt);
                 }
             }
-            Some(Kind::Progress(p)) => match ProgressLine::parse(&p.json_line) {
+            RankReportKind::Progress { json_line } => match ProgressLine::parse(&json_line) {
                 Some(line @ ProgressLine::Checkpoint { .. }) => {
                     self.db
                         .record_checkpoint(id, attempt, agent_id, line)
@@ -40,13 +38,11 @@ impl Jobs {
                     tracing::debug!(training_id = id, rank, "ignoring an unknown progress line")
                 }
             },
-            Some(Kind::Exited(exit)) => {
-                use v1::rank_exited::Status;
-                let (code, signal) = match exit.status {
-                    Some(Status::ExitCode(c)) => (Some(c), None),
-                    Some(Status::Signal(s)) => (None, Some(s)),
-                    None => (None, None),
-                };
+            RankReportKind::Exited {
+                code,
+                signal,
+                stderr_tail,
+            } => {
                 let state = if code == Some(0) {
                     RankState::Succeeded
                 } else {
@@ -57,19 +53,18 @@ impl Jobs {
                     .rank_ended(id, attempt, rank, state, code, signal)
                     .await?;
                 let failure = (state == RankState::Failed)
-                    .then(|| Failure::exited(rank, code, signal, &exit.stderr_tail));
+                    .then(|| Failure::exited(rank, code, signal, &stderr_tail));
                 self.after_rank_end(id, attempt, &ranks, failure).await?;
             }
-            Some(Kind::StartFailed(f)) => {
+            RankReportKind::StartFailed { message } => {
                 let ranks = self
                     .db
                     .rank_ended(id, attempt, rank, RankState::Failed, None, None)
                     .await?;
-                let failure = Failure::start_failed(rank, &f.message);
+                let failure = Failure::start_failed(rank, &message);
                 self.after_rank_end(id, attempt, &ranks, Some(failure))
                     .await?;
             }
-            None => {}
         }
         Ok(())
     }

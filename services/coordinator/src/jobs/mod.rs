@@ -20,9 +20,8 @@ pub use failure::describe_exit;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
-use crate::model::{GpuRequest, JobState, Training};
+use crate::model::{GpuRequest, JobState, RunningRank, Training};
 use crate::persistence::{DatabaseError, Persistence};
-use cohort_proto::v1;
 use placement::FleetView;
 use queue::QueuePolicy;
 use runtime::{Outcome, Runtime};
@@ -358,7 +357,7 @@ impl Jobs {
     pub async fn reconcile_agent(
         &self,
         agent_id: &str,
-        running: &[v1::RunningRank],
+        running: &[RunningRank],
     ) -> Result<(), DatabaseError> {
         self.rt().missing_since.remove(agent_id);
         for r in running {

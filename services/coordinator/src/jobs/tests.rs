@@ -8,6 +8,7 @@ use super::*;
 use crate::fleet::LiveAgent;
 use crate::model::{GpuRecord, GpuRequest, GpuSelection};
 use crate::persistence::{AgentRegistration, DatabaseTarget, NewTraining};
+use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message as Command;
 use cohort_proto::v1::rank_event::Kind;
 use std::time::Duration;
@@ -135,7 +136,7 @@ impl Harness {
             kind: Some(kind),
         };
         self.jobs
-            .on_rank_event(&agent.id, event)
+            .on_rank_event(&agent.id, event.try_into().expect("a kind"))
             .await
             .expect("rank event");
     }

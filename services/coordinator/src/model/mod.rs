@@ -4,12 +4,14 @@
 mod alert;
 mod gpu_request;
 mod placement;
+mod rank_report;
 mod state;
 mod training;
 
 pub use alert::{Alert, AlertKey, AlertKind, RunningTraining, Severity, Transition};
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
 pub use placement::{AgentRecord, GpuRecord, Placement, RankRecord, RankSlot};
+pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
 pub use training::{
     EventPayload, StateChange, StateTransition, StoredEvent, StragglerChange, Training,

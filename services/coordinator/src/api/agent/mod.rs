@@ -7,6 +7,7 @@
 //! the ranks placed on it; anything else is refused and counted
 //! ([`Refusals`], exported as metrics).
 
+mod convert;
 mod rank_events;
 mod register;
 mod samples;

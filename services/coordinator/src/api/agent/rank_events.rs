@@ -4,6 +4,7 @@
 //! nothing.
 
 use super::session::Session;
+use crate::model::RankReport;
 use crate::persistence::DatabaseError;
 use cohort_proto::v1;
 use std::collections::HashSet;
@@ -34,7 +35,7 @@ impl Refusals {
 }
 
 /// Whether the rank of `event` is placed on the session's agent.
-async fn owns(session: &mut Session, event: &v1::RankEvent) -> Result<bool, DatabaseError> {
+async fn owns(session: &mut Session, event: &RankReport) -> Result<bool, DatabaseError> {
     let key = (event.training_id.clone(), event.attempt, event.rank);
     if session.owned.0.contains(&key) {
         return Ok(true);
@@ -55,8 +56,12 @@ async fn owns(session: &mut Session, event: &v1::RankEvent) -> Result<bool, Data
 }
 
 pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) {
-    let (training_id, attempt, rank) = (event.training_id.clone(), event.attempt, event.rank);
-    match owns(session, &event).await {
+    let Ok(report) = RankReport::try_from(event) else {
+        tracing::debug!(agent_id = %session.agent_id, "ignoring a rank event without a kind");
+        return;
+    };
+    let (training_id, attempt, rank) = (report.training_id.clone(), report.attempt, report.rank);
+    match owns(session, &report).await {
         Ok(true) => {}
         Ok(false) => {
             session
@@ -76,7 +81,7 @@ pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) {
     if let Err(e) = session
         .ctx
         .jobs
-        .on_rank_event(&session.agent_id, event)
+        .on_rank_event(&session.agent_id, report)
         .await
     {
         tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");

@@ -119,7 +119,13 @@ pub(super) async fn accept(
         running_ranks = reg.running_ranks.len(), "agent connected");
     if let Err(e) = ctx
         .jobs
-        .reconcile_agent(&agent_id, &reg.running_ranks)
+        .reconcile_agent(
+            &agent_id,
+            &reg.running_ranks
+                .iter()
+                .map(crate::model::RunningRank::from)
+                .collect::<Vec<_>>(),
+        )
         .await
     {
         tracing::warn!(agent_id = %agent_id, error = %e, "cannot reconcile the agent's running ranks");
