@@ -26,12 +26,34 @@ const COMMAND_BUFFER: usize = 256;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 pub const TELEMETRY_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The most GPUs one agent may register.
+pub const MAX_GPUS: usize = 1024;
+/// The most running ranks one Register may list (each is looked up).
+pub const MAX_RUNNING_RANKS: usize = 4096;
+
 fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
     if reg.agent_name.trim().is_empty() {
         return Err(bad_field(
             reason::INVALID_ARGUMENT,
             "register.agent_name",
             "required",
+        ));
+    }
+    if reg.gpus.len() > MAX_GPUS {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "register.gpus",
+            format!("{} GPUs; at most {MAX_GPUS}", reg.gpus.len()),
+        ));
+    }
+    if reg.running_ranks.len() > MAX_RUNNING_RANKS {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "register.running_ranks",
+            format!(
+                "{} ranks; at most {MAX_RUNNING_RANKS}",
+                reg.running_ranks.len()
+            ),
         ));
     }
     let mut seen = HashSet::new();
@@ -133,4 +155,37 @@ pub(super) async fn accept(
     ctx.jobs.kick();
     tokio::spawn(session::serve(ctx, agent_id, session, inbound));
     Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_proto::error::bad_fields;
+
+    fn register(gpus: usize, ranks: usize) -> v1::Register {
+        v1::Register {
+            agent_name: "a".into(),
+            gpus: (0..gpus)
+                .map(|i| v1::GpuInfo {
+                    uuid: format!("GPU-{i}"),
+                    ..Default::default()
+                })
+                .collect(),
+            running_ranks: vec![v1::RunningRank::default(); ranks],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_register_is_bounded_and_names_what_is_wrong() {
+        assert!(validate(&register(8, 8)).is_ok());
+        let e = validate(&register(MAX_GPUS + 1, 0)).unwrap_err();
+        assert_eq!(bad_fields(&e), vec!["register.gpus".to_string()]);
+        let e = validate(&register(1, MAX_RUNNING_RANKS + 1)).unwrap_err();
+        assert_eq!(bad_fields(&e), vec!["register.running_ranks".to_string()]);
+        let mut twice = register(2, 0);
+        twice.gpus[1].uuid = "GPU-0".into();
+        let e = validate(&twice).unwrap_err();
+        assert_eq!(bad_fields(&e), vec!["register.gpus[1].uuid".to_string()]);
+    }
 }
