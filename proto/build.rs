@@ -27,8 +27,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // No generated `Client::connect(url)` constructor: it would clash with the
     // `AgentService.Connect` RPC's method. Clients use `cohort_proto::channel`.
+    // Type names (`prost::Name`): the CLI finds each message's descriptor
+    // by its full name to write it as JSON.
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
     tonic_prost_build::configure()
         .build_transport(false)
-        .compile_fds(fds)?;
+        .compile_fds_with_config(fds, config)?;
     Ok(())
 }

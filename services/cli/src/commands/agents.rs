@@ -28,7 +28,7 @@ pub async fn list(coordinator: &Coordinator, out: OutputFormat) -> Result<(), Cl
     match out {
         OutputFormat::Table => emit(&table::agents(&agents)),
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "agents": agents.iter().map(json::agent).collect::<Vec<Value>>(),
+            "agents": agents.iter().map(json::message).collect::<Vec<Value>>(),
         })),
     }
 }

@@ -62,7 +62,7 @@ pub async fn follow(
             },
         };
         match (out, &message.event) {
-            (OutputFormat::Json, _) => emit_json(&json::alerts_response(&message))?,
+            (OutputFormat::Json, _) => emit_json(&json::message(&message))?,
             (OutputFormat::Table, Some(Event::Alert(a))) => emit(&table::alert_line(a))?,
             (OutputFormat::Table, Some(Event::Lagged(l))) => emit(&format!(
                 "(lagged: missed {} alerts; showing live ones again)",

@@ -82,7 +82,7 @@ pub async fn list(
     match out {
         OutputFormat::Table => emit(&alerts_table(&alerts))?,
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "alerts": alerts.iter().map(json::alert).collect::<Vec<Value>>(),
+            "alerts": alerts.iter().map(json::message).collect::<Vec<Value>>(),
         }))?,
     }
     if !args.watch {

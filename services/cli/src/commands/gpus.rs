@@ -43,7 +43,7 @@ pub async fn list(
     match out {
         OutputFormat::Table => emit(&table::gpus(&gpus)),
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "gpus": gpus.iter().map(json::gpu).collect::<Vec<Value>>(),
+            "gpus": gpus.iter().map(json::message).collect::<Vec<Value>>(),
         })),
     }
 }
@@ -84,7 +84,7 @@ pub async fn advise(
                 .await?
                 .into_inner();
             match out {
-                OutputFormat::Json => emit_json(&json::recommendation(&r)),
+                OutputFormat::Json => emit_json(&json::message(&r)),
                 OutputFormat::Table => emit(&table::recommendation(&r)),
             }
         }
@@ -100,7 +100,7 @@ pub async fn advise(
                 .await?
                 .into_inner();
             match out {
-                OutputFormat::Json => emit_json(&json::validation(&r))?,
+                OutputFormat::Json => emit_json(&json::message(&r))?,
                 OutputFormat::Table => emit(&table::validation(&r))?,
             }
             if r.valid {
@@ -120,7 +120,7 @@ pub async fn advise(
                 .await?
                 .into_inner();
             match out {
-                OutputFormat::Json => emit_json(&json::memory_estimate(&e)),
+                OutputFormat::Json => emit_json(&json::message(&e)),
                 OutputFormat::Table => emit(&table::memory_estimate(&e)),
             }
         }

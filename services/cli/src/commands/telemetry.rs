@@ -93,7 +93,7 @@ pub async fn query(
     .await?;
     match out {
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "updates": updates.iter().map(json::metrics_update).collect::<Vec<Value>>(),
+            "updates": updates.iter().map(json::message).collect::<Vec<Value>>(),
         })),
         OutputFormat::Table => emit(&table::metrics_history(&updates)),
     }
@@ -118,7 +118,7 @@ pub async fn watch(
             },
         };
         match out {
-            OutputFormat::Json => emit_json(&json::metrics_update(&update))?,
+            OutputFormat::Json => emit_json(&json::message(&update))?,
             OutputFormat::Table => {
                 if let Some(lagged) = &update.lagged {
                     emit(&format!(

@@ -55,7 +55,7 @@ pub async fn submit(
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
     let training = client.create_training(request).await?.into_inner();
     match out {
-        OutputFormat::Json => emit_json(&json::training(&training))?,
+        OutputFormat::Json => emit_json(&json::message(&training))?,
         OutputFormat::Table if args.quiet => emit(&training.id)?,
         OutputFormat::Table => {
             let mut line = format!(
@@ -122,7 +122,7 @@ pub async fn list(
     }
     match out {
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "trainings": trainings.iter().map(json::training).collect::<Vec<Value>>(),
+            "trainings": trainings.iter().map(json::message).collect::<Vec<Value>>(),
             "next_page_token": page_token,
         })),
         OutputFormat::Table => {
@@ -152,7 +152,7 @@ pub async fn get(
         .await?
         .into_inner();
     if out == OutputFormat::Json {
-        return emit_json(&json::training(&training));
+        return emit_json(&json::message(&training));
     }
     if !with_history {
         return emit(&table::training_detail(&training, None));
@@ -216,7 +216,7 @@ pub async fn cancel(
         .await?
         .into_inner();
     match out {
-        OutputFormat::Json => emit_json(&json::training(&training)),
+        OutputFormat::Json => emit_json(&json::message(&training)),
         OutputFormat::Table => emit(&format!(
             "training {}: {}",
             training.id,
@@ -252,7 +252,7 @@ pub async fn checkpoints(
     match out {
         OutputFormat::Table => emit(&table::checkpoints(&checkpoints)),
         OutputFormat::Json => emit_json(&serde_json::json!({
-            "checkpoints": checkpoints.iter().map(json::checkpoint).collect::<Vec<Value>>(),
+            "checkpoints": checkpoints.iter().map(json::message).collect::<Vec<Value>>(),
         })),
     }
 }

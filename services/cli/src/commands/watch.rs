@@ -238,7 +238,7 @@ impl Watcher {
                     }
                 };
                 if self.out == OutputFormat::Json {
-                    emit_json(&json::training_event(&event))?;
+                    emit_json(&json::message(&event))?;
                 }
                 if let Some(Event::Lagged(l)) = &event.event {
                     if self.out == OutputFormat::Table {
