@@ -179,10 +179,10 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn submit(argv: &[&str]) -> Result<crate::SubmitArgs, clap::Error> {
+    fn submit(argv: &[&str]) -> Result<crate::commands::train::SubmitArgs, clap::Error> {
         let argv = ["cohort", "train", "submit"].iter().chain(argv.iter());
         match crate::Cli::try_parse_from(argv)?.command {
-            crate::Command::Train(crate::TrainCommand::Submit(args)) => Ok(*args),
+            crate::Command::Train(crate::commands::train::TrainCommand::Submit(args)) => Ok(*args),
             other => panic!("{other:?}"),
         }
     }

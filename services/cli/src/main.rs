@@ -15,12 +15,15 @@ mod config;
 mod errors;
 mod render;
 
-use clap::{Args, Parser, Subcommand};
-use cohort_spec::duration::parse_duration;
+use clap::{Parser, Subcommand};
+use commands::alerts::AlertsArgs;
+use commands::checkpoints::CheckpointsArgs;
+use commands::gpus::GpusArgs;
+use commands::telemetry::TelemetryCommand;
+use commands::train::TrainCommand;
 use errors::CliError;
 use render::OutputFormat;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -77,344 +80,8 @@ pub enum Command {
     Checkpoints(CheckpointsArgs),
 }
 
-#[derive(Debug, Args)]
-pub struct CheckpointsArgs {
-    /// The training id (to list its checkpoints).
-    #[arg(required = true)]
-    pub id: Option<String>,
-    #[command(subcommand)]
-    pub command: Option<CheckpointsCommand>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CheckpointsCommand {
-    /// Download a checkpoint's files into a directory: natively
-    /// (manifest.json, state.safetensors) or for SAELens (cfg.json,
-    /// sae_weights.safetensors; `sae_lens.SAE.load_from_disk(DIR)`).
-    Download(DownloadArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct DownloadArgs {
-    /// The training id.
-    pub id: String,
-    /// The directory to write into (created if missing).
-    #[arg(long, value_name = "DIR")]
-    pub out: std::path::PathBuf,
-    /// The checkpoint's step (default: the newest).
-    #[arg(long)]
-    pub step: Option<i64>,
-    /// native or saelens.
-    #[arg(long, default_value = "native", value_parser = ["native", "saelens"])]
-    pub format: String,
-}
-
-#[derive(Debug, Args)]
-pub struct GpusArgs {
-    /// Only the GPUs of this agent (its id).
-    #[arg(long, value_name = "AGENT_ID")]
-    pub agent: Option<String>,
-    /// Only GPUs that can take a rank now.
-    #[arg(long)]
-    pub available: bool,
-    #[command(subcommand)]
-    pub command: Option<GpusCommand>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum GpusCommand {
-    /// Recommend free GPUs for a training config or a memory need, best first.
-    Recommend {
-        /// The training config whose memory estimate is the need.
-        #[arg(long, value_name = "FILE", required_unless_present = "memory_gib")]
-        config: Option<PathBuf>,
-        /// The device memory each GPU must have free, in GiB.
-        #[arg(long = "memory", value_name = "GIB", conflicts_with = "config")]
-        memory_gib: Option<f64>,
-        /// How many GPUs (default: as many as are suitable).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
-        count: Option<i32>,
-        /// Only GPUs of one host.
-        #[arg(long)]
-        single_host: bool,
-    },
-    /// Check that these GPUs could run a training now; exit code 6 if not.
-    Validate {
-        /// GPU uuids, in rank order.
-        #[arg(value_name = "UUID", value_delimiter = ',', num_args = 1.., required = true)]
-        ids: Vec<String>,
-        /// Also check each GPU has memory for this training config.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
-    /// Estimate the device memory one rank of a training config needs.
-    Estimate {
-        /// The training config.
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TrainCommand {
-    /// Submit a training (a TOML or JSON config file, and/or config flags); prints its id.
-    Submit(Box<SubmitArgs>),
-    /// List trainings, newest first.
-    List(ListArgs),
-    /// Show one training: state, pending reason, rank map and state transitions.
-    Get {
-        /// The training id.
-        id: String,
-        /// Do not read the state transitions from the training's history.
-        #[arg(long)]
-        no_history: bool,
-    },
-    /// Cancel a training: its ranks are stopped and its GPUs freed.
-    Cancel {
-        /// The training id.
-        id: String,
-        /// Why; recorded in the training's history.
-        #[arg(long, default_value = "requested with `cohort train cancel`")]
-        reason: String,
-    },
-    /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
-    Watch(WatchArgs),
-    /// A training's report: throughput, step-time percentiles, compute vs
-    /// communication and GPU use per rank, and the scaling table against
-    /// trainings of the same config at other world sizes.
-    Report {
-        /// The training id.
-        id: String,
-        /// Print the training's metrics.jsonl (every line its ranks emitted) instead.
-        #[arg(long)]
-        metrics: bool,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct SubmitArgs {
-    /// The training config (`.json` is read as JSON, anything else as TOML);
-    /// without it, the config flags below describe the whole config.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Run on this many GPUs, chosen by the coordinator (default: as many as fit).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "gpu_ids")]
-    pub gpus: Option<i32>,
-    /// Run on exactly these GPUs (uuids from `cohort gpus`), in rank order.
-    #[arg(long, value_name = "UUID,...", value_delimiter = ',', num_args = 1..)]
-    pub gpu_ids: Vec<String>,
-    /// Scheduling priority: among queued trainings, higher runs first.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub priority: i32,
-    /// Restarts allowed after rank crashes, lost agents or hangs (server default 3).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
-    pub max_restarts: Option<i32>,
-    /// Idempotency key: retrying with the same id returns the first training.
-    #[arg(long, value_name = "ID")]
-    pub request_id: Option<String>,
-    /// A human-readable name for the training.
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Fail instead of queueing when the GPUs are not free now.
-    #[arg(long)]
-    pub no_queue: bool,
-    /// After submitting, watch the training until it ends (like `train watch`).
-    #[arg(long)]
-    pub wait: bool,
-    /// Print only the training id (for scripts: `ID=$(cohort train submit -q ...)`).
-    #[arg(short, long)]
-    pub quiet: bool,
-    /// The config's fields as flags: the whole config without --config, or
-    /// overrides of the file's values.
-    #[command(flatten)]
-    pub fields: config::ConfigFlags,
-}
-
-/// A training state, as a filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StateArg {
-    Queued,
-    Scheduled,
-    Running,
-    Restarting,
-    Succeeded,
-    Failed,
-    Cancelled,
-}
-
-#[derive(Debug, Args)]
-pub struct ListArgs {
-    /// Only trainings in this state (repeat or comma-separate for several).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub state: Vec<StateArg>,
-    /// Trainings per page (1..=1000; the server's default when unset).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1000))]
-    pub page_size: Option<i32>,
-    /// Start at this page (the token a previous page printed).
-    #[arg(long, value_name = "TOKEN", conflicts_with = "all")]
-    pub page_token: Option<String>,
-    /// Fetch every page, not just the first.
-    #[arg(long)]
-    pub all: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// The training id.
-    pub id: String,
-    /// Only events after this sequence number (0: the whole history first).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub from_sequence: u64,
-    /// Also show every rank's step timing and memory.
-    #[arg(long)]
-    pub rank_stats: bool,
-    /// How long to keep reconnecting when the coordinator goes away, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds)]
-    pub reconnect_timeout: Duration,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TelemetryCommand {
-    /// A live table of GPU metrics (in `-o json`, one JSON object per update).
-    Watch(TelemetryWatchArgs),
-    /// Stored GPU metrics over a past time range, downsampled into buckets.
-    Query(TelemetryQueryArgs),
-    /// Utilization and memory per GPU over the last `--since`, as sparklines
-    /// (in `-o json`, one series of points per GPU).
-    History(TelemetryHistoryArgs),
-}
-
-/// How telemetry of several GPUs is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ViewArg {
-    /// One summary over all selected GPUs.
-    Aggregated,
-    /// One row per GPU.
-    PerGpu,
-}
-
-/// Which GPUs a telemetry or alerts command concerns (conditions combine with AND).
-#[derive(Debug, Clone, Args)]
-pub struct MetricsFilterArgs {
-    /// Only GPUs of this agent (id or name; repeatable).
-    #[arg(long, value_name = "AGENT")]
-    pub agent: Vec<String>,
-    /// Only this GPU (uuid; repeatable).
-    #[arg(long, value_name = "UUID")]
-    pub gpu: Vec<String>,
-    /// Only GPUs held by this training.
-    #[arg(long, value_name = "ID")]
-    pub job: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct TelemetryWatchArgs {
-    /// Per GPU or one summary.
-    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
-    pub view: ViewArg,
-    #[command(flatten)]
-    pub filter: MetricsFilterArgs,
-    /// Stop after this many updates (default: until interrupted).
-    #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-pub struct TelemetryQueryArgs {
-    /// Per GPU or one summary per bucket.
-    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
-    pub view: ViewArg,
-    #[command(flatten)]
-    pub filter: MetricsFilterArgs,
-    /// How far back to look, e.g. `90s`, `10m`, `2h`, `1d`.
-    #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_duration)]
-    pub since: Duration,
-    /// Bucket width, e.g. `30s` (default: the range / 100, at least 1 s).
-    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
-    pub step: Option<Duration>,
-}
-
-#[derive(Debug, Args)]
-pub struct TelemetryHistoryArgs {
-    #[command(flatten)]
-    pub filter: MetricsFilterArgs,
-    /// How far back to look, e.g. `90s`, `15m`, `2h`, `1d`.
-    #[arg(long, value_name = "SPAN", default_value = "15m", value_parser = parse_duration)]
-    pub since: Duration,
-    /// Bucket width, e.g. `10s` (default: the range / 60, at least 1 s).
-    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
-    pub step: Option<Duration>,
-}
-
-/// Alert severities, as a filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SeverityArg {
-    Info,
-    Warning,
-    Critical,
-}
-
-impl From<SeverityArg> for cohort_proto::v1::AlertSeverity {
-    fn from(s: SeverityArg) -> Self {
-        match s {
-            SeverityArg::Info => Self::Info,
-            SeverityArg::Warning => Self::Warning,
-            SeverityArg::Critical => Self::Critical,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct AlertsArgs {
-    #[command(subcommand)]
-    pub command: Option<AlertsCommand>,
-    #[command(flatten)]
-    pub list: AlertsListArgs,
-}
-
-/// `cohort alerts` without a subcommand.
-#[derive(Debug, Args)]
-pub struct AlertsListArgs {
-    /// Also the alerts resolved within `--since`.
-    #[arg(long)]
-    pub all: bool,
-    /// With `--all`: how far back resolved alerts go, e.g. `90m`, `24h`, `7d`.
-    #[arg(long, value_name = "SPAN", default_value = "24h", value_parser = parse_duration)]
-    pub since: Duration,
-    /// After the table, keep following raises and resolutions.
-    #[arg(long)]
-    pub watch: bool,
-    /// Only alerts at least this severe.
-    #[arg(long, value_enum)]
-    pub min_severity: Option<SeverityArg>,
-    #[command(flatten)]
-    pub filter: MetricsFilterArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AlertsCommand {
-    /// Follow alerts as they are raised and resolved (overheating, ECC errors,
-    /// lost agents, hung trainings).
-    Watch(AlertsWatchArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct AlertsWatchArgs {
-    /// Only alerts at least this severe.
-    #[arg(long, value_enum)]
-    pub min_severity: Option<SeverityArg>,
-    #[command(flatten)]
-    pub filter: MetricsFilterArgs,
-    /// First show the alerts active now.
-    #[arg(long)]
-    pub active: bool,
-    /// Stop after this many alerts (default: until interrupted).
-    #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
-}
-
 /// A duration in seconds, e.g. `5` or `0.5`.
-fn parse_seconds(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
     let secs: f64 = text
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
@@ -431,56 +98,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     };
     let out = cli.output;
     match cli.command {
-        Command::Gpus(args) => match &args.command {
-            None => commands::gpus::list(coordinator, &args, out).await,
-            Some(cmd) => commands::gpus::advise(coordinator, cmd, out).await,
-        },
+        Command::Gpus(args) => commands::gpus::run(coordinator, args, out).await,
         Command::Agents => commands::agents::list(coordinator, out).await,
-        Command::Checkpoints(args) => match (args.command, args.id) {
-            (Some(CheckpointsCommand::Download(d)), _) => {
-                commands::checkpoints::download(coordinator, &d, out).await
-            }
-            (None, Some(id)) => commands::train::checkpoints(coordinator, &id, out).await,
-            (None, None) => Err(CliError::Usage("give a training id".into())),
-        },
-        Command::Train(cmd) => match cmd {
-            TrainCommand::Submit(args) => commands::train::submit(coordinator, &args, out).await,
-            TrainCommand::List(args) => commands::train::list(coordinator, &args, out).await,
-            TrainCommand::Get { id, no_history } => {
-                commands::train::get(coordinator, &id, !no_history, out).await
-            }
-            TrainCommand::Cancel { id, reason } => {
-                commands::train::cancel(coordinator, &id, &reason, out).await
-            }
-            TrainCommand::Report { id, metrics } => {
-                commands::report::report(coordinator, &id, metrics, out).await
-            }
-            TrainCommand::Watch(args) => {
-                let options = commands::watch::WatchOptions {
-                    from_sequence: args.from_sequence,
-                    rank_stats: args.rank_stats,
-                    reconnect_for: args.reconnect_timeout,
-                };
-                commands::watch::watch(coordinator, &args.id, &options, out).await
-            }
-        },
-        Command::Telemetry(TelemetryCommand::Watch(args)) => {
-            commands::telemetry::watch(coordinator, &args, out).await
-        }
-        Command::Telemetry(TelemetryCommand::Query(args)) => {
-            commands::telemetry::query(coordinator, &args, out).await
-        }
-        Command::Telemetry(TelemetryCommand::History(args)) => {
-            commands::history::history(coordinator, &args, out).await
-        }
-        Command::Alerts(AlertsArgs {
-            command: Some(AlertsCommand::Watch(args)),
-            ..
-        }) => commands::alerts::watch(coordinator, &args, out).await,
-        Command::Alerts(AlertsArgs {
-            command: None,
-            list,
-        }) => commands::alerts_list::list(coordinator, &list, out).await,
+        Command::Checkpoints(args) => commands::checkpoints::run(coordinator, args, out).await,
+        Command::Train(cmd) => commands::train::run(coordinator, cmd, out).await,
+        Command::Telemetry(cmd) => commands::telemetry::run(coordinator, cmd, out).await,
+        Command::Alerts(args) => commands::alerts::run(coordinator, args, out).await,
     }
 }
 
@@ -521,6 +144,9 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use commands::gpus::GpusCommand;
+    use commands::telemetry::ViewArg;
+    use commands::train::StateArg;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("cohort").chain(args.iter().copied()))

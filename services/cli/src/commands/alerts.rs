@@ -3,15 +3,87 @@
 
 use super::interruptible;
 use super::telemetry::filter;
+use super::telemetry::MetricsFilterArgs;
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::{AlertsWatchArgs, MetricsFilterArgs, SeverityArg};
+use crate::render::{emit, emit_json, json, OutputFormat};
+use crate::render::{short_name, time};
+use clap::{Args, Subcommand};
+use cohort_proto::v1;
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event, AlertSeverity,
     WatchAlertsRequest, WatchAlertsResponse,
 };
+use cohort_spec::duration::parse_duration;
+use std::time::Duration;
 use tonic::Streaming;
+
+/// Alert severities, as a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SeverityArg {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl From<SeverityArg> for cohort_proto::v1::AlertSeverity {
+    fn from(s: SeverityArg) -> Self {
+        match s {
+            SeverityArg::Info => Self::Info,
+            SeverityArg::Warning => Self::Warning,
+            SeverityArg::Critical => Self::Critical,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: Option<AlertsCommand>,
+    #[command(flatten)]
+    pub list: AlertsListArgs,
+}
+
+/// `cohort alerts` without a subcommand.
+#[derive(Debug, Args)]
+pub struct AlertsListArgs {
+    /// Also the alerts resolved within `--since`.
+    #[arg(long)]
+    pub all: bool,
+    /// With `--all`: how far back resolved alerts go, e.g. `90m`, `24h`, `7d`.
+    #[arg(long, value_name = "SPAN", default_value = "24h", value_parser = parse_duration)]
+    pub since: Duration,
+    /// After the table, keep following raises and resolutions.
+    #[arg(long)]
+    pub watch: bool,
+    /// Only alerts at least this severe.
+    #[arg(long, value_enum)]
+    pub min_severity: Option<SeverityArg>,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Follow alerts as they are raised and resolved (overheating, ECC errors,
+    /// lost agents, hung trainings).
+    Watch(AlertsWatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AlertsWatchArgs {
+    /// Only alerts at least this severe.
+    #[arg(long, value_enum)]
+    pub min_severity: Option<SeverityArg>,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// First show the alerts active now.
+    #[arg(long)]
+    pub active: bool,
+    /// Stop after this many alerts (default: until interrupted).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
 
 /// A WatchAlerts request (shared by `alerts watch` and `alerts`).
 pub fn watch_request(
@@ -63,7 +135,7 @@ pub async fn follow(
         };
         match (out, &message.event) {
             (OutputFormat::Json, _) => emit_json(&json::message(&message))?,
-            (OutputFormat::Table, Some(Event::Alert(a))) => emit(&table::alert_line(a))?,
+            (OutputFormat::Table, Some(Event::Alert(a))) => emit(&alert_line(a))?,
             (OutputFormat::Table, Some(Event::Lagged(l))) => emit(&format!(
                 "(lagged: missed {} alerts; showing live ones again)",
                 l.missed_events
@@ -81,4 +153,51 @@ pub async fn follow(
         emit("the coordinator closed the alert stream")?;
     }
     Ok(())
+}
+/// Runs `cohort alerts` (a list, or `watch`).
+pub async fn run(
+    coordinator: &Coordinator,
+    args: AlertsArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    match args.command {
+        Some(AlertsCommand::Watch(w)) => watch(coordinator, &w, out).await,
+        None => super::alerts_list::list(coordinator, &args.list, out).await,
+    }
+}
+
+// The table.
+
+/// An alert severity as shown: `WARNING`, `CRITICAL`, ...
+pub fn severity_name(severity: i32) -> String {
+    v1::AlertSeverity::try_from(severity)
+        .map(|s| short_name(s.as_str_name(), "ALERT_SEVERITY_").to_ascii_uppercase())
+        .unwrap_or_else(|_| severity.to_string())
+}
+
+/// One alert as a line: time, severity, kind, message, what it concerns.
+pub fn alert_line(a: &v1::Alert) -> String {
+    let severity = severity_name(a.severity);
+    let mut about = Vec::new();
+    for (name, value) in [
+        ("agent", &a.agent_id),
+        ("gpu", &a.gpu_uuid),
+        ("training", &a.training_id),
+    ] {
+        if !value.is_empty() {
+            about.push(format!("{name} {value}"));
+        }
+    }
+    let (status, at) = match &a.resolve_time {
+        Some(t) => ("resolved", time(Some(t))),
+        None => ("raised", time(a.raise_time.as_ref())),
+    };
+    let mut line = format!(
+        "{at}  {severity:<8}  {status:<8}  {}: {}",
+        a.kind, a.message
+    );
+    if !about.is_empty() {
+        line.push_str(&format!(" ({})", about.join(", ")));
+    }
+    line
 }

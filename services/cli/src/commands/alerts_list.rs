@@ -3,13 +3,13 @@
 //! up to its `caught_up` marker; with `--watch`, then every raise and
 //! resolution as it happens (one line each, or one JSON object per line).
 
+use super::alerts::severity_name;
+use super::alerts::AlertsListArgs;
 use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::table::severity_name;
 use crate::render::table::Table;
 use crate::render::{emit, emit_json, json, time, OutputFormat};
-use crate::AlertsListArgs;
 use cohort_proto::v1::{
     self, telemetry_service_client::TelemetryServiceClient, watch_alerts_response::Event,
     WatchAlertsRequest,
@@ -94,8 +94,8 @@ pub async fn list(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MetricsFilterArgs;
-    use crate::SeverityArg;
+    use crate::commands::alerts::SeverityArg;
+    use crate::commands::telemetry::MetricsFilterArgs;
     use std::time::Duration;
 
     fn args(all: bool) -> AlertsListArgs {

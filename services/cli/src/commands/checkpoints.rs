@@ -1,14 +1,51 @@
-//! `cohort checkpoints download`: DownloadCheckpoint's chunks written into a
+//! `cohort checkpoints ID` lists a training's complete checkpoints;
+//! `cohort checkpoints download` writes DownloadCheckpoint's chunks into a
 //! directory, each file under a temporary name until it is whole.
 
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::{emit, emit_json, OutputFormat};
-use crate::DownloadArgs;
+use crate::render::table::{dash, Table};
+use crate::render::time;
+use crate::render::{emit, emit_json, json, OutputFormat};
+use clap::{Args, Subcommand};
+use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
-use cohort_proto::v1::{CheckpointFormat, DownloadCheckpointRequest};
+use cohort_proto::v1::{CheckpointFormat, DownloadCheckpointRequest, ListCheckpointsRequest};
+use serde_json::Value;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct CheckpointsArgs {
+    /// The training id (to list its checkpoints).
+    #[arg(required = true)]
+    pub id: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<CheckpointsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointsCommand {
+    /// Download a checkpoint's files into a directory: natively
+    /// (manifest.json, state.safetensors) or for SAELens (cfg.json,
+    /// sae_weights.safetensors; `sae_lens.SAE.load_from_disk(DIR)`).
+    Download(DownloadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    /// The training id.
+    pub id: String,
+    /// The directory to write into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// The checkpoint's step (default: the newest).
+    #[arg(long)]
+    pub step: Option<i64>,
+    /// native or saelens.
+    #[arg(long, default_value = "native", value_parser = ["native", "saelens"])]
+    pub format: String,
+}
 
 fn fail(path: &Path, reason: impl std::fmt::Display) -> CliError {
     CliError::Download {
@@ -124,4 +161,63 @@ pub async fn download(
             "files": done.iter().map(|(n, s)| serde_json::json!({"name": n, "bytes": s})).collect::<Vec<_>>(),
         })),
     }
+}
+/// Runs `cohort checkpoints`.
+pub async fn run(
+    coordinator: &Coordinator,
+    args: CheckpointsArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    match (args.command, args.id) {
+        (Some(CheckpointsCommand::Download(d)), _) => download(coordinator, &d, out).await,
+        (None, Some(id)) => list(coordinator, &id, out).await,
+        (None, None) => Err(CliError::Usage("give a training id".into())),
+    }
+}
+
+async fn list(coordinator: &Coordinator, id: &str, out: OutputFormat) -> Result<(), CliError> {
+    let mut client = TrainingServiceClient::new(coordinator.channel().await?);
+    let mut checkpoints = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_checkpoints(ListCheckpointsRequest {
+                training_id: id.to_string(),
+                page_size: 0,
+                page_token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        checkpoints.extend(page.checkpoints);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    match out {
+        OutputFormat::Table => emit(&checkpoints_table(&checkpoints)),
+        OutputFormat::Json => emit_json(&serde_json::json!({
+            "checkpoints": checkpoints.iter().map(json::message).collect::<Vec<Value>>(),
+        })),
+    }
+}
+
+// The table.
+
+pub fn checkpoints_table(checkpoints: &[v1::Checkpoint]) -> String {
+    if checkpoints.is_empty() {
+        return "no checkpoints".to_string();
+    }
+    let mut t = Table::new(&["STEP", "ATTEMPT", "AGENT", "PATH", "CREATED"]);
+    for c in checkpoints {
+        t.row(vec![
+            c.step.to_string(),
+            c.attempt.to_string(),
+            dash(&c.agent_id),
+            dash(&c.path),
+            time(c.create_time.as_ref()),
+        ]);
+    }
+    t.render()
 }

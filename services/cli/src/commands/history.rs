@@ -6,10 +6,10 @@
 //! 1 s), so it knows the bucket grid: column i is the bucket starting at
 //! `start + i*step`; a bucket without samples is a blank column.
 
+use super::telemetry::TelemetryHistoryArgs;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{bytes, emit, emit_json, time};
-use crate::TelemetryHistoryArgs;
 use cohort_proto::v1::{GpuMetricsUpdate, MetricsView, QueryGpuMetricsRequest};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -1,5 +1,9 @@
-//! One module per command group; each function runs the RPCs of one command
-//! and prints the result in the chosen format.
+//! One module per resource (`gpus`, `agents`, `train`, `checkpoints`,
+//! `telemetry`, `alerts`): each owns its command-line arguments, runs the
+//! RPCs of its commands and draws its tables; `-o json` is the generic
+//! [`crate::render::json::message`]. `watch`, `report`, `history` and
+//! `alerts_list` are the larger commands of `train`, `telemetry` and
+//! `alerts`, in files of their own.
 
 pub mod agents;
 pub mod alerts;

@@ -5,15 +5,93 @@
 use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::{MetricsFilterArgs, TelemetryQueryArgs, TelemetryWatchArgs, ViewArg};
+use crate::render::table::{dash, Table};
+use crate::render::{emit, emit_json, json, OutputFormat};
+use crate::render::{gib, opt_num, time};
+use clap::{Args, Subcommand};
+use cohort_proto::v1;
 use cohort_proto::v1::{
     telemetry_service_client::TelemetryServiceClient, GpuMetricsFilter, GpuMetricsUpdate,
     MetricsView, QueryGpuMetricsRequest, WatchGpuMetricsRequest,
 };
+use cohort_spec::duration::parse_duration;
 use serde_json::Value;
 use std::io::IsTerminal;
+use std::time::Duration;
 use std::time::SystemTime;
+
+#[derive(Debug, Subcommand)]
+pub enum TelemetryCommand {
+    /// A live table of GPU metrics (in `-o json`, one JSON object per update).
+    Watch(TelemetryWatchArgs),
+    /// Stored GPU metrics over a past time range, downsampled into buckets.
+    Query(TelemetryQueryArgs),
+    /// Utilization and memory per GPU over the last `--since`, as sparklines
+    /// (in `-o json`, one series of points per GPU).
+    History(TelemetryHistoryArgs),
+}
+
+/// How telemetry of several GPUs is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewArg {
+    /// One summary over all selected GPUs.
+    Aggregated,
+    /// One row per GPU.
+    PerGpu,
+}
+
+/// Which GPUs a telemetry or alerts command concerns (conditions combine with AND).
+#[derive(Debug, Clone, Args)]
+pub struct MetricsFilterArgs {
+    /// Only GPUs of this agent (id or name; repeatable).
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Vec<String>,
+    /// Only this GPU (uuid; repeatable).
+    #[arg(long, value_name = "UUID")]
+    pub gpu: Vec<String>,
+    /// Only GPUs held by this training.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryWatchArgs {
+    /// Per GPU or one summary.
+    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
+    pub view: ViewArg,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// Stop after this many updates (default: until interrupted).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryQueryArgs {
+    /// Per GPU or one summary per bucket.
+    #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
+    pub view: ViewArg,
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// How far back to look, e.g. `90s`, `10m`, `2h`, `1d`.
+    #[arg(long, value_name = "SPAN", default_value = "10m", value_parser = parse_duration)]
+    pub since: Duration,
+    /// Bucket width, e.g. `30s` (default: the range / 100, at least 1 s).
+    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
+    pub step: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryHistoryArgs {
+    #[command(flatten)]
+    pub filter: MetricsFilterArgs,
+    /// How far back to look, e.g. `90s`, `15m`, `2h`, `1d`.
+    #[arg(long, value_name = "SPAN", default_value = "15m", value_parser = parse_duration)]
+    pub since: Duration,
+    /// Bucket width, e.g. `10s` (default: the range / 60, at least 1 s).
+    #[arg(long, value_name = "SPAN", value_parser = parse_duration)]
+    pub step: Option<Duration>,
+}
 
 /// Clears the terminal and moves the cursor home.
 const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
@@ -95,7 +173,7 @@ pub async fn query(
         OutputFormat::Json => emit_json(&serde_json::json!({
             "updates": updates.iter().map(json::message).collect::<Vec<Value>>(),
         })),
-        OutputFormat::Table => emit(&table::metrics_history(&updates)),
+        OutputFormat::Table => emit(&metrics_history(&updates)),
     }
 }
 
@@ -127,7 +205,7 @@ pub async fn watch(
                     ))?;
                     continue;
                 }
-                let text = table::metrics(&update);
+                let text = metrics(&update);
                 if redraw {
                     emit(&format!("{CLEAR_SCREEN}{text}"))?;
                 } else if shown == 0 {
@@ -146,6 +224,157 @@ pub async fn watch(
         emit("the coordinator closed the telemetry stream")?;
     }
     Ok(())
+}
+
+/// Runs one `cohort telemetry` command.
+pub async fn run(
+    coordinator: &Coordinator,
+    command: TelemetryCommand,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    match command {
+        TelemetryCommand::Watch(args) => watch(coordinator, &args, out).await,
+        TelemetryCommand::Query(args) => query(coordinator, &args, out).await,
+        TelemetryCommand::History(args) => super::history::history(coordinator, &args, out).await,
+    }
+}
+
+// The table.
+
+fn aggregate_row(a: &v1::AggregatedGpuMetrics) -> Vec<String> {
+    vec![
+        a.gpu_count.to_string(),
+        a.busy_count.to_string(),
+        a.simulated_count.to_string(),
+        format!("{:.0}%", a.mean_utilization_gpu_percent),
+        format!("{:.0}%", a.mean_utilization_memory_percent),
+        format!("{}/{}", gib(a.memory_used_bytes), gib(a.memory_total_bytes)),
+        format!("{:.0}C", a.max_temperature_celsius),
+        format!("{:.0}W", a.power_draw_watts),
+    ]
+}
+
+const AGGREGATE_HEADERS: [&str; 8] = [
+    "GPUS",
+    "BUSY",
+    "SIMULATED",
+    "UTIL",
+    "MEM UTIL",
+    "MEMORY GiB",
+    "MAX TEMP",
+    "POWER",
+];
+
+const GPU_METRICS_HEADERS: [&str; 11] = [
+    "AGENT",
+    "IDX",
+    "UUID",
+    "UTIL",
+    "MEM UTIL",
+    "MEMORY GiB",
+    "TEMP",
+    "POWER",
+    "SM MHz",
+    "JOB",
+    "THROTTLE",
+];
+
+fn gpu_metrics_row(m: &v1::GpuMetrics) -> Vec<String> {
+    let s = m.sample.clone().unwrap_or_default();
+    let job = if m.training_id.is_empty() {
+        "-".to_string()
+    } else {
+        format!("{} (rank {})", m.training_id, m.rank)
+    };
+    vec![
+        dash(&m.agent_name),
+        s.index.to_string(),
+        if s.simulated {
+            format!("{} *", s.gpu_uuid)
+        } else {
+            dash(&s.gpu_uuid)
+        },
+        opt_num(s.utilization_gpu_percent, 0, "%"),
+        opt_num(s.utilization_memory_percent, 0, "%"),
+        format!("{}/{}", gib(s.memory_used_bytes), gib(s.memory_total_bytes)),
+        opt_num(s.temperature_celsius, 0, "C"),
+        opt_num(s.power_draw_watts, 0, "W"),
+        opt_num(s.sm_clock_mhz.map(f64::from), 0, ""),
+        job,
+        if s.throttle_reasons.is_empty() {
+            "-".to_string()
+        } else {
+            s.throttle_reasons.join(",")
+        },
+    ]
+}
+
+fn any_simulated(updates: &[v1::GpuMetricsUpdate]) -> bool {
+    updates.iter().any(|u| {
+        u.gpus
+            .iter()
+            .any(|m| m.sample.as_ref().is_some_and(|s| s.simulated))
+    })
+}
+
+/// One telemetry update: a row per GPU, or the aggregate.
+pub fn metrics(u: &v1::GpuMetricsUpdate) -> String {
+    let mut out = format!("GPU metrics at {}\n", time(u.time.as_ref()));
+    if let Some(a) = &u.aggregate {
+        let mut t = Table::new(&AGGREGATE_HEADERS);
+        t.row(aggregate_row(a));
+        out.push_str(&t.render());
+        return out;
+    }
+    if u.gpus.is_empty() {
+        out.push_str("no GPUs match");
+        return out;
+    }
+    let mut t = Table::new(&GPU_METRICS_HEADERS);
+    for m in &u.gpus {
+        t.row(gpu_metrics_row(m));
+    }
+    out.push_str(&t.render());
+    if any_simulated(std::slice::from_ref(u)) {
+        out.push_str("\n* simulated GPU: synthetic samples");
+    }
+    out
+}
+
+/// Stored metrics: one row per bucket (aggregated) or per bucket and GPU.
+pub fn metrics_history(updates: &[v1::GpuMetricsUpdate]) -> String {
+    if updates.is_empty() {
+        return "no metrics in this range".to_string();
+    }
+    let aggregated = updates.iter().any(|u| u.aggregate.is_some());
+    let headers: Vec<&'static str> = if aggregated {
+        std::iter::once("TIME").chain(AGGREGATE_HEADERS).collect()
+    } else {
+        std::iter::once("TIME").chain(GPU_METRICS_HEADERS).collect()
+    };
+    let mut t = Table::new(&headers);
+    for u in updates {
+        let at = time(u.time.as_ref());
+        if let Some(a) = &u.aggregate {
+            t.row(
+                std::iter::once(at.clone())
+                    .chain(aggregate_row(a))
+                    .collect(),
+            );
+        }
+        for m in &u.gpus {
+            t.row(
+                std::iter::once(at.clone())
+                    .chain(gpu_metrics_row(m))
+                    .collect(),
+            );
+        }
+    }
+    let mut out = t.render();
+    if any_simulated(updates) {
+        out.push_str("\n* simulated GPU: synthetic samples");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -167,7 +396,7 @@ mod tests {
             "t-3",
         ])
         .unwrap();
-        let crate::Command::Telemetry(crate::TelemetryCommand::Watch(args)) = cli.command else {
+        let crate::Command::Telemetry(TelemetryCommand::Watch(args)) = cli.command else {
             panic!("not telemetry watch");
         };
         let r = request(&args);

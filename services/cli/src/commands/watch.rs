@@ -8,7 +8,7 @@ use super::interruptible;
 use crate::client::Coordinator;
 use crate::errors::{exit, CliError};
 use crate::render::progress::ProgressLine;
-use crate::render::{emit_json, float, json, table, OutputFormat};
+use crate::render::{emit_json, float, json, OutputFormat};
 use cohort_proto::v1::{
     self, training::State, training_event::Event, training_service_client::TrainingServiceClient,
     GetTrainingRequest, WatchTrainingRequest,
@@ -43,7 +43,7 @@ pub fn outcome(id: &str, state: i32, reason: &str) -> Result<(), CliError> {
     };
     Err(CliError::TrainingEnded {
         id: id.to_string(),
-        state: table::state_name(state),
+        state: crate::render::table::state_name(state),
         reason: reason.to_string(),
         code,
     })
@@ -54,7 +54,7 @@ pub fn outcome(id: &str, state: i32, reason: &str) -> Result<(), CliError> {
 pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
     let text = match event.event.as_ref()? {
         Event::StateChange(s) => {
-            let mut text = format!("state {}", table::state_name(s.to));
+            let mut text = format!("state {}", crate::render::table::state_name(s.to));
             if !s.reason.is_empty() {
                 text.push_str(&format!(": {}", s.reason));
             }
@@ -222,7 +222,9 @@ impl Watcher {
                                 "the stream ended while the training was {}",
                                 self.last_state
                                     .as_ref()
-                                    .map_or("running".to_string(), |(s, _)| table::state_name(*s))
+                                    .map_or("running".to_string(), |(s, _)| {
+                                        crate::render::table::state_name(*s)
+                                    })
                             ));
                             self.wait_to_reconnect(status, &mut outage, options).await?;
                             continue 'stream;

@@ -1,19 +1,143 @@
-//! `cohort train submit|list|get|cancel` and `cohort checkpoints`
-//! (TrainingService). `train watch` is in [`super::watch`].
+//! `cohort train submit|list|get|cancel` (TrainingService): their
+//! arguments, the calls, and their tables ([`table`]). `train watch` is in
+//! [`super::watch`], `train report` in [`super::report`].
+
+mod table;
 
 use super::watch;
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::{emit, emit_json, json, table, OutputFormat};
-use crate::{ListArgs, StateArg, SubmitArgs};
+use crate::parse_seconds;
+use crate::render::table::state_name;
+use crate::render::{emit, emit_json, json, OutputFormat};
+use clap::{Args, Subcommand};
 use cohort_proto::v1::{
     self, gpu_request::Selection, training::State, training_service_client::TrainingServiceClient,
     CancelTrainingRequest, CreateTrainingRequest, GetTrainingRequest, GpuRequest,
-    ListCheckpointsRequest, ListTrainingsRequest, WatchTrainingRequest,
+    ListTrainingsRequest, WatchTrainingRequest,
 };
 use serde_json::Value;
+use std::path::PathBuf;
 use std::time::Duration;
 use tonic::transport::Channel;
+
+#[derive(Debug, Subcommand)]
+pub enum TrainCommand {
+    /// Submit a training (a TOML or JSON config file, and/or config flags); prints its id.
+    Submit(Box<SubmitArgs>),
+    /// List trainings, newest first.
+    List(ListArgs),
+    /// Show one training: state, pending reason, rank map and state transitions.
+    Get {
+        /// The training id.
+        id: String,
+        /// Do not read the state transitions from the training's history.
+        #[arg(long)]
+        no_history: bool,
+    },
+    /// Cancel a training: its ranks are stopped and its GPUs freed.
+    Cancel {
+        /// The training id.
+        id: String,
+        /// Why; recorded in the training's history.
+        #[arg(long, default_value = "requested with `cohort train cancel`")]
+        reason: String,
+    },
+    /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
+    Watch(WatchArgs),
+    /// A training's report: throughput, step-time percentiles, compute vs
+    /// communication and GPU use per rank, and the scaling table against
+    /// trainings of the same config at other world sizes.
+    Report {
+        /// The training id.
+        id: String,
+        /// Print the training's metrics.jsonl (every line its ranks emitted) instead.
+        #[arg(long)]
+        metrics: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The training config (`.json` is read as JSON, anything else as TOML);
+    /// without it, the config flags below describe the whole config.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Run on this many GPUs, chosen by the coordinator (default: as many as fit).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "gpu_ids")]
+    pub gpus: Option<i32>,
+    /// Run on exactly these GPUs (uuids from `cohort gpus`), in rank order.
+    #[arg(long, value_name = "UUID,...", value_delimiter = ',', num_args = 1..)]
+    pub gpu_ids: Vec<String>,
+    /// Scheduling priority: among queued trainings, higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+    /// Restarts allowed after rank crashes, lost agents or hangs (server default 3).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub max_restarts: Option<i32>,
+    /// Idempotency key: retrying with the same id returns the first training.
+    #[arg(long, value_name = "ID")]
+    pub request_id: Option<String>,
+    /// A human-readable name for the training.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Fail instead of queueing when the GPUs are not free now.
+    #[arg(long)]
+    pub no_queue: bool,
+    /// After submitting, watch the training until it ends (like `train watch`).
+    #[arg(long)]
+    pub wait: bool,
+    /// Print only the training id (for scripts: `ID=$(cohort train submit -q ...)`).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The config's fields as flags: the whole config without --config, or
+    /// overrides of the file's values.
+    #[command(flatten)]
+    pub fields: crate::config::ConfigFlags,
+}
+
+/// A training state, as a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateArg {
+    Queued,
+    Scheduled,
+    Running,
+    Restarting,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only trainings in this state (repeat or comma-separate for several).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub state: Vec<StateArg>,
+    /// Trainings per page (1..=1000; the server's default when unset).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=1000))]
+    pub page_size: Option<i32>,
+    /// Start at this page (the token a previous page printed).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "all")]
+    pub page_token: Option<String>,
+    /// Fetch every page, not just the first.
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The training id.
+    pub id: String,
+    /// Only events after this sequence number (0: the whole history first).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub from_sequence: u64,
+    /// Also show every rank's step timing and memory.
+    #[arg(long)]
+    pub rank_stats: bool,
+    /// How long to keep reconnecting when the coordinator goes away, in seconds.
+    #[arg(long, value_name = "SECS", default_value = "120", value_parser = parse_seconds)]
+    pub reconnect_timeout: Duration,
+}
 
 /// How long `train get` waits for more history before it stops reading.
 const HISTORY_IDLE: Duration = Duration::from_millis(300);
@@ -61,7 +185,7 @@ pub async fn submit(
             let mut line = format!(
                 "submitted training {}: {}",
                 training.id,
-                table::state_name(training.state)
+                state_name(training.state)
             );
             if !training.state_reason.is_empty() {
                 line.push_str(&format!(" ({})", training.state_reason));
@@ -220,40 +344,33 @@ pub async fn cancel(
         OutputFormat::Table => emit(&format!(
             "training {}: {}",
             training.id,
-            table::state_name(training.state)
+            state_name(training.state)
         )),
     }
 }
 
-pub async fn checkpoints(
+/// Runs one `cohort train` command.
+pub async fn run(
     coordinator: &Coordinator,
-    id: &str,
+    command: TrainCommand,
     out: OutputFormat,
 ) -> Result<(), CliError> {
-    let mut client = TrainingServiceClient::new(coordinator.channel().await?);
-    let mut checkpoints = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_checkpoints(ListCheckpointsRequest {
-                training_id: id.to_string(),
-                page_size: 0,
-                page_token,
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        checkpoints.extend(page.checkpoints);
-        if page.next_page_token.is_empty() {
-            break;
+    match command {
+        TrainCommand::Submit(args) => submit(coordinator, &args, out).await,
+        TrainCommand::List(args) => list(coordinator, &args, out).await,
+        TrainCommand::Get { id, no_history } => get(coordinator, &id, !no_history, out).await,
+        TrainCommand::Cancel { id, reason } => cancel(coordinator, &id, &reason, out).await,
+        TrainCommand::Report { id, metrics } => {
+            super::report::report(coordinator, &id, metrics, out).await
         }
-        page_token = page.next_page_token;
-    }
-    match out {
-        OutputFormat::Table => emit(&table::checkpoints(&checkpoints)),
-        OutputFormat::Json => emit_json(&serde_json::json!({
-            "checkpoints": checkpoints.iter().map(json::message).collect::<Vec<Value>>(),
-        })),
+        TrainCommand::Watch(args) => {
+            let options = watch::WatchOptions {
+                from_sequence: args.from_sequence,
+                rank_stats: args.rank_stats,
+                reconnect_for: args.reconnect_timeout,
+            };
+            watch::watch(coordinator, &args.id, &options, out).await
+        }
     }
 }
 
@@ -268,7 +385,7 @@ mod tests {
         argv.push(path);
         argv.extend_from_slice(extra);
         match crate::Cli::try_parse_from(argv).unwrap().command {
-            crate::Command::Train(crate::TrainCommand::Submit(args)) => *args,
+            crate::Command::Train(crate::commands::train::TrainCommand::Submit(args)) => *args,
             other => panic!("{other:?}"),
         }
     }

@@ -1,0 +1,275 @@
+//! `cohort train` tables: the list, one training in detail, its rank map and
+//! state changes.
+
+use crate::render::table::{dash, state_name, Table};
+use crate::render::{float, short_name, time};
+use cohort_proto::v1;
+use std::fmt::Write as _;
+
+fn progress_cells(p: Option<&v1::ProgressEvent>) -> (String, String) {
+    match p {
+        Some(p) => (format!("{}/{}", p.step, p.total_steps), float(p.loss)),
+        None => ("-".to_string(), "-".to_string()),
+    }
+}
+
+pub fn trainings(trainings: &[v1::Training]) -> String {
+    if trainings.is_empty() {
+        return "no trainings".to_string();
+    }
+    let mut t = Table::new(&[
+        "ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "CREATED", "REASON",
+    ]);
+    for tr in trainings {
+        let (step, loss) = progress_cells(tr.latest_progress.as_ref());
+        t.row(vec![
+            tr.id.clone(),
+            dash(&tr.display_name),
+            state_name(tr.state),
+            tr.world_size.to_string(),
+            step,
+            loss,
+            time(tr.create_time.as_ref()),
+            dash(&tr.state_reason),
+        ]);
+    }
+    t.render()
+}
+
+/// One training in detail: its fields, its rank map and (when given) its
+/// state transitions.
+pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent]>) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| {
+        let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
+    };
+    field("id", t.id.clone());
+    if !t.display_name.is_empty() {
+        field("name", t.display_name.clone());
+    }
+    field("state", state_name(t.state));
+    if !t.state_reason.is_empty() {
+        field("reason", t.state_reason.clone());
+    }
+    field("world size", t.world_size.to_string());
+    field(
+        "attempt",
+        format!(
+            "{} (restarts {}/{})",
+            t.attempt, t.restart_count, t.max_restarts
+        ),
+    );
+    field("priority", t.priority.to_string());
+    if let Some(r) = &t.gpu_request {
+        field("gpus", gpu_request(r));
+    }
+    if let Some(c) = &t.config {
+        field("config", config_summary(c));
+    }
+    if let Some(p) = &t.latest_progress {
+        field(
+            "progress",
+            format!(
+                "step {}/{}  loss {}  {:.0} samples/s",
+                p.step,
+                p.total_steps,
+                float(p.loss),
+                p.samples_per_sec
+            ),
+        );
+    }
+    if !t.request_id.is_empty() {
+        field("request id", t.request_id.clone());
+    }
+    field("created", time(t.create_time.as_ref()));
+    field("started", time(t.start_time.as_ref()));
+    field("ended", time(t.end_time.as_ref()));
+    if !t.ranks.is_empty() {
+        out.push('\n');
+        out.push_str(&ranks(&t.ranks));
+        out.push('\n');
+    }
+    if let Some(events) = transitions {
+        out.push('\n');
+        out.push_str(&state_changes(events));
+        out.push('\n');
+    }
+    out.trim_end().to_string()
+}
+
+/// A GPU request in words, e.g. `2 GPUs, queue when busy`.
+pub fn gpu_request(r: &v1::GpuRequest) -> String {
+    use v1::gpu_request::Selection;
+    let what = match &r.selection {
+        Some(Selection::GpuIds(ids)) => ids.ids.join(", "),
+        Some(Selection::Count(1)) => "1 GPU".to_string(),
+        Some(Selection::Count(n)) => format!("{n} GPUs"),
+        Some(Selection::Auto(a)) if a.max_gpus > 0 => format!("auto, at most {}", a.max_gpus),
+        _ => "auto".to_string(),
+    };
+    let queue = if r.queue == Some(false) {
+        "fail when busy"
+    } else {
+        "queue when busy"
+    };
+    format!("{what} ({queue})")
+}
+
+/// The main facts of a config on one line.
+pub fn config_summary(c: &v1::TrainingConfig) -> String {
+    use v1::data_config::Source;
+    let mut parts = Vec::new();
+    if let Some(m) = &c.model {
+        let width = match (m.d_sae, m.expansion_factor) {
+            (Some(d), _) => format!("d_sae {d}"),
+            (None, Some(f)) => format!("d_sae {}", m.d_in.saturating_mul(f)),
+            (None, None) => "d_sae ?".to_string(),
+        };
+        parts.push(format!("SAE d_in {}, {width}", m.d_in));
+    }
+    if let Some(o) = &c.optim {
+        parts.push(format!("batch {}/rank", o.batch_size));
+        match (o.steps, o.epochs) {
+            (Some(s), _) => parts.push(format!("{s} steps")),
+            (None, Some(e)) => parts.push(format!("{e} epochs")),
+            (None, None) => {}
+        }
+    }
+    match c.data.as_ref().and_then(|d| d.source.as_ref()) {
+        Some(Source::Synthetic(s)) => {
+            parts.push(format!("synthetic data, {} samples", s.num_samples))
+        }
+        Some(Source::Files(f)) => parts.push(format!("{} data files", f.paths.len())),
+        // A data source newer than this CLI.
+        #[allow(unreachable_patterns)]
+        _ => {}
+    }
+    parts.join(", ")
+}
+
+pub fn ranks(ranks: &[v1::RankAssignment]) -> String {
+    let mut t = Table::new(&[
+        "RANK", "LOCAL", "HOST", "AGENT", "GPU", "UUID", "STATE", "PID", "EXIT",
+    ]);
+    for r in ranks {
+        let state = v1::RankState::try_from(r.state)
+            .map(|s| short_name(s.as_str_name(), "RANK_STATE_"))
+            .unwrap_or_else(|_| r.state.to_string());
+        let exit = match (r.exit_code, r.signal) {
+            (Some(code), _) => format!("code {code}"),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => "-".to_string(),
+        };
+        t.row(vec![
+            r.rank.to_string(),
+            format!("{}/{}", r.local_rank, r.local_world_size),
+            dash(&r.host_name),
+            dash(&r.agent_id),
+            r.gpu_index.to_string(),
+            dash(&r.gpu_uuid),
+            state,
+            if r.pid == 0 {
+                "-".to_string()
+            } else {
+                r.pid.to_string()
+            },
+            exit,
+        ]);
+    }
+    t.render()
+}
+
+/// The state changes among `events`, oldest first.
+pub fn state_changes(events: &[v1::TrainingEvent]) -> String {
+    use v1::training_event::Event;
+    let mut t = Table::new(&["TIME", "FROM", "TO", "REASON"]);
+    for e in events {
+        if let Some(Event::StateChange(s)) = &e.event {
+            let from = if s.from == 0 {
+                "-".to_string()
+            } else {
+                state_name(s.from)
+            };
+            t.row(vec![
+                time(e.time.as_ref()),
+                from,
+                state_name(s.to),
+                dash(&s.reason),
+            ]);
+        }
+    }
+    if t.is_empty() {
+        "no state transitions recorded".to_string()
+    } else {
+        t.render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_trainings_says_so() {
+        assert_eq!(trainings(&[]), "no trainings");
+    }
+
+    #[test]
+    fn training_detail_shows_ranks_and_transitions() {
+        let t = v1::Training {
+            id: "t-1".into(),
+            state: v1::training::State::Queued as i32,
+            state_reason: "waiting for 4 GPUs, 2 free".into(),
+            ranks: vec![v1::RankAssignment {
+                rank: 0,
+                local_world_size: 1,
+                host_name: "node1".into(),
+                gpu_uuid: "SIM-0".into(),
+                exit_code: Some(0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let events = vec![v1::TrainingEvent {
+            sequence: 1,
+            event: Some(v1::training_event::Event::StateChange(v1::StateChange {
+                from: 0,
+                to: v1::training::State::Queued as i32,
+                reason: "created".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }];
+        let spec = cohort_spec::TrainingConfig::from_toml(
+            "[model]\nd_in = 8\nexpansion_factor = 4\n[optim]\nbatch_size = 4\nsteps = 10\n\
+             [data.synthetic]\nnum_samples = 64\n",
+        )
+        .unwrap();
+        let t = v1::Training {
+            config: Some(v1::TrainingConfig::from(&spec)),
+            gpu_request: Some(v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::Count(4)),
+                queue: None,
+                ..Default::default()
+            }),
+            ..t
+        };
+        let text = training_detail(&t, Some(&events));
+        assert!(
+            text.contains("gpus:         4 GPUs (queue when busy)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "config:       SAE d_in 8, d_sae 32, batch 4/rank, 10 steps, \
+                 synthetic data, 64 samples"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("state:        QUEUED"), "{text}");
+        assert!(text.contains("reason:       waiting for 4 GPUs, 2 free"));
+        assert!(text.contains("RANK  LOCAL  HOST"));
+        assert!(text.contains("code 0"));
+        assert!(text.contains("-     -     QUEUED  created"), "{text}");
+    }
+}
