@@ -5,7 +5,7 @@
 //! [`cohort_proto::error::reason`], the only place reason strings are spelled.
 
 use crate::jobs::placement::Unplaceable;
-use crate::model::{InvalidGpuRequest, JobState};
+use crate::model::InvalidGpuRequest;
 use crate::persistence::DatabaseError;
 use cohort_proto::error::{bad_field, invalid_config, reason, status};
 use cohort_spec::ConfigError;
@@ -16,19 +16,6 @@ use tonic::{Code, Status};
 pub enum ApiError {
     #[error("training {0} not found")]
     TrainingNotFound(String),
-    #[error("training {id} is {from}: it cannot become {to}")]
-    IllegalTransition {
-        id: String,
-        from: JobState,
-        to: JobState,
-    },
-    #[error(
-        "request_id {request_id:?} was already used for a different request (training {existing})"
-    )]
-    RequestIdConflict {
-        request_id: String,
-        existing: String,
-    },
     /// A request's training config (its `config` field) is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -37,32 +24,16 @@ pub enum ApiError {
     /// The training cannot be placed now and queueing is off.
     #[error("cannot place the training now and queueing is off: {0}")]
     Unplaceable(#[from] Unplaceable),
-    /// The database cannot be reached (connection, pool, worker thread).
-    #[error("the database is unavailable: {0}")]
-    Unavailable(DatabaseError),
-    /// Any other server-side failure; the client learns no more than that.
-    #[error("internal error: {0}")]
-    Internal(DatabaseError),
+    /// What the database said (see the table in `From<ApiError> for Status`).
+    #[error(transparent)]
+    Database(DatabaseError),
 }
 
 impl From<DatabaseError> for ApiError {
     fn from(err: DatabaseError) -> Self {
         match err {
             DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id),
-            DatabaseError::IllegalTransition { id, from, to } => {
-                ApiError::IllegalTransition { id, from, to }
-            }
-            DatabaseError::RequestIdConflict {
-                request_id,
-                existing,
-            } => ApiError::RequestIdConflict {
-                request_id,
-                existing,
-            },
-            err @ (DatabaseError::Connect(_) | DatabaseError::Pool(_) | DatabaseError::Task(_)) => {
-                ApiError::Unavailable(err)
-            }
-            err => ApiError::Internal(err),
+            err => ApiError::Database(err),
         }
     }
 }
@@ -107,28 +78,6 @@ impl From<ApiError> for Status {
                 message,
                 [("training_id".to_string(), id)],
             ),
-            ApiError::IllegalTransition { id, from, to } => status(
-                Code::FailedPrecondition,
-                reason::ILLEGAL_TRANSITION,
-                message,
-                [
-                    ("training_id".to_string(), id),
-                    ("state".to_string(), from.to_string()),
-                    ("requested_state".to_string(), to.to_string()),
-                ],
-            ),
-            ApiError::RequestIdConflict {
-                request_id,
-                existing,
-            } => status(
-                Code::AlreadyExists,
-                reason::REQUEST_ID_CONFLICT,
-                message,
-                [
-                    ("request_id".to_string(), request_id),
-                    ("training_id".to_string(), existing),
-                ],
-            ),
             ApiError::Config(e) => invalid_config(&e, "config."),
             ApiError::GpuRequest(e) => bad_field(reason::INVALID_ARGUMENT, e.field, e.reason),
             ApiError::Unplaceable(why) => {
@@ -139,24 +88,52 @@ impl From<ApiError> for Status {
                 let (key, value) = why.metadata();
                 status(code, why.reason(), message, [(key.to_string(), value)])
             }
-            ApiError::Unavailable(e) => {
-                tracing::error!(error = %e, "database unavailable");
-                status(
-                    Code::Unavailable,
-                    reason::INTERNAL,
-                    "the database is unavailable",
-                    [],
-                )
-            }
-            ApiError::Internal(e) => {
-                tracing::error!(error = %e, "internal error");
-                status(
-                    Code::Internal,
-                    reason::INTERNAL,
-                    "internal database error",
-                    [],
-                )
-            }
+            ApiError::Database(e) => from_database(e),
+        }
+    }
+}
+
+/// The database's part of the table: what the client may act on has its
+/// reason; a server-side failure is logged and says no more.
+fn from_database(err: DatabaseError) -> Status {
+    match err {
+        DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id).into(),
+        DatabaseError::IllegalTransition { id, from, to } => status(
+            Code::FailedPrecondition,
+            reason::ILLEGAL_TRANSITION,
+            format!("training {id} is {from}: it cannot become {to}"),
+            [
+                ("training_id".to_string(), id),
+                ("state".to_string(), from.to_string()),
+                ("requested_state".to_string(), to.to_string()),
+            ],
+        ),
+        DatabaseError::RequestIdConflict {
+            request_id,
+            existing,
+        } => status(
+            Code::AlreadyExists,
+            reason::REQUEST_ID_CONFLICT,
+            format!(
+                "request_id {request_id:?} was already used for a different request (training {existing})"
+            ),
+            [
+                ("request_id".to_string(), request_id),
+                ("training_id".to_string(), existing),
+            ],
+        ),
+        err @ (DatabaseError::Connect(_) | DatabaseError::Pool(_) | DatabaseError::Task(_)) => {
+            tracing::error!(error = %err, "database unavailable");
+            status(
+                Code::Unavailable,
+                reason::INTERNAL,
+                "the database is unavailable",
+                [],
+            )
+        }
+        err => {
+            tracing::error!(error = %err, "database operation failed");
+            status(Code::Internal, reason::INTERNAL, "internal database error", [])
         }
     }
 }
@@ -164,6 +141,7 @@ impl From<ApiError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::JobState;
     use cohort_proto::error::reason_of;
 
     fn of(err: impl Into<ApiError>) -> Status {
