@@ -2,9 +2,11 @@
 //! samples, which GPU each training holds, and the fan-out of telemetry to
 //! watchers. In memory only; the database keeps the durable part.
 
+mod command;
 mod relay;
 mod telemetry;
 
+pub use command::{AgentCommand, FileChunk, LocalRank, StartRanks};
 pub use relay::{Relay, RelayError};
 
 pub use telemetry::{Aggregator, GpuReading, GpuValues, ReadingFilter, TelemetryBatch};
@@ -49,7 +51,7 @@ pub struct LiveAgent {
     pub address: String,
     pub gpus: Vec<v1::GpuInfo>,
     pub session: u64,
-    pub commands: mpsc::Sender<v1::CoordinatorMessage>,
+    pub commands: mpsc::Sender<AgentCommand>,
     pub last_seen: Instant,
 }
 
@@ -203,13 +205,11 @@ impl Fleet {
         length: u32,
     ) -> Result<(Vec<u8>, u64), RelayError> {
         let (request_id, answer) = self.relay.start(agent_id)?;
-        let message = v1::CoordinatorMessage {
-            message: Some(v1::coordinator_message::Message::ReadFile(v1::ReadFile {
-                request_id,
-                path: path.to_string(),
-                offset,
-                length: length.min(relay::MAX_READ),
-            })),
+        let message = AgentCommand::ReadFile {
+            request_id,
+            path: path.to_string(),
+            offset,
+            length: length.min(relay::MAX_READ),
         };
         if !self.send(agent_id, message) {
             self.relay.forget(request_id);
@@ -233,7 +233,7 @@ impl Fleet {
     }
 
     /// Sends a command to an agent; false when it is not connected.
-    pub fn send(&self, agent_id: &str, message: v1::CoordinatorMessage) -> bool {
+    pub fn send(&self, agent_id: &str, message: AgentCommand) -> bool {
         let Some(tx) = self.lock().agents.get(agent_id).map(|a| a.commands.clone()) else {
             return false;
         };

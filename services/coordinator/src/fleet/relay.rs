@@ -4,7 +4,7 @@
 //! answer from another agent, or to a request nobody waits for, is dropped
 //! and counted.
 
-use cohort_proto::v1;
+use super::FileChunk;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,7 @@ pub enum RelayError {
     Refused { agent: String, reason: String },
 }
 
-type Waiter = (String, oneshot::Sender<v1::FileChunk>);
+type Waiter = (String, oneshot::Sender<FileChunk>);
 
 #[derive(Clone, Default)]
 pub struct Relay {
@@ -42,10 +42,7 @@ pub struct Relay {
 
 impl Relay {
     /// Registers a read; returns its request id and where the answer comes.
-    pub fn start(
-        &self,
-        agent_id: &str,
-    ) -> Result<(u64, oneshot::Receiver<v1::FileChunk>), RelayError> {
+    pub fn start(&self, agent_id: &str) -> Result<(u64, oneshot::Receiver<FileChunk>), RelayError> {
         let mut pending = self.pending.lock().expect("relay lock");
         if pending.len() >= MAX_PENDING {
             return Err(RelayError::Busy);
@@ -62,7 +59,7 @@ impl Relay {
     }
 
     /// An agent's FileChunk: handed to its waiter when it is that agent's.
-    pub fn complete(&self, agent_id: &str, data: v1::FileChunk) {
+    pub fn complete(&self, agent_id: &str, data: FileChunk) {
         let mut pending = self.pending.lock().expect("relay lock");
         match pending.get(&data.request_id) {
             Some((owner, _)) if owner == agent_id => {
@@ -90,7 +87,7 @@ mod tests {
     fn answers_reach_only_their_own_waiter() {
         let relay = Relay::default();
         let (id, mut rx) = relay.start("a1").unwrap();
-        let answer = |request_id| v1::FileChunk {
+        let answer = |request_id| FileChunk {
             request_id,
             data: vec![1],
             ..Default::default()

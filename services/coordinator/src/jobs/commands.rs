@@ -1,15 +1,9 @@
 //! The commands the job runner sends down agents' streams.
 
-use crate::fleet::Fleet;
+use crate::fleet::{AgentCommand, Fleet, LocalRank, StartRanks};
 use crate::model::{Placement, RankRecord, Training};
-use cohort_proto::v1;
-use cohort_proto::v1::coordinator_message::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
-
-fn grace(d: Duration) -> Option<prost_types::Duration> {
-    prost_types::Duration::try_from(d).ok()
-}
 
 /// Send each agent a StartRanks with its share of the placement. Returns the
 /// first agent that could not be reached.
@@ -20,35 +14,28 @@ pub(super) fn start_ranks(
     config: &cohort_spec::TrainingConfig,
     trace_context: &HashMap<String, String>,
 ) -> Result<(), String> {
-    let mut by_agent: BTreeMap<&str, Vec<v1::LocalRankAssignment>> = BTreeMap::new();
+    let mut by_agent: BTreeMap<&str, Vec<LocalRank>> = BTreeMap::new();
     for s in &placement.slots {
-        by_agent
-            .entry(&s.agent_id)
-            .or_default()
-            .push(v1::LocalRankAssignment {
-                rank: s.rank,
-                local_rank: s.local_rank,
-                local_world_size: s.local_world_size,
-                gpu_index: s.gpu_index,
-                gpu_uuid: s.gpu_uuid.clone(),
-            });
+        by_agent.entry(&s.agent_id).or_default().push(LocalRank {
+            rank: s.rank,
+            local_rank: s.local_rank,
+            local_world_size: s.local_world_size,
+            gpu_index: s.gpu_index,
+            gpu_uuid: s.gpu_uuid.clone(),
+        });
     }
     let config_json = config.to_json();
     for (agent_id, ranks) in by_agent {
-        let message = v1::CoordinatorMessage {
-            message: Some(Message::StartRanks(v1::StartRanks {
-                training_id: training.id.clone(),
-                attempt: training.attempt,
-                config_json: config_json.clone(),
-                world_size: placement.slots.len() as i32,
-                master_addr: placement.master_addr.clone(),
-                master_port: u32::from(placement.master_port),
-                ranks,
-                // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
-                run_dir: String::new(),
-                trace_context: trace_context.clone(),
-            })),
-        };
+        let message = AgentCommand::StartRanks(StartRanks {
+            training_id: training.id.clone(),
+            attempt: training.attempt,
+            config_json: config_json.clone(),
+            world_size: placement.slots.len() as i32,
+            master_addr: placement.master_addr.clone(),
+            master_port: placement.master_port,
+            ranks,
+            trace_context: trace_context.clone(),
+        });
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());
         }
@@ -110,13 +97,11 @@ fn stop_message(
     attempt: i32,
     grace_period: Duration,
     reason: &str,
-) -> v1::CoordinatorMessage {
-    v1::CoordinatorMessage {
-        message: Some(Message::StopRanks(v1::StopRanks {
-            training_id: training_id.to_string(),
-            attempt,
-            grace_period: grace(grace_period),
-            reason: reason.to_string(),
-        })),
+) -> AgentCommand {
+    AgentCommand::StopRanks {
+        training_id: training_id.to_string(),
+        attempt,
+        grace: grace_period,
+        reason: reason.to_string(),
     }
 }

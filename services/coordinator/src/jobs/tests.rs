@@ -5,11 +5,10 @@
 //! The real-process integration tests stay beside these.
 
 use super::*;
-use crate::fleet::LiveAgent;
+use crate::fleet::{AgentCommand, LiveAgent, StartRanks};
 use crate::model::{GpuRecord, GpuRequest, GpuSelection};
 use crate::persistence::{AgentRegistration, DatabaseTarget, NewTraining};
 use cohort_proto::v1;
-use cohort_proto::v1::coordinator_message::Message as Command;
 use cohort_proto::v1::rank_event::Kind;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -28,7 +27,7 @@ pub(crate) struct Harness {
 pub(crate) struct MemoryAgent {
     pub id: String,
     pub gpus: Vec<v1::GpuInfo>,
-    pub commands: mpsc::Receiver<v1::CoordinatorMessage>,
+    pub commands: mpsc::Receiver<AgentCommand>,
 }
 
 impl Harness {
@@ -144,13 +143,10 @@ impl Harness {
 
 impl MemoryAgent {
     /// The next StartRanks sent to this agent (panics when none is waiting).
-    pub fn started(&mut self) -> v1::StartRanks {
+    pub fn started(&mut self) -> StartRanks {
         loop {
-            match self.commands.try_recv().expect("a command") {
-                v1::CoordinatorMessage {
-                    message: Some(Command::StartRanks(s)),
-                } => return s,
-                _ => continue,
+            if let AgentCommand::StartRanks(s) = self.commands.try_recv().expect("a command") {
+                return s;
             }
         }
     }

@@ -1,7 +1,10 @@
-//! The agent's messages into domain types, once, on receive.
+//! The agent's messages into domain types, once, on receive; the
+//! coordinator's commands into messages, once, on send.
 
+use crate::fleet::{AgentCommand, FileChunk};
 use crate::model::{RankReport, RankReportKind, RunningRank};
 use cohort_proto::v1;
+use cohort_proto::v1::coordinator_message::Message;
 
 /// A RankEvent without a kind says nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,5 +52,143 @@ impl From<&v1::RunningRank> for RunningRank {
             attempt: r.attempt,
             rank: r.rank,
         }
+    }
+}
+
+impl From<AgentCommand> for v1::CoordinatorMessage {
+    fn from(command: AgentCommand) -> Self {
+        let message = match command {
+            AgentCommand::StartRanks(s) => Message::StartRanks(v1::StartRanks {
+                training_id: s.training_id,
+                attempt: s.attempt,
+                config_json: s.config_json,
+                world_size: s.world_size,
+                master_addr: s.master_addr,
+                master_port: u32::from(s.master_port),
+                ranks: s
+                    .ranks
+                    .into_iter()
+                    .map(|r| v1::LocalRankAssignment {
+                        rank: r.rank,
+                        local_rank: r.local_rank,
+                        local_world_size: r.local_world_size,
+                        gpu_index: r.gpu_index,
+                        gpu_uuid: r.gpu_uuid,
+                    })
+                    .collect(),
+                // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
+                run_dir: String::new(),
+                trace_context: s.trace_context,
+            }),
+            AgentCommand::StopRanks {
+                training_id,
+                attempt,
+                grace,
+                reason,
+            } => Message::StopRanks(v1::StopRanks {
+                training_id,
+                attempt,
+                grace_period: prost_types::Duration::try_from(grace).ok(),
+                reason,
+            }),
+            AgentCommand::ReadFile {
+                request_id,
+                path,
+                offset,
+                length,
+            } => Message::ReadFile(v1::ReadFile {
+                request_id,
+                path,
+                offset,
+                length,
+            }),
+        };
+        v1::CoordinatorMessage {
+            message: Some(message),
+        }
+    }
+}
+
+impl From<v1::FileChunk> for FileChunk {
+    fn from(c: v1::FileChunk) -> Self {
+        FileChunk {
+            request_id: c.request_id,
+            data: c.data,
+            file_size: c.file_size,
+            error: c.error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::{LocalRank, StartRanks};
+    use std::time::Duration;
+
+    #[test]
+    fn commands_become_the_messages_agents_read() {
+        let start = AgentCommand::StartRanks(StartRanks {
+            training_id: "t".into(),
+            attempt: 2,
+            config_json: "{}".into(),
+            world_size: 2,
+            master_addr: "10.0.0.1".into(),
+            master_port: 29500,
+            ranks: vec![LocalRank {
+                rank: 1,
+                local_rank: 0,
+                local_world_size: 1,
+                gpu_index: 3,
+                gpu_uuid: "GPU-3".into(),
+            }],
+            trace_context: [("traceparent".to_string(), "00-x".to_string())].into(),
+        });
+        let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
+            panic!("not StartRanks");
+        };
+        assert_eq!((m.attempt, m.world_size, m.master_port), (2, 2, 29500));
+        assert_eq!((m.ranks[0].rank, m.ranks[0].gpu_index), (1, 3));
+        assert!(m.run_dir.is_empty(), "the agent's default run dir");
+        assert_eq!(m.trace_context["traceparent"], "00-x");
+        let stop = AgentCommand::StopRanks {
+            training_id: "t".into(),
+            attempt: 2,
+            grace: Duration::from_millis(1500),
+            reason: "cancelled".into(),
+        };
+        let Some(Message::StopRanks(m)) = v1::CoordinatorMessage::from(stop).message else {
+            panic!("not StopRanks");
+        };
+        let grace = m.grace_period.unwrap();
+        assert_eq!((grace.seconds, grace.nanos), (1, 500_000_000));
+    }
+
+    #[test]
+    fn a_rank_event_without_a_kind_says_nothing() {
+        let event = v1::RankEvent {
+            training_id: "t".into(),
+            ..Default::default()
+        };
+        assert_eq!(RankReport::try_from(event), Err(EmptyRankEvent));
+        let exited = v1::RankEvent {
+            training_id: "t".into(),
+            attempt: 1,
+            rank: 0,
+            time: None,
+            kind: Some(v1::rank_event::Kind::Exited(v1::RankExited {
+                status: Some(v1::rank_exited::Status::Signal(9)),
+                stderr_tail: "x".into(),
+            })),
+        };
+        let report = RankReport::try_from(exited).unwrap();
+        assert_eq!(
+            report.kind,
+            RankReportKind::Exited {
+                code: None,
+                signal: Some(9),
+                stderr_tail: "x".into()
+            }
+        );
     }
 }

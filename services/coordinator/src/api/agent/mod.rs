@@ -47,10 +47,10 @@ impl AgentService for AgentApi {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let ctx = self.ctx.clone();
-        let commands = register::accept(ctx.clone(), request.into_inner()).await?;
-        Ok(Response::new(
-            ctx.until_stopping(ReceiverStream::new(commands).map(Ok)),
-        ))
+        let accepted = register::accept(ctx.clone(), request.into_inner()).await?;
+        let commands = ReceiverStream::new(accepted.commands).map(v1::CoordinatorMessage::from);
+        let stream = tokio_stream::once(accepted.registered).chain(commands);
+        Ok(Response::new(ctx.until_stopping(stream.map(Ok))))
     }
 
     async fn list_agents(

@@ -6,7 +6,7 @@
 use super::session;
 use crate::api::error::ApiError;
 use crate::context::Context;
-use crate::fleet::LiveAgent;
+use crate::fleet::{AgentCommand, LiveAgent};
 use crate::model::GpuRecord;
 use crate::persistence::AgentRegistration;
 use cohort_proto::error::{bad_field, reason};
@@ -85,12 +85,18 @@ fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
     Ok(gpus)
 }
 
+/// What goes down an accepted agent's stream: Registered first, then its
+/// commands as they come.
+pub(super) struct Accepted {
+    pub registered: v1::CoordinatorMessage,
+    pub commands: mpsc::Receiver<AgentCommand>,
+}
+
 /// Accept a Connect stream: register the agent and spawn its session.
-/// Returns the receiving end of the agent's command channel.
 pub(super) async fn accept(
     ctx: Context,
     mut inbound: Streaming<v1::AgentMessage>,
-) -> Result<mpsc::Receiver<v1::CoordinatorMessage>, Status> {
+) -> Result<Accepted, Status> {
     let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
         .await
         .map_err(|_| Status::deadline_exceeded("no Register within 10 s of connecting"))??;
@@ -126,7 +132,6 @@ pub(super) async fn accept(
             },
         )),
     };
-    tx.try_send(registered).expect("fresh channel has room");
     let session = ctx.fleet.connect(LiveAgent {
         id: agent_id.clone(),
         name: reg.agent_name.clone(),
@@ -154,7 +159,10 @@ pub(super) async fn accept(
     }
     ctx.jobs.kick();
     tokio::spawn(session::serve(ctx, agent_id, session, inbound));
-    Ok(rx)
+    Ok(Accepted {
+        registered,
+        commands: rx,
+    })
 }
 
 #[cfg(test)]

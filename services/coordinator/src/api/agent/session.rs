@@ -59,9 +59,11 @@ pub(super) async fn serve(
             Some(Message::RankEvent(event)) => {
                 super::rank_events::on_rank_event(&mut session, event).await
             }
-            Some(Message::FileChunk(data)) => {
-                session.ctx.fleet.relay.complete(&session.agent_id, data)
-            }
+            Some(Message::FileChunk(data)) => session
+                .ctx
+                .fleet
+                .relay
+                .complete(&session.agent_id, data.into()),
             Some(Message::Register(_)) => {
                 tracing::warn!(agent_id = %session.agent_id, "ignoring a second Register on one stream");
             }

@@ -1,0 +1,62 @@
+//! What the coordinator tells an agent and what an agent answers to a file
+//! read, as domain types: the agent session converts them to and from the
+//! protobuf messages on the agent's stream.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// One command for one agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentCommand {
+    /// Start this agent's share of an attempt's ranks.
+    StartRanks(StartRanks),
+    /// Stop the ranks of an attempt (SIGTERM, then SIGKILL after `grace`).
+    StopRanks {
+        training_id: String,
+        attempt: i32,
+        grace: Duration,
+        reason: String,
+    },
+    /// Read up to `length` bytes of `path` from `offset` (0: only its size).
+    ReadFile {
+        request_id: u64,
+        path: String,
+        offset: u64,
+        length: u32,
+    },
+}
+
+/// An agent's share of an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartRanks {
+    pub training_id: String,
+    pub attempt: i32,
+    /// The config as cohort-spec JSON (the rank's `--config`).
+    pub config_json: String,
+    pub world_size: i32,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub ranks: Vec<LocalRank>,
+    /// W3C trace context of the coordinator's `training.start` span.
+    pub trace_context: HashMap<String, String>,
+}
+
+/// One rank an agent runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalRank {
+    pub rank: i32,
+    pub local_rank: i32,
+    pub local_world_size: i32,
+    pub gpu_index: i32,
+    pub gpu_uuid: String,
+}
+
+/// An agent's answer to a [`AgentCommand::ReadFile`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileChunk {
+    pub request_id: u64,
+    pub data: Vec<u8>,
+    pub file_size: u64,
+    /// Why the read was refused; empty when it was not.
+    pub error: String,
+}
