@@ -3,7 +3,6 @@
 //! other's GPUs or ranks. Refused messages change nothing and are counted
 //! (issue 12, defect 4).
 
-#[allow(dead_code)]
 mod common;
 
 use cohort_coordinator::context::Context;

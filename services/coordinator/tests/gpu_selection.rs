@@ -11,7 +11,6 @@
 // Tests may block: they are not the async runtime's production paths.
 #![allow(clippy::disallowed_methods)]
 
-#[allow(dead_code)] // this test uses only the SQLite helper
 mod common;
 
 use cohort_coordinator::context::Context;

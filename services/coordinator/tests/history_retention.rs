@@ -4,8 +4,6 @@
 //! minute, rollups older than their window vanish, and a history read gives
 //! the same answer before and after the move.
 
-// Each test binary uses part of the shared harness.
-#[allow(dead_code)]
 mod common;
 
 use chrono::{DateTime, Utc};
@@ -124,11 +122,11 @@ async fn old_samples_become_exact_rollups_and_expire() {
             "{}",
             t.name
         );
-        let raw = db.raw_gpu_metrics(gpu).await.unwrap();
+        let raw = common::raw_gpu_metrics(db, gpu).await;
         assert_eq!(raw.len(), 1, "{}", t.name);
         assert_eq!(raw[0].sample_ms, T0 + 2 * MINUTE + 5_000);
 
-        let rollups = db.gpu_metric_rollups(gpu).await.unwrap();
+        let rollups = common::gpu_metric_rollups(db, gpu).await;
         assert_eq!(rollups.len(), 2, "{}", t.name);
         let m0 = &rollups[0];
         assert_eq!((m0.bucket_ms, m0.sample_count), (T0, 3));
@@ -194,7 +192,7 @@ async fn old_samples_become_exact_rollups_and_expire() {
             .unwrap();
         let pass = retention.run_once().await.unwrap();
         assert_eq!((pass.raw_rolled_up, pass.rollups_written), (1, 1));
-        let m0 = db.gpu_metric_rollups(gpu).await.unwrap()[0].clone();
+        let m0 = common::gpu_metric_rollups(db, gpu).await[0].clone();
         assert_eq!(m0.sample_count, 4);
         assert_eq!(
             (
@@ -222,15 +220,15 @@ async fn old_samples_become_exact_rollups_and_expire() {
             "{}",
             t.name
         );
-        let rollups = db.gpu_metric_rollups(gpu).await.unwrap();
+        let rollups = common::gpu_metric_rollups(db, gpu).await;
         assert_eq!(rollups.len(), 1);
         assert_eq!(rollups[0].bucket_ms, T0 + 2 * MINUTE);
-        assert!(db.raw_gpu_metrics(gpu).await.unwrap().is_empty());
+        assert!(common::raw_gpu_metrics(db, gpu).await.is_empty());
 
         // Past every window: nothing is left.
         clock.advance(chrono::Duration::days(1));
         assert_eq!(retention.run_once().await.unwrap().rollups_expired, 1);
-        assert!(db.gpu_metric_rollups(gpu).await.unwrap().is_empty());
+        assert!(common::gpu_metric_rollups(db, gpu).await.is_empty());
     }
 }
 
@@ -256,7 +254,7 @@ async fn a_gpu_changing_holder_within_a_minute_keeps_one_rollup_per_holder() {
             "{}",
             t.name
         );
-        let rollups = db.gpu_metric_rollups(gpu).await.unwrap();
+        let rollups = common::gpu_metric_rollups(db, gpu).await;
         let holders: Vec<(&str, Option<i32>, i64)> = rollups
             .iter()
             .map(|r| (r.training_id.as_str(), r.rank, r.sample_count))

@@ -4,8 +4,6 @@
 //! them; QueryGpuMetrics returns them downsampled, per GPU and aggregated,
 //! filtered and paged; bad arguments are INVALID_ARGUMENT naming the field.
 
-// Each test binary uses part of the shared harness.
-#[allow(dead_code)]
 mod common;
 
 use cohort_coordinator::context::Context;
@@ -139,7 +137,7 @@ async fn exercise(db: common::TestDb) {
         .unwrap();
     }
     wait_for_rows(&history, TICKS as u64 * 2).await;
-    let stored = db.db.raw_gpu_metrics(GPUS[1]).await.unwrap();
+    let stored = common::raw_gpu_metrics(&db.db, GPUS[1]).await;
     assert_eq!(stored.len(), TICKS as usize, "{name}");
     assert_eq!(stored[3].sample_ms, base + 3000);
     assert_eq!(stored[3].agent_id, registered.agent_id);

@@ -6,7 +6,6 @@
 #![allow(clippy::disallowed_methods)]
 
 mod agent_proc;
-#[allow(dead_code)] // each test binary uses its own part
 mod common;
 
 use cohort_coordinator::context::Context;

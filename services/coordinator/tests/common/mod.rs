@@ -2,6 +2,8 @@
 //! the PostgreSQL server at `COHORT_TEST_POSTGRES_URL` (default
 //! postgres://postgres@127.0.0.1:5432/test), dropped when the test ends.
 
+#![allow(dead_code)] // each test binary uses its own part
+
 pub mod server;
 
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
@@ -10,7 +12,6 @@ use diesel::{Connection, PgConnection};
 
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-#[allow(dead_code)] // each test binary uses a different part
 pub struct TestDb {
     pub name: &'static str,
     pub target: DatabaseTarget,
@@ -86,4 +87,45 @@ pub async fn postgres() -> TestDb {
 /// Both backends, each fresh.
 pub async fn databases() -> Vec<TestDb> {
     vec![sqlite().await, postgres().await]
+}
+
+/// Every stored raw sample of a GPU in time order (a test's look inside the
+/// table; the coordinator itself reads samples only in buckets).
+pub async fn raw_gpu_metrics(
+    db: &Persistence,
+    gpu_uuid: &str,
+) -> Vec<cohort_coordinator::persistence::gpu_metrics::NewGpuMetric> {
+    use cohort_coordinator::persistence::gpu_metrics::NewGpuMetric;
+    use cohort_coordinator::persistence::schema::gpu_metrics::dsl as m;
+    use diesel::prelude::*;
+    let uuid = gpu_uuid.to_string();
+    db.read("test_raw_gpu_metrics", move |c| {
+        Ok(m::gpu_metrics
+            .filter(m::gpu_uuid.eq(&uuid))
+            .order((m::sample_ms.asc(), m::id.asc()))
+            .select(NewGpuMetric::as_select())
+            .load(c)?)
+    })
+    .await
+    .expect("read raw samples")
+}
+
+/// Every rollup row of a GPU in time order.
+pub async fn gpu_metric_rollups(
+    db: &Persistence,
+    gpu_uuid: &str,
+) -> Vec<cohort_coordinator::persistence::gpu_metrics::RollupRow> {
+    use cohort_coordinator::persistence::gpu_metrics::RollupRow;
+    use cohort_coordinator::persistence::schema::gpu_metrics_rollup as r;
+    use diesel::prelude::*;
+    let uuid = gpu_uuid.to_string();
+    db.read("test_gpu_metric_rollups", move |c| {
+        Ok(r::table
+            .filter(r::gpu_uuid.eq(&uuid))
+            .order((r::bucket_ms.asc(), r::training_id.asc()))
+            .select(RollupRow::as_select())
+            .load(c)?)
+    })
+    .await
+    .expect("read rollups")
 }

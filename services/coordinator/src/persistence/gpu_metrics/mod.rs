@@ -131,38 +131,4 @@ impl Persistence {
         })
         .await
     }
-
-    /// Every stored raw sample of a GPU in time order (tests and tools).
-    pub async fn raw_gpu_metrics(
-        &self,
-        gpu_uuid: &str,
-    ) -> Result<Vec<NewGpuMetric>, DatabaseError> {
-        let uuid = gpu_uuid.to_string();
-        self.read("raw_gpu_metrics", move |c| {
-            use gpu_metrics::dsl as m;
-            Ok(m::gpu_metrics
-                .filter(m::gpu_uuid.eq(&uuid))
-                .order((m::sample_ms.asc(), m::id.asc()))
-                .select(NewGpuMetric::as_select())
-                .load(c)?)
-        })
-        .await
-    }
-
-    /// Every rollup row of a GPU in time order (tests and tools).
-    pub async fn gpu_metric_rollups(
-        &self,
-        gpu_uuid: &str,
-    ) -> Result<Vec<RollupRow>, DatabaseError> {
-        let uuid = gpu_uuid.to_string();
-        self.read("gpu_metric_rollups", move |c| {
-            use super::schema::gpu_metrics_rollup as r;
-            Ok(r::table
-                .filter(r::gpu_uuid.eq(&uuid))
-                .order((r::bucket_ms.asc(), r::training_id.asc()))
-                .select(RollupRow::as_select())
-                .load(c)?)
-        })
-        .await
-    }
 }
