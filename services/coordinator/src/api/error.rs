@@ -39,20 +39,6 @@ impl From<DatabaseError> for ApiError {
 }
 
 impl Unplaceable {
-    /// The stable reason: the ErrorInfo reason of a refused CreateTraining
-    /// and the prefix of a waiting training's pending reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Unplaceable::NoAgents => reason::NO_AGENTS,
-            Unplaceable::InsufficientGpus { .. } | Unplaceable::NotSuitable(_) => {
-                reason::INSUFFICIENT_GPUS
-            }
-            Unplaceable::Busy(_) => reason::GPU_BUSY,
-            Unplaceable::Unknown(_) => reason::GPU_NOT_FOUND,
-            Unplaceable::WaitingForHealthy(_) => reason::GPU_UNHEALTHY,
-        }
-    }
-
     /// The ErrorInfo metadata: what a client needs to act on it.
     fn metadata(&self) -> (&'static str, String) {
         match self {

@@ -12,6 +12,7 @@
 use crate::fleet::{Fleet, FreeGpu};
 use crate::model::{GpuRequest, GpuSelection, RankSlot};
 use crate::selection::{recommend, Candidate, Unsuitable};
+use cohort_proto::error::reason;
 use std::collections::{BTreeMap, HashSet};
 
 /// What placement sees of the fleet, taken once.
@@ -130,9 +131,24 @@ pub enum Unplaceable {
     WaitingForHealthy(String),
 }
 
+impl Unplaceable {
+    /// The stable reason: the ErrorInfo reason of a refused CreateTraining
+    /// and the prefix of a waiting training's pending reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unplaceable::NoAgents => reason::NO_AGENTS,
+            Unplaceable::InsufficientGpus { .. } | Unplaceable::NotSuitable(_) => {
+                reason::INSUFFICIENT_GPUS
+            }
+            Unplaceable::Busy(_) => reason::GPU_BUSY,
+            Unplaceable::Unknown(_) => reason::GPU_NOT_FOUND,
+            Unplaceable::WaitingForHealthy(_) => reason::GPU_UNHEALTHY,
+        }
+    }
+}
+
 impl std::fmt::Display for Unplaceable {
-    /// "REASON: details", the reason from [`Unplaceable::reason`] (the
-    /// table in `api::error`).
+    /// "REASON: details", the reason from [`Unplaceable::reason`].
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: ", self.reason())?;
         match self {
