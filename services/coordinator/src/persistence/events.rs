@@ -104,16 +104,6 @@ impl Persistence {
         })
         .await
     }
-
-    /// The newest job-level progress event of a training, if any.
-    pub async fn latest_progress(
-        &self,
-        training_id: &str,
-    ) -> Result<Option<StoredEvent>, DatabaseError> {
-        let id = training_id.to_string();
-        self.read("latest_progress", move |c| latest_progress_in(c, &id))
-            .await
-    }
 }
 
 /// The newest `progress` event of a training (an index walk back from its
