@@ -37,22 +37,20 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Builds the report of a training that just ended and writes its files;
 /// failures are logged. The job runner runs it as a background task.
 pub async fn write(db: Persistence, reports: PathBuf, training_id: String) {
-    {
-        let report = match super::build_report(&db, &training_id).await {
-            Ok(Some(report)) => report,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(training_id, error = %e, "building the job report failed");
-                return;
-            }
-        };
-        let written = tokio::task::spawn_blocking(move || write_files(&reports, &report)).await;
-        match written {
-            Ok(Ok(dir)) => {
-                tracing::info!(training_id, dir = %dir.display(), "job report written")
-            }
-            Ok(Err(e)) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
-            Err(e) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
+    let report = match super::build_report(&db, &training_id).await {
+        Ok(Some(report)) => report,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(training_id, error = %e, "building the job report failed");
+            return;
         }
+    };
+    let written = tokio::task::spawn_blocking(move || write_files(&reports, &report)).await;
+    match written {
+        Ok(Ok(dir)) => {
+            tracing::info!(training_id, dir = %dir.display(), "job report written")
+        }
+        Ok(Err(e)) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
+        Err(e) => tracing::warn!(training_id, error = %e, "writing the job report failed"),
     }
 }
