@@ -10,8 +10,8 @@ tool would read them (numpy + safetensors only; no cohort code):
   sae_weights.safetensors with W_enc [d_in, d_sae], W_dec [d_sae, d_in],
   b_enc [d_sae], b_dec [d_in];
 - the reconstruction of random activations through SAELens' forward pass on
-  the exported weights equals ours on the native ones (relu; x - b_dec first
-  when apply_b_dec_to_input).
+  the exported weights equals ours on the native ones (relu or topk with its
+  k; x - b_dec first when apply_b_dec_to_input).
 Prints what it checked; exits non-zero on the first mismatch.
 """
 import json
@@ -54,10 +54,23 @@ def main(native, saelens):
     assert w["b_enc"].shape == (d_sae,) and w["b_dec"].shape == (d_in,)
     assert all(v.dtype == np.float32 for v in w.values())
 
+    if manifest["architecture"] == "topk":
+        assert cfg["k"] == manifest["k"], "k"
+
+    def activate(pre, k):
+        z = np.maximum(pre, 0)
+        if k is not None:
+            # keep each row's k largest, as both forward passes do
+            drop = np.argsort(-z, axis=1)[:, k:]
+            np.put_along_axis(z, drop, 0, axis=1)
+        return z
+
+    k = manifest.get("k") if manifest["architecture"] == "topk" else None
     x = np.random.default_rng(0).standard_normal((64, d_in)).astype(np.float32)
-    ours = np.maximum(x @ w_enc.T + b_enc, 0) @ w_dec.T + b_dec
+    ours_in = x - b_dec if manifest.get("apply_b_dec_to_input") else x
+    ours = activate(ours_in @ w_enc.T + b_enc, k) @ w_dec.T + b_dec
     xin = x - w["b_dec"] if cfg["apply_b_dec_to_input"] else x
-    theirs = np.maximum(xin @ w["W_enc"] + w["b_enc"], 0) @ w["W_dec"] + w["b_dec"]
+    theirs = activate(xin @ w["W_enc"] + w["b_enc"], cfg.get("k")) @ w["W_dec"] + w["b_dec"]
     diff = float(np.abs(ours - theirs).max())
     assert diff <= 1e-5 * max(1.0, float(np.abs(ours).max())), diff
     print(f"ok: step {manifest['step']}, d_in {d_in}, d_sae {d_sae}, checksum {manifest['param_checksum']}, "

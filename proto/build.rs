@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "cohort/v1/gpu.proto",
     "cohort/v1/telemetry.proto",
     "cohort/v1/agent.proto",
+    "cohort/v1/admin.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

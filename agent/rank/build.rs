@@ -1,4 +1,5 @@
-//! Builds the c10d shim against the headers of the libtorch that torch-sys
+//! Builds the C++ shims (c10d collectives, the fused Adam) against the
+//! headers of the libtorch that torch-sys
 //! found, and gives the binary an rpath to that libtorch so it runs without
 //! LD_LIBRARY_PATH.
 //!
@@ -34,6 +35,7 @@ fn cuda_includes(torch_root: &Path) -> Option<Vec<PathBuf>> {
 
 fn main() {
     println!("cargo:rerun-if-changed=shim/c10d_shim.cpp");
+    println!("cargo:rerun-if-changed=shim/optim_shim.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     println!("cargo:rerun-if-env-changed=COHORT_CUDA_INCLUDE");
     println!("cargo::rustc-check-cfg=cfg(cohort_nccl)");
@@ -50,6 +52,7 @@ fn main() {
         .cpp(true)
         .std("c++17")
         .file("shim/c10d_shim.cpp")
+        .file("shim/optim_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
@@ -91,6 +94,8 @@ fn main() {
     println!("cargo:rustc-link-arg=-ltorch");
     if nccl {
         println!("cargo:rustc-link-arg=-ltorch_cuda");
+        // The CUDA caching allocator's statistics (rank_stats.memory_bytes).
+        println!("cargo:rustc-link-arg=-lc10_cuda");
         println!("cargo:rustc-cfg=cohort_nccl");
     }
     println!("cargo:rustc-link-arg=-Wl,--as-needed");

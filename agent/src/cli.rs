@@ -61,6 +61,36 @@ pub struct Args {
     #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
     pub stop_grace: Duration,
 
+    /// A directory trainings may read data from and write checkpoints to
+    /// (repeatable). With any, a training whose local paths lie outside
+    /// every root is refused before a rank starts; without, any path goes.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
+
+    /// PEM CA of the coordinator's certificate (for an `https://` coordinator).
+    #[arg(long, env = "COHORT_AGENT_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate: the agent's identity (its DNS SAN, else its
+    /// CN, must be the agent's --name). Re-read at every connection; SIGHUP
+    /// reconnects with the files as they are now.
+    #[arg(
+        long,
+        env = "COHORT_AGENT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "COHORT_AGENT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
     /// Print the GPU inventory and one telemetry sample as a table, then exit
     /// (checks the probe without a coordinator).
     #[arg(long)]

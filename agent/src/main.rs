@@ -7,7 +7,7 @@ use cohort_observe::Observability;
 use tokio::sync::watch;
 
 use cohort_agent::cli::{host_name, Args};
-use cohort_agent::connect::{Agent, AgentConfig};
+use cohort_agent::connect::{Agent, AgentConfig, ClientTls};
 use cohort_agent::probe;
 use cohort_agent::supervisor::default_rank_program;
 use cohort_agent::telemetry;
@@ -97,6 +97,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         stop_grace: args.stop_grace,
         backoff_initial: BACKOFF_INITIAL,
         backoff_max: BACKOFF_MAX,
+        data_roots: cohort_spec::roots::DataRoots::new(&args.data_roots)
+            .map_err(anyhow::Error::msg)?,
+        tls: ClientTls {
+            ca: args.tls_ca.clone(),
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        },
     };
     tracing::info!(
         agent = %name,
@@ -107,12 +114,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let agent = tokio::spawn(Agent::new(config, probe, gpus).run(stop_rx));
+    let agent = Agent::new(config, probe, gpus);
+    tokio::spawn(reconnect_on_sighup(agent.reloader()));
+    let agent = tokio::spawn(agent.run(stop_rx));
     shutdown_signal().await;
     tracing::info!("shutting down: stopping ranks");
     let _ = stop_tx.send(true);
     agent.await.context("the agent task failed")?;
     Ok(())
+}
+
+/// On SIGHUP the session reconnects, reading the TLS files afresh.
+async fn reconnect_on_sighup(reload: std::sync::Arc<tokio::sync::Notify>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("no SIGHUP handler: TLS files are re-read only at reconnects");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        tracing::info!("SIGHUP: reconnecting with the TLS files as they are now");
+        reload.notify_one();
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

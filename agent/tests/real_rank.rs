@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cohort_agent::supervisor::{RankEventKind, RankKey, RankSpec, Supervisor};
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use cohort_spec::ExitClass;
 use tokio::sync::mpsc;
 
@@ -99,7 +99,9 @@ async fn two_real_ranks_train_to_success() {
             .expect("ranks finish in time")
             .unwrap();
         match event.kind {
-            RankEventKind::Progress(ProgressLine::Progress { loss, .. }) => losses.push(loss),
+            RankEventKind::Progress(ProgressLine::Progress(Progress { loss, .. })) => {
+                losses.push(loss)
+            }
             RankEventKind::Progress(ProgressLine::Finished { .. }) => finished = true,
             RankEventKind::Exited(exit) => exits.push((event.key.rank, exit)),
             _ => {}

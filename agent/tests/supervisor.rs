@@ -122,6 +122,7 @@ async fn progress_lines_become_events_and_success_is_reported() {
     let progress = ProgressLine::Checkpoint {
         step: 100,
         path: "/tmp/ckpt".into(),
+        best: false,
     };
     let body = format!(
         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID\" > env.txt\n\

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -53,6 +54,8 @@ def cohort(args, data, world, mode):
 d_in = {args.d_in}
 d_sae = {args.d_sae}
 l1_coefficient = 0.001
+# the reference's plain recipe: nn.Linear's init, no decoder constraint
+decoder_norm = "none"
 [optim]
 learning_rate = 0.001
 batch_size = {args.batch}
@@ -66,6 +69,7 @@ log_every_steps = {args.warmup}
 allreduce = "{mode}"
 """)
     out = launch([RANK_BIN, "--config", config, "--run-dir", run_dir], world)
+    shutil.rmtree(run_dir, ignore_errors=True)
     windows = [json.loads(l) for l in out.splitlines() if l.startswith('{"event":"progress"')]
     # windows after the warm-up: each covers `warmup` steps
     timed = [w for w in windows if w["step"] > args.warmup]
@@ -123,6 +127,7 @@ def main():
     print(f"{'run':<46}{'samples/s':>12}{'ms/step':>10}{'final loss':>12}")
     for name, r in rows:
         print(f"{name:<46}{r['samples_per_sec']:>12.0f}{r['step_ms']:>10.2f}{r['loss']:>12.5f}")
+    shutil.rmtree(tmp, ignore_errors=True)
     sps = {name: r["samples_per_sec"] for name, r in rows}
     one = sps["cohort-rank, 1 rank"] / sps["PyTorch eager, 1 process"]
     two = sps["cohort-rank, 2 ranks (flat all-reduce)"] / sps["PyTorch DDP gloo, 2 ranks"]

@@ -17,6 +17,10 @@ pub struct SaeJob {
     pub num_samples: i64,
     pub num_features: i64,
     pub seed: u64,
+    /// More `[model]` lines (e.g. `architecture = "topk"`), verbatim.
+    pub model_extra: String,
+    /// More tables (e.g. `[validation]`), appended verbatim.
+    pub tables: String,
 }
 
 impl SaeJob {
@@ -34,6 +38,8 @@ impl SaeJob {
             num_samples: 4096,
             num_features: 64,
             seed: 0,
+            model_extra: String::new(),
+            tables: String::new(),
         }
     }
 
@@ -50,13 +56,14 @@ impl SaeJob {
     /// The config in the TOML of cohort-spec (what `cohort train submit --config` reads).
     pub fn toml(&self) -> String {
         format!(
-            "[model]\nd_in = {}\nd_sae = {}\n\n\
+            "[model]\nd_in = {}\nd_sae = {}\n{}\n\
              [optim]\nlearning_rate = {:?}\nbatch_size = {}\nsteps = {}\nseed = {}\n\n\
              [checkpoint]\nevery_steps = {}\n\n\
              [data.synthetic]\nnum_samples = {}\nnum_features = {}\n\n\
-             [runtime]\ndevice = \"cpu\"\nlog_every_steps = {}\n",
+             [runtime]\ndevice = \"cpu\"\nlog_every_steps = {}\n{}",
             self.d_in,
             self.d_sae,
+            self.model_extra,
             self.learning_rate,
             self.batch_size,
             self.steps,
@@ -65,6 +72,7 @@ impl SaeJob {
             self.num_samples,
             self.num_features,
             self.log_every,
+            self.tables,
         )
     }
 

@@ -14,12 +14,15 @@ use std::time::Duration;
 async fn a_checkpoint_on_an_agents_disk_comes_out_through_the_agent() {
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     // 256 x 2048: the state file (parameters and Adam's moments) is ~12 MiB,
-    // a dozen relayed reads.
+    // a dozen relayed reads. TopK over x - b_dec: the export must say so.
     let job = SaeJob {
         d_in: 256,
         d_sae: 2048,
         steps: 20,
         checkpoint_every: 10,
+        model_extra:
+            "architecture = \"topk\"\nk = 16\napply_b_dec_to_input = true\nb_dec_init = \"mean\""
+                .into(),
         ..SaeJob::small()
     };
     let config = job.write(cluster.root(), "big.toml");

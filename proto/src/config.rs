@@ -11,8 +11,9 @@
 
 use crate::v1;
 use cohort_spec::config::{
-    AllreduceMode, CheckpointConfig, DataConfig, Device, Dtype, FileData, ModelConfig, OptimConfig,
-    RuntimeConfig, SyntheticData,
+    AllreduceMode, Architecture, BDecInit, CheckpointConfig, DataConfig, DecoderNorm, Device,
+    Dtype, FileData, LrSchedule, ModelConfig, OptimConfig, RuntimeConfig, SyntheticData,
+    ValidationConfig,
 };
 use cohort_spec::{ConfigError, TrainingConfig};
 use serde_json::{Map, Value};
@@ -95,7 +96,36 @@ fn model_table(m: v1::ModelConfig) -> Result<Value, ConfigError> {
         v1::Dtype::Unspecified => None,
         v1::Dtype::F32 => Some("f32"),
         v1::Dtype::Bf16 => Some("bf16"),
+        v1::Dtype::F16 => Some("f16"),
     })?;
+    t.enumeration(
+        "architecture",
+        m.architecture,
+        |a: v1::Architecture| match a {
+            v1::Architecture::Unspecified => None,
+            v1::Architecture::Relu => Some("relu"),
+            v1::Architecture::Topk => Some("topk"),
+        },
+    )?;
+    t.opt("k", m.k);
+    t.opt("aux_k", m.aux_k);
+    t.float("aux_coefficient", m.aux_coefficient)?;
+    t.enumeration(
+        "decoder_norm",
+        m.decoder_norm,
+        |n: v1::DecoderNorm| match n {
+            v1::DecoderNorm::Unspecified => None,
+            v1::DecoderNorm::Unit => Some("unit"),
+            v1::DecoderNorm::None => Some("none"),
+        },
+    )?;
+    t.enumeration("b_dec_init", m.b_dec_init, |b: v1::BDecInit| match b {
+        v1::BDecInit::Unspecified => None,
+        v1::BDecInit::Zeros => Some("zeros"),
+        v1::BDecInit::Mean => Some("mean"),
+    })?;
+    t.opt("apply_b_dec_to_input", m.apply_b_dec_to_input);
+    t.opt("dead_window_samples", m.dead_window_samples);
     Ok(t.into_value())
 }
 
@@ -110,6 +140,18 @@ fn optim_table(o: v1::OptimConfig) -> Result<Value, ConfigError> {
     t.float("beta2", o.beta2)?;
     t.float("eps", o.eps)?;
     t.opt("allow_batch_shrink", o.allow_batch_shrink);
+    t.enumeration("lr_schedule", o.lr_schedule, |l: v1::LrSchedule| match l {
+        v1::LrSchedule::Unspecified => None,
+        v1::LrSchedule::Constant => Some("constant"),
+        v1::LrSchedule::Cosine => Some("cosine"),
+        v1::LrSchedule::Linear => Some("linear"),
+    })?;
+    t.opt("lr_warmup_steps", o.lr_warmup_steps);
+    t.float("lr_min_ratio", o.lr_min_ratio)?;
+    t.opt("l1_warmup_steps", o.l1_warmup_steps);
+    t.float("max_grad_norm", o.max_grad_norm)?;
+    t.opt("accumulation_steps", o.accumulation_steps);
+    t.opt("max_nonfinite_steps", o.max_nonfinite_steps);
     Ok(t.into_value())
 }
 
@@ -148,6 +190,15 @@ fn data_table(d: Option<v1::DataConfig>) -> Result<Value, ConfigError> {
     Ok(t.into_value())
 }
 
+fn validation_table(v: v1::ValidationConfig) -> Value {
+    let mut t = Table::new("validation");
+    t.set("paths", v.paths);
+    t.opt("tensor", v.tensor);
+    t.opt("column", v.column);
+    t.opt("every_steps", v.every_steps);
+    t.into_value()
+}
+
 fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
     let mut t = Table::new("runtime");
     t.enumeration("device", r.device, |d: v1::Device| match d {
@@ -182,6 +233,9 @@ impl TryFrom<v1::TrainingConfig> for TrainingConfig {
         if let Some(r) = p.runtime {
             root.insert("runtime".into(), runtime_table(r)?);
         }
+        if let Some(v) = p.validation {
+            root.insert("validation".into(), validation_table(v));
+        }
         let config: TrainingConfig =
             serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
                 format: "protobuf",
@@ -202,7 +256,25 @@ impl From<&ModelConfig> for v1::ModelConfig {
             dtype: match m.dtype {
                 Dtype::F32 => v1::Dtype::F32,
                 Dtype::Bf16 => v1::Dtype::Bf16,
+                Dtype::F16 => v1::Dtype::F16,
             } as i32,
+            architecture: match m.architecture {
+                Architecture::Relu => v1::Architecture::Relu,
+                Architecture::Topk => v1::Architecture::Topk,
+            } as i32,
+            k: m.k,
+            aux_k: m.aux_k,
+            aux_coefficient: Some(m.aux_coefficient),
+            decoder_norm: match m.decoder_norm {
+                DecoderNorm::Unit => v1::DecoderNorm::Unit,
+                DecoderNorm::None => v1::DecoderNorm::None,
+            } as i32,
+            b_dec_init: match m.b_dec_init {
+                BDecInit::Zeros => v1::BDecInit::Zeros,
+                BDecInit::Mean => v1::BDecInit::Mean,
+            } as i32,
+            apply_b_dec_to_input: Some(m.apply_b_dec_to_input),
+            dead_window_samples: Some(m.dead_window_samples),
         }
     }
 }
@@ -219,6 +291,17 @@ impl From<&OptimConfig> for v1::OptimConfig {
             beta2: Some(o.beta2),
             eps: Some(o.eps),
             allow_batch_shrink: Some(o.allow_batch_shrink),
+            lr_schedule: match o.lr_schedule {
+                LrSchedule::Constant => v1::LrSchedule::Constant,
+                LrSchedule::Cosine => v1::LrSchedule::Cosine,
+                LrSchedule::Linear => v1::LrSchedule::Linear,
+            } as i32,
+            lr_warmup_steps: Some(o.lr_warmup_steps),
+            lr_min_ratio: Some(o.lr_min_ratio),
+            l1_warmup_steps: Some(o.l1_warmup_steps),
+            max_grad_norm: Some(o.max_grad_norm),
+            accumulation_steps: Some(o.accumulation_steps),
+            max_nonfinite_steps: Some(o.max_nonfinite_steps),
         }
     }
 }
@@ -293,6 +376,17 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
     }
 }
 
+impl From<&ValidationConfig> for v1::ValidationConfig {
+    fn from(v: &ValidationConfig) -> Self {
+        Self {
+            paths: v.paths.clone(),
+            tensor: v.tensor.clone(),
+            column: v.column.clone(),
+            every_steps: v.every_steps,
+        }
+    }
+}
+
 impl From<&TrainingConfig> for v1::TrainingConfig {
     fn from(c: &TrainingConfig) -> Self {
         Self {
@@ -301,6 +395,7 @@ impl From<&TrainingConfig> for v1::TrainingConfig {
             checkpoint: Some((&c.checkpoint).into()),
             data: Some((&c.data).into()),
             runtime: Some((&c.runtime).into()),
+            validation: c.validation.as_ref().map(Into::into),
         }
     }
 }

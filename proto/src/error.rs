@@ -27,6 +27,14 @@ pub mod reason {
     pub const REQUEST_ID_CONFLICT: &str = "REQUEST_ID_CONFLICT";
     pub const CHECKPOINT_NOT_FOUND: &str = "CHECKPOINT_NOT_FOUND";
     pub const CHECKPOINT_UNREACHABLE: &str = "CHECKPOINT_UNREACHABLE";
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const AGENT_IDENTITY_MISMATCH: &str = "AGENT_IDENTITY_MISMATCH";
+    pub const TOKEN_EXISTS: &str = "TOKEN_EXISTS";
+    pub const TOKEN_NOT_FOUND: &str = "TOKEN_NOT_FOUND";
+    pub const QUEUE_FULL: &str = "QUEUE_FULL";
+    pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
+    pub const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
     pub const INTERNAL: &str = "INTERNAL";
 
     /// Every reason above (docs/api.md's table is checked against it).
@@ -45,6 +53,14 @@ pub mod reason {
         REQUEST_ID_CONFLICT,
         CHECKPOINT_NOT_FOUND,
         CHECKPOINT_UNREACHABLE,
+        UNAUTHENTICATED,
+        PERMISSION_DENIED,
+        AGENT_IDENTITY_MISMATCH,
+        TOKEN_EXISTS,
+        TOKEN_NOT_FOUND,
+        QUEUE_FULL,
+        QUOTA_EXCEEDED,
+        DATA_OUTSIDE_ROOTS,
         INTERNAL,
     ];
 }

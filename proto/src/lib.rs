@@ -58,6 +58,7 @@ mod tests {
             "GpuService",
             "TelemetryService",
             "AgentService",
+            "AdminService",
         ] {
             assert!(services.iter().any(|s| s == name), "{name} in {services:?}");
         }

@@ -25,6 +25,9 @@ pub enum ExitCode {
     /// Data that validated at start could not be read mid-run (a shared file
     /// system or object store failed): a restart may succeed.
     DataUnavailable = 14,
+    /// More than `optim.max_nonfinite_steps` steps in a row had a non-finite
+    /// loss or gradient norm (or the run ended on one): the training diverged.
+    Diverged = 15,
     /// The device or host ran out of memory.
     OutOfMemory = 20,
     /// Stopped by SIGTERM/SIGINT (a requested stop, e.g. a cancel).
@@ -41,6 +44,8 @@ pub enum ExitClass {
     Infrastructure,
     /// Out of memory: a restart helps only with a smaller batch.
     OutOfMemory,
+    /// The numbers diverged: a restart helps only with a smaller learning rate.
+    Diverged,
     /// Stopped on request.
     Stopped,
 }
@@ -62,6 +67,7 @@ impl ExitCode {
             CheckpointIo,
             Internal,
             DataUnavailable,
+            Diverged,
             OutOfMemory,
             Terminated,
         ]
@@ -78,6 +84,7 @@ impl ExitCode {
                 ExitClass::Infrastructure
             }
             OutOfMemory => ExitClass::OutOfMemory,
+            Diverged => ExitClass::Diverged,
             Terminated => ExitClass::Stopped,
         }
     }
@@ -98,12 +105,13 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_classify() {
-        for code in [0, 2, 3, 4, 10, 11, 12, 13, 14, 20, 143] {
+        for code in [0, 2, 3, 4, 10, 11, 12, 13, 14, 15, 20, 143] {
             assert_eq!(ExitCode::from_code(code).unwrap().code(), code);
         }
         assert_eq!(classify(Some(3)), ExitClass::UserError);
         assert_eq!(classify(Some(11)), ExitClass::Infrastructure);
         assert_eq!(classify(Some(20)), ExitClass::OutOfMemory);
+        assert_eq!(classify(Some(15)), ExitClass::Diverged);
         assert_eq!(classify(None), ExitClass::Infrastructure);
         assert_eq!(classify(Some(77)), ExitClass::Infrastructure);
     }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod duration;
 pub mod exit;
 pub mod progress;
+pub mod roots;
 
 pub use config::{ConfigError, TrainingConfig};
 pub use exit::{ExitClass, ExitCode};

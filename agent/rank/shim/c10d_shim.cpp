@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -171,6 +172,24 @@ int cohort_pg_barrier(void* group, char* err, size_t err_len) {
     auto* g = static_cast<Group*>(group);
     g->backend->barrier(c10d::BarrierOptions())->wait();
   });
+}
+
+// Bytes the CUDA caching allocator holds for tensors on `device` now;
+// -1 where this build has no CUDA or the device can't say.
+int64_t cohort_cuda_allocated_bytes(int device) {
+#ifdef USE_C10D_NCCL
+  try {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device));
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .current;
+  } catch (...) {
+    return -1;
+  }
+#else
+  (void)device;
+  return -1;
+#endif
 }
 
 }  // extern "C"

@@ -18,6 +18,8 @@ pub enum RankError {
     PeerLost(String),
     #[error("checkpoint i/o: {0}")]
     Checkpoint(String),
+    #[error("training diverged: {0}")]
+    Diverged(String),
     #[error("out of memory: {0}")]
     OutOfMemory(String),
     #[error("internal error: {0}")]
@@ -34,6 +36,7 @@ impl RankError {
             RankError::Rendezvous(_) => ExitCode::RendezvousFailed,
             RankError::PeerLost(_) => ExitCode::PeerLost,
             RankError::Checkpoint(_) => ExitCode::CheckpointIo,
+            RankError::Diverged(_) => ExitCode::Diverged,
             RankError::OutOfMemory(_) => ExitCode::OutOfMemory,
             RankError::Internal(_) => ExitCode::Internal,
         }

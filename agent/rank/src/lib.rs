@@ -10,6 +10,7 @@ pub mod launch;
 pub mod model;
 pub mod report;
 pub mod sampler;
+pub mod state;
 pub mod storage;
 pub mod train;
 

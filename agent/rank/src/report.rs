@@ -29,6 +29,23 @@ impl Reporter {
     }
 }
 
+extern "C" {
+    fn cohort_cuda_allocated_bytes(device: std::ffi::c_int) -> i64;
+}
+
+/// What `rank_stats.memory_bytes` reports on `device`: the CUDA caching
+/// allocator's bytes held for tensors on a GPU, the host RSS on a CPU (or
+/// where the allocator can't say); with its kind.
+pub fn device_memory(device: tch::Device) -> (u64, &'static str) {
+    if let tch::Device::Cuda(index) = device {
+        let bytes = unsafe { cohort_cuda_allocated_bytes(index as std::ffi::c_int) };
+        if let Ok(bytes) = u64::try_from(bytes) {
+            return (bytes, "cuda_allocated");
+        }
+    }
+    (resident_bytes(), "host_rss")
+}
+
 /// Resident set size of this process, in bytes (0 where /proc is unavailable).
 pub fn resident_bytes() -> u64 {
     let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use common::*;
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ fn two_ranks_at_batch_b_match_one_rank_at_batch_2b() {
         .lines
         .iter()
         .filter_map(|l| match l {
-            ProgressLine::Progress { loss, .. } => Some(*loss),
+            ProgressLine::Progress(Progress { loss, .. }) => Some(*loss),
             _ => None,
         })
         .collect();

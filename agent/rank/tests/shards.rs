@@ -202,7 +202,7 @@ fn checkpoints_in_s3_let_another_host_resume_bit_identical() {
             .lines
             .recv_timeout(Duration::from_secs(60))
             .expect("a checkpoint");
-        if let Some(cohort_spec::progress::ProgressLine::Checkpoint { step, path }) =
+        if let Some(cohort_spec::progress::ProgressLine::Checkpoint { step, path, .. }) =
             cohort_spec::progress::ProgressLine::parse(&line)
         {
             assert_eq!(path, format!("s3://ckpt/runs/trn-b/step-{step:08}"));

@@ -4,12 +4,14 @@ use std::path::PathBuf;
 use tracing::Instrument as _;
 
 use cohort_observe::propagation;
+use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message as In;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::{convert, Agent};
 use crate::supervisor::{RankKey, RankSpec, RankStopper};
+use cohort_spec::roots::{self, DataRoots};
 
 /// Runs one command. Returns events to send at once (ranks that could not be
 /// started); everything else is reported through the supervisor's events.
@@ -88,6 +90,18 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         Ok(paths) => paths,
         Err(message) => return fail_all(message),
     };
+    // Refused before any rank starts: a local path outside every data root.
+    if let Err(message) = check_roots(&agent.config.data_roots, &cmd.config_json, &run_dir) {
+        tracing::warn!(training = %cmd.training_id, error = %message, "training refused: data outside the roots");
+        return keys
+            .iter()
+            .map(|k| convert::start_refused(k, reason::DATA_OUTSIDE_ROOTS, message.clone()))
+            .collect();
+    }
+    let mut rank_env = rank_env;
+    if !agent.config.data_roots.is_empty() {
+        rank_env.push((roots::ENV.to_string(), agent.config.data_roots.to_env()));
+    }
 
     let mut failures = Vec::new();
     for (assignment, key) in cmd.ranks.iter().zip(keys) {
@@ -123,6 +137,23 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         }
     }
     failures
+}
+
+/// Whether the config's local paths (relative ones against the run
+/// directory, the ranks' working directory) lie under the data roots.
+fn check_roots(
+    roots: &DataRoots,
+    config_json: &str,
+    run_dir: &std::path::Path,
+) -> Result<(), String> {
+    if roots.is_empty() {
+        return Ok(());
+    }
+    // A config the agent cannot read is the rank's to report, as without roots.
+    match cohort_spec::TrainingConfig::from_json(config_json) {
+        Ok(config) => roots.check_config(&config, run_dir),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Checks a StartRanks before anything is written or started.

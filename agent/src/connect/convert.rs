@@ -87,9 +87,17 @@ pub fn rank_event(event: &RankEvent) -> v1::RankEvent {
 
 /// A rank that could not be started.
 pub fn start_failed(key: &RankKey, message: String) -> v1::RankEvent {
+    start_refused(key, "", message)
+}
+
+/// A start refused for the training's own fault, with its stable reason.
+pub fn start_refused(key: &RankKey, reason: &str, message: String) -> v1::RankEvent {
     rank_event_of(
         key,
-        v1::rank_event::Kind::StartFailed(v1::RankStartFailed { message }),
+        v1::rank_event::Kind::StartFailed(v1::RankStartFailed {
+            message,
+            reason: reason.to_string(),
+        }),
     )
 }
 

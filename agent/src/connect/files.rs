@@ -1,5 +1,5 @@
 //! ReadFile: the coordinator reads a checkpoint kept on this host (for
-//! DownloadCheckpoint). Only files directly in a `step-*` directory under a
+//! DownloadCheckpoint). Only files directly in a `step-*` (or the `best`) directory under a
 //! `checkpoints` directory below this agent's `<work-dir>/trainings` are
 //! served, at most 1 MiB per request; everything else is refused.
 
@@ -26,7 +26,7 @@ fn allowed(work_dir: &Path, requested: &str) -> Result<PathBuf, String> {
     let in_step_dir = real
         .parent()
         .and_then(Path::file_name)
-        .is_some_and(|n| n.to_string_lossy().starts_with("step-"));
+        .is_some_and(|n| n.to_string_lossy().starts_with("step-") || n == "best");
     let under_checkpoints = real
         .parent()
         .and_then(Path::parent)
@@ -93,6 +93,12 @@ mod tests {
             offset,
             length,
         };
+        let best = step.with_file_name("best");
+        std::fs::create_dir_all(&best).unwrap();
+        std::fs::write(best.join("manifest.json"), b"{}").unwrap();
+        assert!(read(work.path(), &req(best.join("manifest.json"), 0, 10))
+            .error
+            .is_empty());
         let got = read(work.path(), &req(step.join("state.safetensors"), 3, 4));
         assert_eq!(
             (got.data, got.file_size, got.request_id),

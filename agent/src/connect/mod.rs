@@ -47,6 +47,21 @@ pub struct AgentConfig {
     /// First reconnect delay; doubles up to `backoff_max`.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// The directories trainings' local paths must lie in (none: any).
+    pub data_roots: cohort_spec::roots::DataRoots,
+    /// TLS to the coordinator (`https://` URLs).
+    pub tls: ClientTls,
+}
+
+/// The agent's TLS files, read at every connection (so a rotated
+/// certificate is picked up on the next one; SIGHUP reconnects at once).
+#[derive(Debug, Clone, Default)]
+pub struct ClientTls {
+    /// PEM CA that signed the coordinator's certificate.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate and key (the agent's identity).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
 }
 
 /// How the agent's run ended.
@@ -66,6 +81,9 @@ pub struct Agent {
     outbox: Outbox,
     /// Which GPU and pid each running rank has (drives the simulated load).
     placements: HashMap<RankKey, (u32, u32)>,
+    /// Notified on SIGHUP: the session ends and the next one reads the TLS
+    /// files afresh.
+    reload: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Resolves once `shutdown` turns true (or its sender is gone).
@@ -85,7 +103,13 @@ impl Agent {
             events,
             outbox: Outbox::default(),
             placements: HashMap::new(),
+            reload: Default::default(),
         }
+    }
+
+    /// What to notify to reconnect with freshly read TLS files.
+    pub fn reloader(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.reload.clone()
     }
 
     /// Connects, serves sessions and reconnects until `shutdown` turns true;

@@ -26,14 +26,30 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the coordinator has to answer Register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A status in words: its message and code, then what caused it (a TLS
+/// alert, a refused connection), which tonic keeps as the error's sources.
+fn describe(status: &tonic::Status) -> String {
+    let mut text = format!("{} ({:?})", status.message(), status.code());
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Why a session ended (other than a requested shutdown).
 #[derive(Debug, Error)]
 pub enum SessionError {
     #[error("cannot reach the coordinator: {0}")]
     Connect(String),
-    #[error("the coordinator refused the session: {} ({:?})", .0.message(), .0.code())]
+    #[error("the coordinator refused the session: {}", describe(.0))]
     Refused(tonic::Status),
-    #[error("the stream broke: {} ({:?})", .0.message(), .0.code())]
+    #[error("the stream broke: {}", describe(.0))]
     Stream(tonic::Status),
     #[error("the coordinator closed the stream")]
     Closed,
@@ -41,6 +57,8 @@ pub enum SessionError {
     RegisterTimeout(Duration),
     #[error("protocol violation: {0}")]
     Protocol(String),
+    #[error("reconnecting to pick up reloaded TLS files (SIGHUP)")]
+    Reload,
 }
 
 /// A session end: whether Register was answered, and why it ended.
@@ -53,7 +71,7 @@ pub(super) async fn run(
 ) -> Result<(), Broken> {
     let url = agent.config.coordinator.clone();
     let channel = tokio::select! {
-        channel = dial(&url) => channel.map_err(|e| (false, SessionError::Connect(chain(&e))))?,
+        channel = dial(&url, &agent.config.tls) => channel.map_err(|e| (false, SessionError::Connect(e)))?,
         _ = stopped(shutdown) => return Ok(()),
     };
     let mut client = AgentServiceClient::new(channel);
@@ -94,17 +112,45 @@ pub(super) async fn run(
     .map_err(|e| (true, e))
 }
 
-/// Opens the channel. HTTP/2 keep-alives notice a coordinator that vanished
-/// without closing the connection (a dead host, a partition).
-async fn dial(url: &str) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    tonic::transport::Endpoint::from_shared(url.to_string())?
+/// Opens the channel (TLS for `https://`, with the files read now).
+/// HTTP/2 keep-alives notice a coordinator that vanished without closing
+/// the connection (a dead host, a partition).
+async fn dial(url: &str, tls: &super::ClientTls) -> Result<tonic::transport::Channel, String> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+        .map_err(|e| chain(&e))?
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true)
-        .tcp_nodelay(true)
-        .connect()
-        .await
+        .tcp_nodelay(true);
+    if url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(tls_config(tls).await?)
+            .map_err(|e| chain(&e))?;
+    }
+    endpoint.connect().await.map_err(|e| chain(&e))
+}
+
+/// The client TLS config from the agent's files, read afresh.
+async fn tls_config(tls: &super::ClientTls) -> Result<tonic::transport::ClientTlsConfig, String> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let read = |path: std::path::PathBuf| async move {
+        tokio::fs::read(&path)
+            .await
+            .map_err(|e| format!("reading {}: {e}", path.display()))
+    };
+    let mut config = ClientTlsConfig::new();
+    match &tls.ca {
+        Some(ca) => config = config.ca_certificate(Certificate::from_pem(read(ca.clone()).await?)),
+        None => {
+            return Err("an https:// coordinator needs --tls-ca (the CA of its certificate)".into())
+        }
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        let identity = Identity::from_pem(read(cert.clone()).await?, read(key.clone()).await?);
+        config = config.identity(identity);
+    }
+    Ok(config)
 }
 
 /// The registered session's loop.
@@ -124,6 +170,7 @@ async fn serve(
     loop {
         tokio::select! {
             _ = stopped(shutdown) => return Ok(()),
+            _ = agent.reload.notified() => return Err(SessionError::Reload),
             _ = heartbeat.tick() => {
                 let beat = v1::Heartbeat { time: Some(convert::timestamp(SystemTime::now())) };
                 send(tx, Out::Heartbeat(beat)).await?;

@@ -180,6 +180,8 @@ pub fn start_agent(
         stop_grace: Duration::from_secs(5),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(300),
+        data_roots: Default::default(),
+        tls: Default::default(),
     };
     let agent = Agent::new(config, telemetry::share(Box::new(sim)), gpus);
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -74,9 +74,40 @@ rendezvous_timeout_s = 12.5
 collective_timeout_s = 7.0
 allreduce = "per_param"
 "#;
+    let sae = r#"
+[model]
+d_in = 32
+d_sae = 64
+dtype = "f16"
+architecture = "topk"
+k = 4
+aux_k = 16
+aux_coefficient = 0.03125
+decoder_norm = "none"
+b_dec_init = "mean"
+apply_b_dec_to_input = true
+dead_window_samples = 5000
+[optim]
+batch_size = 8
+steps = 100
+lr_schedule = "cosine"
+lr_warmup_steps = 10
+lr_min_ratio = 0.1
+l1_warmup_steps = 20
+max_grad_norm = 1.0
+accumulation_steps = 2
+max_nonfinite_steps = 3
+[data.synthetic]
+num_samples = 100
+[validation]
+paths = ["s3://b/val/"]
+column = "acts"
+every_steps = 25
+"#;
     for config in [
         TrainingConfig::from_toml(text).unwrap(),
         TrainingConfig::from_toml(MINIMAL).unwrap(),
+        TrainingConfig::from_toml(sae).unwrap(),
     ] {
         let proto = v1::TrainingConfig::from(&config);
         assert_eq!(TrainingConfig::try_from(proto).unwrap(), config);
@@ -120,4 +151,16 @@ fn bad_values_are_refused_with_their_field() {
     let mut p = minimal_proto();
     p.optim.as_mut().unwrap().epochs = Some(2);
     assert_eq!(field_of(p), "optim.steps");
+
+    let mut p = minimal_proto();
+    p.model.as_mut().unwrap().architecture = v1::Architecture::Topk as i32;
+    assert_eq!(field_of(p), "model.k");
+
+    let mut p = minimal_proto();
+    p.optim.as_mut().unwrap().lr_schedule = 11;
+    assert_eq!(field_of(p), "optim.lr_schedule");
+
+    let mut p = minimal_proto();
+    p.validation = Some(v1::ValidationConfig::default());
+    assert_eq!(field_of(p), "validation.paths");
 }

@@ -29,7 +29,7 @@ pub struct ConfigFlags {
     #[arg(long, value_name = "X")]
     pub l1_coefficient: Option<f64>,
     /// `model.dtype`.
-    #[arg(long, value_parser = ["f32", "bf16"])]
+    #[arg(long, value_parser = ["f32", "bf16", "f16"])]
     pub dtype: Option<String>,
     /// `optim.batch_size`: samples per step per rank.
     #[arg(long, value_name = "N", required_unless_present = "config")]

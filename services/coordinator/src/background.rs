@@ -40,6 +40,11 @@ impl Background {
             ctx.alerts.clone(),
             ctx.tasks.cancelled(),
         ));
+        ctx.tasks.spawn(crate::auth::prune_audit(
+            ctx.db.clone(),
+            ctx.auth.audit_retention,
+            ctx.tasks.cancelled(),
+        ));
         let history = ctx.history.start(ctx.db.clone(), ctx.fleet.clone());
         let instruments = crate::instruments::register(ctx);
         Self {

@@ -26,6 +26,9 @@ pub struct Context {
     pub refusals: crate::api::agent::Refusals,
     /// The background tasks: one token stops them, one tracker waits for them.
     pub tasks: crate::tasks::Tasks,
+    /// Who may call what (`--auth`, `--agent-ca`); the layer and the admin
+    /// service use it.
+    pub auth: std::sync::Arc<crate::auth::Authenticator>,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -41,7 +44,9 @@ impl Context {
         let tasks = crate::tasks::Tasks::default();
         let jobs = Jobs::new(db.clone(), fleet.clone(), settings, tasks.clone());
         let stopping = std::sync::Arc::new(tokio::sync::watch::channel(false).0);
+        let auth = crate::auth::Authenticator::new(Default::default(), db.clone());
         Self {
+            auth,
             db,
             fleet,
             jobs,
@@ -57,6 +62,13 @@ impl Context {
     /// Evaluate alerts with these thresholds instead of the defaults.
     pub fn with_alert_settings(mut self, settings: crate::alerts::AlertSettings) -> Self {
         self.alerts = crate::alerts::AlertHub::new(settings);
+        self
+    }
+
+    /// Authenticate callers this way (the default: `--auth none`, agents
+    /// without certificates).
+    pub fn with_auth(mut self, settings: crate::auth::AuthSettings) -> Self {
+        self.auth = crate::auth::Authenticator::new(settings, self.db.clone());
         self
     }
 

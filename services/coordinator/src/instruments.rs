@@ -103,7 +103,7 @@ fn gpu_attributes(ctx: &Context) -> Vec<(Vec<KeyValue>, crate::fleet::GpuReading
         .collect()
 }
 
-type SampleValue = fn(&cohort_proto::v1::GpuSample) -> Option<f64>;
+type SampleValue = fn(&crate::model::GpuSample) -> Option<f64>;
 
 /// The per-GPU gauges: name, unit, description, value.
 const GPU_GAUGES: [(&str, &str, &str, SampleValue); 5] = [

@@ -3,6 +3,7 @@
 //! - [`model`]: domain types (job and rank states, GPU requests, trainings).
 //! - [`persistence`]: the database (SQLite or PostgreSQL through diesel).
 //! - [`api`]: the `cohort.v1` gRPC services.
+//! - [`auth`]: tokens, agent identities, the permission of every RPC, the layer enforcing them.
 //! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the scheduler (gang placement) and the job runner.
@@ -11,11 +12,13 @@
 //! - [`metrics`]: the opt-in Prometheus scrape endpoint.
 //! - [`report`]: job reports (metrics.jsonl, performance summary, scaling).
 //! - [`selection`]: GPU selection: memory estimate, recommendation, validation.
+//! - [`tls`]: the TLS listener (client certificates, reload on SIGHUP).
 //! - [`server`]: [`server::run`], the server with health and reflection.
 //! - [`background`]: start-up work and the background tasks, stopped with a drain deadline.
 
 pub mod alerts;
 pub mod api;
+pub mod auth;
 pub mod background;
 pub mod context;
 pub mod export;
@@ -30,3 +33,4 @@ pub mod report;
 pub mod selection;
 pub mod server;
 pub mod tasks;
+pub mod tls;

@@ -1,4 +1,5 @@
 //! `cohort-coordinator --listen 127.0.0.1:50051 --data-dir DIR [--database-url postgres://...]`
+//! `cohort-coordinator token create --data-dir DIR --team T --name N --role R [--expires 30d]`
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -20,7 +21,29 @@ const SQLITE_FILE: &str = "coordinator.db";
 
 /// The cohort coordinator: gRPC API, scheduler and persistence.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: Args,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Bearer tokens, offline (before any token exists to call AdminService with).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum TokenCommand {
+    /// Creates a token; its secret is printed once, as the last line.
+    Create(cohort_coordinator::auth::bootstrap::TokenCreateArgs),
+}
+
+/// Serving (the default command).
+#[derive(Debug, clap::Args)]
 struct Args {
     /// Address to serve gRPC on.
     #[arg(long, default_value = LISTEN_DEFAULT, env = "COHORT_LISTEN")]
@@ -56,6 +79,19 @@ struct Args {
     #[arg(long, env = "COHORT_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
+    security: cohort_coordinator::auth::flags::SecurityFlags,
+    /// GPUs a team without a quota of its own may hold at once (default: unlimited).
+    #[arg(long, env = "COHORT_DEFAULT_TEAM_GPUS", value_name = "N")]
+    default_team_gpus: Option<u32>,
+    /// QUEUED trainings a team may have at once, unless its quota says otherwise.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        env = "COHORT_MAX_QUEUED_PER_TEAM",
+        value_name = "N"
+    )]
+    max_queued_per_team: u32,
+    #[command(flatten)]
     alerts: cohort_coordinator::alerts::AlertFlags,
     #[command(flatten)]
     observability: ObservabilityArgs,
@@ -85,19 +121,56 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let cli = Cli::parse();
+    if let Some(Command::Token(TokenCommand::Create(args))) = cli.command {
+        return create_token(args).await;
+    }
+    let args = cli.serve;
     let observability = Observability::init("cohort-coordinator", &args.observability)?;
     let result = serve(args).await;
     observability.shutdown().await;
     result
 }
 
-async fn serve(args: Args) -> anyhow::Result<()> {
-    let target = match &args.database_url {
+fn database(data_dir: &std::path::Path, url: Option<&str>) -> DatabaseTarget {
+    match url {
         Some(url) => DatabaseTarget::from_url(url),
-        None => DatabaseTarget::Sqlite(args.data_dir.join(SQLITE_FILE)),
-    };
-    let db = Persistence::open(target)
+        None => DatabaseTarget::Sqlite(data_dir.join(SQLITE_FILE)),
+    }
+}
+
+/// `token create`: the token's description on stderr, its secret alone on
+/// the last line of stdout (nothing else is printed there).
+async fn create_token(
+    args: cohort_coordinator::auth::bootstrap::TokenCreateArgs,
+) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone().unwrap_or_default();
+    if args.database_url.is_none() {
+        tokio::fs::create_dir_all(&data_dir)
+            .await
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+    }
+    let db = Persistence::open(database(&data_dir, args.database_url.as_deref()))
+        .await
+        .context("opening the database")?;
+    let (token, secret) = cohort_coordinator::auth::bootstrap::create(&db, &args).await?;
+    let expiry = token.expire_time.map_or("never expires".to_string(), |t| {
+        format!("expires {}", t.to_rfc3339())
+    });
+    eprintln!(
+        "token {} of team {} with role {} ({expiry}); its secret is shown once, below:",
+        token.name, token.team, token.role
+    );
+    println!("{secret}");
+    Ok(())
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let security = args
+        .security
+        .resolve(args.listen)
+        .map_err(anyhow::Error::msg)?;
+    let db = Persistence::open(database(&args.data_dir, args.database_url.as_deref()))
         .await
         .context("opening the database")?;
     let history = cohort_coordinator::history::HistorySettings {
@@ -110,20 +183,46 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         history,
         std::sync::Arc::new(cohort_coordinator::history::SystemClock),
     );
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let tcp = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let mut reloader = None;
+    let listener: cohort_coordinator::server::Listener = match security.tls.clone() {
+        Some(files) => {
+            let tls = cohort_coordinator::tls::TlsListener::new(tcp, files)
+                .context("loading TLS files")?;
+            reloader = Some(tls.reloader());
+            tls.into()
+        }
+        None => tcp.into(),
+    };
+    tracing::info!(auth = ?security.mode, tls = security.tls.is_some(), agent_certs = security.agent_certs, "security");
     let settings = JobSettings {
         agent_timeout: args.agent_timeout,
         hang_floor: args.hang_floor,
         hang_factor: args.hang_factor,
         stop_grace: args.stop_grace,
         reports_dir: Some(args.data_dir.join(REPORTS_DIR)),
+        quotas: cohort_coordinator::jobs::QuotaDefaults {
+            team_gpus: args.default_team_gpus,
+            max_queued: args.max_queued_per_team,
+        },
         ..JobSettings::default()
     };
     let ctx = Context::with_settings(db, settings)
         .with_history(history)
-        .with_alert_settings(args.alerts.settings());
+        .with_alert_settings(args.alerts.settings())
+        .with_auth(cohort_coordinator::auth::AuthSettings {
+            mode: security.mode,
+            agent_certs: security.agent_certs,
+            audit_retention: args.security.audit_retention,
+        });
+    if let Some(reloader) = reloader {
+        ctx.tasks.spawn(cohort_coordinator::tls::reload_on_sighup(
+            reloader,
+            ctx.tasks.cancelled(),
+        ));
+    }
     if let Some(addr) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -5,11 +5,14 @@
 //! `127.0.0.1:0` and drive the real server. The work beside the RPCs is
 //! [`crate::background`]'s.
 
+use crate::api::admin::AdminApi;
 use crate::api::agent::AgentApi;
 use crate::api::gpu::GpuApi;
 use crate::api::telemetry::{TelemetryApi, TelemetryServer};
 use crate::api::training::TrainingApi;
 use crate::context::Context;
+use crate::tls::TlsListener;
+use cohort_proto::v1::admin_service_server::AdminServiceServer;
 use cohort_proto::v1::agent_service_server::AgentServiceServer;
 use cohort_proto::v1::gpu_service_server::GpuServiceServer;
 use cohort_proto::v1::telemetry_service_server::TelemetryServiceServer;
@@ -26,12 +29,31 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// Where the server listens: plaintext (loopback, or `--insecure`) or TLS.
+pub enum Listener {
+    Plain(TcpListener),
+    Tls(TlsListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(l: TcpListener) -> Self {
+        Listener::Plain(l)
+    }
+}
+
+impl From<TlsListener> for Listener {
+    fn from(l: TlsListener) -> Self {
+        Listener::Tls(l)
+    }
+}
+
 /// Serves until `shutdown` completes, then drains in-flight calls and returns.
 pub async fn run(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     ctx: Context,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let listener = listener.into();
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<TrainingServiceServer<TrainingApi>>()
@@ -41,6 +63,7 @@ pub async fn run(
         .set_serving::<TelemetryServiceServer<TelemetryApi>>()
         .await;
     health.set_serving::<AgentServiceServer<AgentApi>>().await;
+    health.set_serving::<AdminServiceServer<AdminApi>>().await;
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -58,19 +81,33 @@ pub async fn run(
         shutdown.await;
         streams.stop_streams();
     };
-    let addr = listener.local_addr().ok();
-    tracing::info!(addr = ?addr, "serving gRPC");
-    tonic::transport::Server::builder()
+    let auth = crate::auth::AuthLayer::new(ctx.auth.clone());
+    let stopping = crate::context::stopped(ctx.stopping());
+    let router = tonic::transport::Server::builder()
         .layer(cohort_observe::grpc::GrpcTraceLayer::new())
+        .layer(auth)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(TrainingServiceServer::new(TrainingApi::new(ctx.clone())))
         .add_service(GpuServiceServer::new(GpuApi::new(ctx.clone())))
         .add_service(TelemetryServer::new(TelemetryApi::new(ctx.clone())))
-        .add_service(AgentServiceServer::new(AgentApi::new(ctx)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .add_service(AdminServiceServer::new(AdminApi::new(ctx.clone())))
+        .add_service(AgentServiceServer::new(AgentApi::new(ctx)));
+    match listener {
+        Listener::Plain(listener) => {
+            tracing::info!(addr = ?listener.local_addr().ok(), tls = false, "serving gRPC");
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .await?
+        }
+        Listener::Tls(listener) => {
+            tracing::info!(addr = ?listener.local_addr().ok(), tls = true, "serving gRPC");
+            router
+                .serve_with_incoming_shutdown(listener.incoming(stopping), shutdown)
+                .await?
+        }
+    }
     background.stop().await;
     tracing::info!("gRPC server stopped");
     Ok(())

@@ -261,7 +261,7 @@ num_samples = 256
 async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
     use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState};
     use cohort_coordinator::persistence::NewTraining;
-    use cohort_spec::progress::ProgressLine;
+    use cohort_spec::progress::{Progress, ProgressLine};
     for t in common::databases().await {
         let db = &t.db;
         let new = || NewTraining {
@@ -275,6 +275,10 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
             priority: 0,
             max_restarts: 0,
             trace_context: None,
+            team: String::new(),
+            creator: "anonymous".into(),
+            audit: None,
+            max_queued: None,
         };
         let quiet = db.create_training(new()).await.unwrap().training.id;
         let busy = db.create_training(new()).await.unwrap().training.id;
@@ -289,16 +293,19 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
         }
         let entered = db.transitions(&quiet).await.unwrap().last().unwrap().at;
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let progress = ProgressLine::Progress {
+        let progress = ProgressLine::Progress(Progress {
             step: 5,
             total_steps: 20,
-            epoch: 0,
             loss: 1.0,
             mse: 1.0,
-            l1: 0.0,
             samples_per_sec: 100.0,
             step_time_ms: 10.0,
-        };
+            learning_rate: 0.001,
+            grad_norm: 1.0,
+            l0: 8.0,
+            explained_variance: 0.9,
+            ..Progress::default()
+        });
         let event = db
             .append_event(&busy, 1, EventPayload::Rank(progress))
             .await
@@ -309,10 +316,12 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
             RunningTraining {
                 id: quiet.clone(),
                 last_activity: entered,
+                batches_per_step: 1,
             },
             RunningTraining {
                 id: busy.clone(),
                 last_activity: event.time,
+                batches_per_step: 1,
             },
         ];
         expected.sort_by(|a, b| a.id.cmp(&b.id));

@@ -8,7 +8,7 @@ use cohort_coordinator::persistence::events::append_event_in;
 use cohort_coordinator::persistence::{
     DatabaseError, ListTrainings, NewTraining, Persistence, TrainingCursor,
 };
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use cohort_spec::TrainingConfig;
 
 const CONFIG: &str = r#"
@@ -33,6 +33,10 @@ fn new_training(request_id: Option<&str>) -> NewTraining {
         priority: 0,
         max_restarts: 3,
         trace_context: None,
+        team: String::new(),
+        creator: "anonymous".into(),
+        audit: None,
+        max_queued: None,
     }
 }
 
@@ -235,16 +239,20 @@ async fn rank_events_get_dense_sequence_numbers() {
                 .unwrap()
                 .training
                 .id;
-        let line = ProgressLine::Progress {
+        let line = ProgressLine::Progress(Progress {
             step: 10,
             total_steps: 20,
-            epoch: 0,
             loss: 0.5,
             mse: 0.4,
             l1: 100.0,
             samples_per_sec: 1000.0,
             step_time_ms: 3.0,
-        };
+            learning_rate: 0.001,
+            grad_norm: 1.0,
+            l0: 8.0,
+            explained_variance: 0.9,
+            ..Progress::default()
+        });
         let mut rung = t.db.events_bell().subscribe(&id);
         let tasks: Vec<_> = (0..6)
             .map(|_| {
@@ -288,6 +296,7 @@ fn page(states: &[JobState], limit: i64, after: Option<TrainingCursor>) -> ListT
         states: states.to_vec(),
         limit,
         after,
+        team: None,
     }
 }
 

@@ -342,7 +342,7 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
             host_name: format!("host-{a}"),
             address: String::new(),
             gpus: (0..gpus)
-                .map(|g| v1::GpuInfo {
+                .map(|g| cohort_coordinator::model::GpuRecord {
                     index: g,
                     uuid: format!("GPU-{a}-{g}"),
                     simulated: true,
@@ -357,7 +357,7 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
     for round in 0..rounds {
         for a in 0..agents {
             let samples = (0..gpus)
-                .map(|g| v1::GpuSample {
+                .map(|g| cohort_coordinator::model::GpuSample {
                     gpu_uuid: format!("GPU-{a}-{g}"),
                     index: g,
                     memory_used_bytes: round,

@@ -4,7 +4,7 @@
 
 use super::{io, parse_manifest, step_dir_name, write_state, Manifest, MANIFEST_FILE, STATE_FILE};
 use crate::error::RankError;
-use crate::model::{Adam, Sae};
+use crate::state::TrainState;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -18,31 +18,37 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints")
 }
 
-/// Write a checkpoint of `sae` and `adam` at `manifest.step` under `root`;
-/// returns its directory.
-pub fn save(
+/// Write a checkpoint of `state` at `manifest.step` under `root`; returns
+/// its directory.
+pub fn save(root: &Path, state: &TrainState, manifest: &Manifest) -> Result<PathBuf, RankError> {
+    save_as(root, &step_dir_name(manifest.step), state, manifest)
+}
+
+/// Write a checkpoint of `state` as `root/<name>` (a step, or `best`),
+/// replacing what was there; the manifest gets the state file's digest.
+pub fn save_as(
     root: &Path,
-    sae: &Sae,
-    adam: &Adam,
+    name: &str,
+    state: &TrainState,
     manifest: &Manifest,
 ) -> Result<PathBuf, RankError> {
     fs::create_dir_all(root).map_err(|e| io("create", root, e))?;
-    let final_dir = root.join(step_dir_name(manifest.step));
-    let tmp = root.join(format!(
-        ".{}.tmp-{}",
-        step_dir_name(manifest.step),
-        std::process::id()
-    ));
+    let final_dir = root.join(name);
+    let tmp = root.join(format!(".{name}.tmp-{}", std::process::id()));
     if tmp.exists() {
         fs::remove_dir_all(&tmp).map_err(|e| io("remove", &tmp, e))?;
     }
     fs::create_dir_all(&tmp).map_err(|e| io("create", &tmp, e))?;
-    let state = tmp.join(STATE_FILE);
-    write_state(&state, sae, adam)?;
-    sync_file(&state)?;
+    let state_path = tmp.join(STATE_FILE);
+    let digest = write_state(&state_path, state)?;
+    sync_file(&state_path)?;
 
     let manifest_path = tmp.join(MANIFEST_FILE);
-    let text = serde_json::to_string_pretty(manifest).expect("manifest serialises");
+    let manifest = Manifest {
+        state_sha256: Some(digest),
+        ..manifest.clone()
+    };
+    let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
     fs::write(&manifest_path, text).map_err(|e| io("write", &manifest_path, e))?;
     sync_file(&manifest_path)?;
 
@@ -60,6 +66,14 @@ fn sync_file(path: &Path) -> Result<(), RankError> {
         .map_err(|e| io("sync", path, e))
 }
 
+/// The complete checkpoint in `dir`, if it is one.
+pub fn load(dir: PathBuf) -> Option<Loaded> {
+    let manifest = parse_manifest(&fs::read(dir.join(MANIFEST_FILE)).ok()?)?;
+    dir.join(STATE_FILE)
+        .is_file()
+        .then_some(Loaded { manifest, dir })
+}
+
 /// Complete checkpoints under `root`, oldest first.
 pub fn list_root(root: &Path) -> Vec<Loaded> {
     let Ok(entries) = fs::read_dir(root) else {
@@ -68,13 +82,7 @@ pub fn list_root(root: &Path) -> Vec<Loaded> {
     let mut found: Vec<Loaded> = entries
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
-        .filter_map(|e| {
-            let dir = e.path();
-            let manifest = parse_manifest(&fs::read(dir.join(MANIFEST_FILE)).ok()?)?;
-            dir.join(STATE_FILE)
-                .is_file()
-                .then_some(Loaded { manifest, dir })
-        })
+        .filter_map(|e| load(e.path()))
         .collect();
     found.sort_by_key(|l| l.manifest.step);
     found

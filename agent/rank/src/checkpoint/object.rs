@@ -7,7 +7,7 @@ use super::{
     io, parse_manifest, step_dir_name, step_of, write_state, Manifest, MANIFEST_FILE, STATE_FILE,
 };
 use crate::error::RankError;
-use crate::model::{Adam, Sae};
+use crate::state::TrainState;
 use crate::storage::{join_key, s3};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,46 +22,46 @@ fn err(e: String) -> RankError {
 }
 
 impl Prefix {
+    fn key_of(&self, dir: &str, file: &str) -> String {
+        join_key(&join_key(&self.key, dir), file)
+    }
+
     fn step_key(&self, step: i64, file: &str) -> String {
-        join_key(&join_key(&self.key, &step_dir_name(step)), file)
+        self.key_of(&step_dir_name(step), file)
+    }
+
+    pub fn uri_of(&self, dir: &str) -> String {
+        format!("s3://{}/{}", self.bucket, join_key(&self.key, dir))
     }
 
     pub fn uri(&self, step: i64) -> String {
-        format!(
-            "s3://{}/{}",
-            self.bucket,
-            join_key(&self.key, &step_dir_name(step))
-        )
+        self.uri_of(&step_dir_name(step))
     }
 
-    /// Serialise into `scratch` (a local directory), upload, then remove
-    /// the local copy.
-    pub fn save(
+    /// Serialise into `scratch` (a local directory), upload as `dir` (a
+    /// step's, or `best`), then remove the local copy. The manifest goes
+    /// last, with the state file's digest.
+    pub fn save_as(
         &self,
         scratch: &Path,
-        sae: &Sae,
-        adam: &Adam,
+        dir: &str,
+        state: &TrainState,
         manifest: &Manifest,
     ) -> Result<String, RankError> {
         std::fs::create_dir_all(scratch).map_err(|e| io("create", scratch, e))?;
-        let local = scratch.join(format!(".upload-{}", step_dir_name(manifest.step)));
-        write_state(&local, sae, adam)?;
+        let local = scratch.join(format!(".upload-{dir}"));
+        let digest = write_state(&local, state)?;
         let file = std::fs::File::open(&local).map_err(|e| io("read", &local, e))?;
-        let uploaded = s3::upload(
-            &self.bucket,
-            &self.step_key(manifest.step, STATE_FILE),
-            file,
-        );
+        let uploaded = s3::upload(&self.bucket, &self.key_of(dir, STATE_FILE), file);
         let _ = std::fs::remove_file(&local);
         uploaded.map_err(err)?;
-        let text = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
-        s3::put(
-            &self.bucket,
-            &self.step_key(manifest.step, MANIFEST_FILE),
-            text,
-        )
-        .map_err(err)?;
-        Ok(self.uri(manifest.step))
+        let manifest = Manifest {
+            state_sha256: Some(digest),
+            ..manifest.clone()
+        };
+        let text = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+        s3::put(&self.bucket, &self.key_of(dir, MANIFEST_FILE), text).map_err(err)?;
+        Ok(self.uri_of(dir))
     }
 
     /// Steps that have both files, oldest first.
@@ -91,15 +91,17 @@ impl Prefix {
             .collect())
     }
 
-    pub fn manifest(&self, step: i64) -> Result<Option<Manifest>, RankError> {
-        let bytes = s3::get(&self.bucket, &self.step_key(step, MANIFEST_FILE)).map_err(err)?;
-        Ok(parse_manifest(&bytes))
+    /// The manifest of `dir` (a step's or `best`), if it is there and parses.
+    pub fn manifest(&self, dir: &str) -> Result<Option<Manifest>, RankError> {
+        let bytes =
+            s3::get_if_present(&self.bucket, &self.key_of(dir, MANIFEST_FILE)).map_err(err)?;
+        Ok(bytes.and_then(|b| parse_manifest(&b)))
     }
 
-    /// Download the state of `step` into `path`.
-    pub fn download_state(&self, step: i64, path: &Path) -> Result<(), RankError> {
+    /// Download the state of `dir` into `path`.
+    pub fn download_state(&self, dir: &str, path: &Path) -> Result<(), RankError> {
         let mut file = std::fs::File::create(path).map_err(|e| io("create", path, e))?;
-        s3::download(&self.bucket, &self.step_key(step, STATE_FILE), &mut file).map_err(err)
+        s3::download(&self.bucket, &self.key_of(dir, STATE_FILE), &mut file).map_err(err)
     }
 
     pub fn delete(&self, step: i64) -> Result<(), RankError> {

@@ -3,9 +3,9 @@
 
 use super::local::{self, checkpoints_dir};
 use super::object::Prefix;
-use super::{restore_file, step_dir_name, Manifest, STATE_FILE};
+use super::{restore_file, step_dir_name, Corrupt, Manifest, BEST_DIR, STATE_FILE};
 use crate::error::RankError;
-use crate::model::{Adam, Sae};
+use crate::state::TrainState;
 use crate::storage::Location;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,8 @@ pub struct Found {
     pub manifest: Manifest,
     /// A local directory or an `s3://` URI.
     pub location: String,
+    /// Its directory name: `step-NNNNNNNN` or `best`.
+    dir: String,
 }
 
 impl Store {
@@ -43,29 +45,57 @@ impl Store {
             })?
             .join(&training);
         Ok(match location {
-            Location::Local(dir) => Store::Local(dir),
+            Location::Local(dir) => {
+                // Checked again here, links resolved (the agent checked the
+                // config's path before the rank started).
+                cohort_spec::roots::DataRoots::from_env()
+                    .and_then(|roots| roots.check(&dir.display().to_string(), run_dir))
+                    .map_err(|e| {
+                        RankError::Data(format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"))
+                    })?;
+                Store::Local(dir)
+            }
             Location::S3 { bucket, key } => Store::S3(Prefix { bucket, key }),
         })
     }
 
-    /// Write a checkpoint; returns where it is. `run_dir` serves as scratch
-    /// space for uploads.
+    /// Write a checkpoint of step `manifest.step`; returns where it is.
+    /// `run_dir` serves as scratch space for uploads.
     pub fn save(
         &self,
         run_dir: &Path,
-        sae: &Sae,
-        adam: &Adam,
+        state: &TrainState,
+        manifest: &Manifest,
+    ) -> Result<String, RankError> {
+        self.save_as(run_dir, &step_dir_name(manifest.step), state, manifest)
+    }
+
+    /// Write `state` as the best checkpoint (`best/`, replacing the last).
+    pub fn save_best(
+        &self,
+        run_dir: &Path,
+        state: &TrainState,
+        manifest: &Manifest,
+    ) -> Result<String, RankError> {
+        self.save_as(run_dir, BEST_DIR, state, manifest)
+    }
+
+    fn save_as(
+        &self,
+        run_dir: &Path,
+        dir: &str,
+        state: &TrainState,
         manifest: &Manifest,
     ) -> Result<String, RankError> {
         match self {
-            Store::Local(root) => Ok(local::save(root, sae, adam, manifest)?
+            Store::Local(root) => Ok(local::save_as(root, dir, state, manifest)?
                 .display()
                 .to_string()),
-            Store::S3(prefix) => prefix.save(run_dir, sae, adam, manifest),
+            Store::S3(prefix) => prefix.save_as(run_dir, dir, state, manifest),
         }
     }
 
-    /// Keep the newest `keep` complete checkpoints.
+    /// Keep the newest `keep` complete checkpoints (`best/` is apart).
     pub fn prune(&self, keep: usize) -> Result<(), RankError> {
         match self {
             Store::Local(root) => local::prune(root, keep),
@@ -80,47 +110,69 @@ impl Store {
         }
     }
 
-    /// The newest complete checkpoint, if any.
-    pub fn latest(&self) -> Result<Option<Found>, RankError> {
+    /// Complete step checkpoints, newest first.
+    pub fn candidates(&self) -> Result<Vec<Found>, RankError> {
         match self {
-            Store::Local(root) => Ok(local::list_root(root).pop().map(|l| Found {
-                manifest: l.manifest,
-                location: l.dir.display().to_string(),
-            })),
+            Store::Local(root) => Ok(local::list_root(root)
+                .into_iter()
+                .rev()
+                .map(|l| Found {
+                    dir: step_dir_name(l.manifest.step),
+                    manifest: l.manifest,
+                    location: l.dir.display().to_string(),
+                })
+                .collect()),
             Store::S3(prefix) => {
+                let mut found = Vec::new();
                 for step in prefix.complete_steps()?.into_iter().rev() {
-                    if let Some(manifest) = prefix.manifest(step)? {
-                        return Ok(Some(Found {
+                    let dir = step_dir_name(step);
+                    if let Some(manifest) = prefix.manifest(&dir)? {
+                        found.push(Found {
                             manifest,
                             location: prefix.uri(step),
-                        }));
+                            dir,
+                        });
                     }
                 }
-                Ok(None)
+                Ok(found)
             }
         }
     }
 
-    /// Load `found` into `sae` and `adam`.
+    /// The newest complete checkpoint, if any.
+    pub fn latest(&self) -> Result<Option<Found>, RankError> {
+        Ok(self.candidates()?.into_iter().next())
+    }
+
+    /// The best checkpoint's manifest, if there is one.
+    pub fn best(&self) -> Result<Option<Manifest>, RankError> {
+        match self {
+            Store::Local(root) => Ok(local::load(root.join(BEST_DIR)).map(|l| l.manifest)),
+            Store::S3(prefix) => prefix.manifest(BEST_DIR),
+        }
+    }
+
+    /// Load `found` into `state`, verified against its manifest; a
+    /// [`Corrupt`] checkpoint leaves `state` to be loaded from another.
     pub fn restore(
         &self,
         found: &Found,
         run_dir: &Path,
-        sae: &mut Sae,
-        adam: &mut Adam,
-    ) -> Result<(), RankError> {
+        state: &mut TrainState,
+    ) -> Result<Result<(), Corrupt>, RankError> {
         match self {
             Store::Local(_) => {
                 let path = Path::new(&found.location).join(STATE_FILE);
-                restore_file(&path, &found.location, sae, adam)
+                restore_file(&path, &found.location, &found.manifest, state)
             }
             Store::S3(prefix) => {
-                let step = found.manifest.step;
                 std::fs::create_dir_all(run_dir).map_err(|e| super::io("create", run_dir, e))?;
-                let local = run_dir.join(format!(".restore-{}", step_dir_name(step)));
+                let local = run_dir.join(format!(".restore-{}", found.dir));
+                // A download that fails is the store's trouble (retried by a
+                // restart), not a corrupt checkpoint.
                 let result = prefix
-                    .download_state(step, &local)
-                    .and_then(|()| restore_file(&local, &found.location, sae, adam));
+                    .download_state(&found.dir, &local)
+                    .and_then(|()| restore_file(&local, &found.location, &found.manifest, state));
                 let _ = std::fs::remove_file(&local);
                 result
             }

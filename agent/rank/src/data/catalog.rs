@@ -12,6 +12,7 @@ use super::store::{Blob, LocalBlob};
 use crate::storage::s3::{self, S3Blob};
 use crate::storage::Location;
 use cohort_spec::config::FileData;
+use cohort_spec::roots::DataRoots;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -120,6 +121,8 @@ fn resolve(entry: &str) -> Result<Vec<ShardFile>, String> {
 }
 
 const NO_SHARDS: &str = "no .npy, .safetensors or .parquet file";
+/// Starts the message of a shard refused for lying outside the data roots.
+const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
 
 /// An object, a directory (the shards directly under the prefix) or a glob
 /// pattern over keys.
@@ -163,8 +166,14 @@ fn resolve_s3(entry: &str, bucket: &str, key: &str) -> Result<Vec<ShardFile>, St
 }
 
 fn resolve_local(entry: &str, path: &str) -> Result<Vec<ShardFile>, String> {
+    // The agent's data roots: every file, once its pattern or directory is
+    // expanded and its links resolved, must lie under one.
+    let roots = DataRoots::from_env().map_err(|e| data_err(entry, e))?;
     let local = |p: PathBuf, format| -> Result<ShardFile, String> {
         let name = p.display().to_string();
+        roots
+            .check(&name, Path::new("."))
+            .map_err(|e| data_err(entry, format!("{DATA_OUTSIDE_ROOTS}: {e}")))?;
         let blob = LocalBlob::open(p).map_err(|e| data_err(&name, e))?;
         Ok((Arc::new(blob) as Arc<dyn Blob>, format))
     };

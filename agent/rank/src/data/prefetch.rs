@@ -126,8 +126,7 @@ impl Prefetcher {
                 debug_assert_eq!(got, step, "batches arrive in step order");
                 Ok((batch, started.elapsed()))
             }
-            Ok(Err(ReadError::Io(e))) => Err(RankError::DataUnavailable(e)),
-            Ok(Err(ReadError::Data(e))) => Err(RankError::Data(e)),
+            Ok(Err(e)) => Err(e.into()),
             Err(_) => Err(RankError::Internal(format!(
                 "the data reader stopped before step {step}"
             ))),

@@ -25,6 +25,15 @@ impl ReadError {
     }
 }
 
+impl From<ReadError> for crate::error::RankError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Io(e) => crate::error::RankError::DataUnavailable(e),
+            ReadError::Data(e) => crate::error::RankError::Data(e),
+        }
+    }
+}
+
 /// One shard's bytes.
 pub trait Blob: Send + Sync {
     /// How errors and logs name it (a path or a URI).

@@ -180,15 +180,18 @@ pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
         .map_err(|e| format!("s3://{bucket_name}/{key}: cannot write: {e}"))
 }
 
-/// A whole (small) object.
-pub fn get(bucket_name: &str, key: &str) -> Result<Vec<u8>, String> {
+/// A whole (small) object, or `None` when there is none at `key`.
+pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
     let store = bucket(bucket_name)?;
-    block_on(async {
+    let got = block_on(async {
         let got = store.get(&ObjectPath::from(key)).await?;
         got.bytes().await
-    })
-    .map(|b| b.to_vec())
-    .map_err(|e| format!("s3://{bucket_name}/{key}: cannot read: {e}"))
+    });
+    match got {
+        Ok(b) => Ok(Some(b.to_vec())),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(format!("s3://{bucket_name}/{key}: cannot read: {e}")),
+    }
 }
 
 /// Stream an object into `sink`, a part at a time.

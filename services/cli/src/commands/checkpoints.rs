@@ -40,8 +40,11 @@ pub struct DownloadArgs {
     #[arg(long, value_name = "DIR")]
     pub out: std::path::PathBuf,
     /// The checkpoint's step (default: the newest).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "best")]
     pub step: Option<i64>,
+    /// The best checkpoint (the lowest validation loss) instead.
+    #[arg(long)]
+    pub best: bool,
     /// native or saelens.
     #[arg(long, default_value = "native", value_parser = ["native", "saelens"])]
     pub format: String,
@@ -97,6 +100,7 @@ pub async fn download(
             training_id: args.id.clone(),
             step: args.step,
             format: format as i32,
+            best: args.best,
         })
         .await?
         .into_inner();
@@ -212,7 +216,11 @@ pub fn checkpoints_table(checkpoints: &[v1::Checkpoint]) -> String {
     let mut t = Table::new(&["STEP", "ATTEMPT", "AGENT", "PATH", "CREATED"]);
     for c in checkpoints {
         t.row(vec![
-            c.step.to_string(),
+            if c.best {
+                format!("{} (best)", c.step)
+            } else {
+                c.step.to_string()
+            },
             c.attempt.to_string(),
             dash(&c.agent_id),
             dash(&c.path),

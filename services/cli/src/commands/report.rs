@@ -5,7 +5,7 @@
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::table::{state_name, Table};
-use crate::render::{bytes, emit, emit_json, opt_num, OutputFormat};
+use crate::render::{bytes, emit, emit_json, float, json as message_json, opt_num, OutputFormat};
 use cohort_proto::v1::{self, training_service_client::TrainingServiceClient};
 use serde_json::{json, Value};
 
@@ -66,12 +66,14 @@ pub fn render(r: &v1::TrainingReport) -> String {
         opt_num(s.best_samples_per_sec, 1, " samples/s")
     );
     out += &format!(
-        "step time p50 {}  p90 {}  p99 {}  ({} windows)\n\n",
+        "step time p50 {}  p90 {}  p99 {}  ({} windows)\n",
         opt_num(s.step_time_p50_ms, 2, " ms"),
         opt_num(s.step_time_p90_ms, 2, " ms"),
         opt_num(s.step_time_p99_ms, 2, " ms"),
         s.progress_windows
     );
+    out += &quality(&s.quality.unwrap_or_default());
+    out += "\n";
     let mut ranks = Table::new(&[
         "RANK",
         "STEP MS",
@@ -130,6 +132,39 @@ pub fn render(r: &v1::TrainingReport) -> String {
     out
 }
 
+/// The SAE's quality lines: the newest window, the validations, incidents.
+fn quality(q: &v1::SaeQuality) -> String {
+    let mut out = format!(
+        "quality L0 {}  EV {}  dead {}  grad norm {}  lr {}  non-finite steps {}\n",
+        opt_num(q.l0, 1, ""),
+        opt_num(q.explained_variance, 3, ""),
+        pct(q.dead_fraction),
+        opt_num(q.grad_norm, 4, ""),
+        opt_num(q.learning_rate, 6, ""),
+        q.nonfinite_steps
+    );
+    for (what, v) in [("last", &q.last_validation), ("best", &q.best_validation)] {
+        if let Some(v) = v {
+            out += &format!(
+                "validation ({what}, step {})  loss {}  mse {}  L0 {:.1}  EV {:.3}  dead {:.1}%\n",
+                v.step,
+                float(v.loss),
+                float(v.mse),
+                v.l0,
+                v.explained_variance,
+                v.dead_fraction * 100.0
+            );
+        }
+    }
+    if q.checkpoints_rejected > 0 || q.divergences > 0 {
+        out += &format!(
+            "incidents: {} diverged attempts, {} checkpoints rejected on restore\n",
+            q.divergences, q.checkpoints_rejected
+        );
+    }
+    out
+}
+
 fn gpu_bytes(samples: u64, value: u64) -> String {
     if samples == 0 {
         "-".to_string()
@@ -160,6 +195,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
             "step_time_p90_ms": s.step_time_p90_ms,
             "step_time_p99_ms": s.step_time_p99_ms,
             "progress_windows": s.progress_windows,
+            "quality": s.quality.as_ref().map(message_json::message),
             "ranks": s.ranks.iter().map(|k| json!({
                 "rank": k.rank,
                 "stats_windows": k.stats_windows,
@@ -168,6 +204,8 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
                 "comm_share": k.comm_share,
                 "mean_data_wait_ms": k.mean_data_wait_ms,
                 "peak_memory_bytes": k.peak_memory_bytes,
+                "memory_kind": k.memory_kind,
+                "peak_host_memory_bytes": k.peak_host_memory_bytes,
                 "gpu_uuids": k.gpu_uuids,
                 "gpu_samples": k.gpu_samples,
                 "gpu_utilization_mean_percent": k.gpu_utilization_mean_percent,
@@ -210,6 +248,20 @@ mod tests {
                 mean_samples_per_sec: Some(2000.0),
                 step_time_p50_ms: Some(3.25),
                 progress_windows: 12,
+                quality: Some(v1::SaeQuality {
+                    l0: Some(7.5),
+                    explained_variance: Some(0.875),
+                    best_validation: Some(v1::ValidationEvent {
+                        step: 40,
+                        loss: 0.25,
+                        l0: 8.0,
+                        explained_variance: 0.9,
+                        best: true,
+                        ..Default::default()
+                    }),
+                    divergences: 1,
+                    ..Default::default()
+                }),
                 ranks: vec![v1::RankPerformance {
                     rank: 0,
                     compute_share: Some(0.75),
@@ -253,6 +305,12 @@ mod tests {
         assert!(text.starts_with("training trn-2  SUCCEEDED\n"), "{text}");
         assert!(text.contains("steps 60/60  final loss 0.50000"), "{text}");
         assert!(text.contains("p50 3.25 ms"), "{text}");
+        assert!(text.contains("quality L0 7.5  EV 0.875  dead -"), "{text}");
+        assert!(
+            text.contains("validation (best, step 40)  loss 0.2500  mse 0.0000  L0 8.0  EV 0.900"),
+            "{text}"
+        );
+        assert!(text.contains("incidents: 1 diverged attempts"), "{text}");
         assert!(
             text.contains("0     -        75.0%    25.0%  0.50          3.0 MiB"),
             "{text}"
@@ -275,5 +333,7 @@ mod tests {
         assert_eq!(v["summary"]["best_samples_per_sec"], Value::Null);
         assert_eq!(v["scaling"]["rows"][1]["efficiency"], 1.0);
         assert_eq!(v["summary"]["ranks"][0]["compute_share"], 0.75);
+        assert_eq!(v["summary"]["quality"]["best_validation"]["step"], 40);
+        assert_eq!(v["summary"]["quality"]["dead_fraction"], Value::Null);
     }
 }

@@ -70,7 +70,8 @@ impl ProgressLine {
     }
 }
 
-/// `[#########.....] 120/500  24%  loss 0.0123  1234 samples/s`
+/// `[#########.....] 120/500  24%  loss 0.0123  L0 8.0  EV 0.874  dead 0.0%  lr 0.0010  1234 samples/s`
+/// (plus the non-finite steps skipped, when any).
 pub fn progress_text(p: &ProgressEvent) -> String {
     let fraction = if p.total_steps > 0 {
         (p.step as f64 / p.total_steps as f64).clamp(0.0, 1.0)
@@ -78,15 +79,32 @@ pub fn progress_text(p: &ProgressEvent) -> String {
         0.0
     };
     let filled = (fraction * BAR_WIDTH as f64).round() as usize;
+    let skipped = if p.nonfinite_steps > 0 {
+        format!("  {} non-finite steps skipped", p.nonfinite_steps)
+    } else {
+        String::new()
+    };
     format!(
-        "[{}{}] {}/{} {:>3.0}%  loss {}  {:.0} samples/s",
+        "[{}{}] {}/{} {:>3.0}%  loss {}  {}  {:.0} samples/s{skipped}",
         "#".repeat(filled),
         "-".repeat(BAR_WIDTH - filled),
         p.step,
         p.total_steps,
         fraction * 100.0,
         float(p.loss),
-        p.samples_per_sec
+        sae_metrics(p),
+        p.samples_per_sec,
+    )
+}
+
+/// `L0 8.0  EV 0.874  dead 0.0%  lr 0.0010`: what an SAE is judged by.
+pub fn sae_metrics(p: &ProgressEvent) -> String {
+    format!(
+        "L0 {:.1}  EV {:.3}  dead {:.1}%  lr {}",
+        p.l0,
+        p.explained_variance,
+        p.dead_fraction * 100.0,
+        float(p.learning_rate)
     )
 }
 
@@ -96,16 +114,22 @@ mod tests {
 
     #[test]
     fn bar_text() {
-        let p = ProgressEvent {
+        let mut p = ProgressEvent {
             step: 50,
             total_steps: 200,
             loss: 0.0123,
             samples_per_sec: 1234.4,
+            l0: 7.95,
+            explained_variance: 0.87412,
+            dead_fraction: 0.0125,
+            learning_rate: 0.001,
             ..Default::default()
         };
         assert_eq!(
             progress_text(&p),
-            "[########----------------------] 50/200  25%  loss 0.0123  1234 samples/s"
+            "[########----------------------] 50/200  25%  loss 0.0123  L0 8.0  EV 0.874  dead 1.2%  lr 0.0010  1234 samples/s"
         );
+        p.nonfinite_steps = 3;
+        assert!(progress_text(&p).ends_with("1234 samples/s  3 non-finite steps skipped"));
     }
 }

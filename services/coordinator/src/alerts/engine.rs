@@ -4,8 +4,8 @@
 //! publishes it on the [`AlertHub`].
 
 use super::evaluator::Evaluator;
+use super::follow::TrainingTracker;
 use super::hub::AlertHub;
-use super::plateau::LossTracker;
 use super::presence::RunningTraining;
 use crate::fleet::{Fleet, Presence};
 use crate::model::Transition;
@@ -59,7 +59,7 @@ pub async fn run(
             .max(std::time::Duration::from_millis(10)),
     );
     stall.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut losses = LossTracker::default();
+    let mut followed = TrainingTracker::new(settings.memory_growth_window);
     loop {
         let changes = tokio::select! {
             _ = &mut shutdown => return,
@@ -91,9 +91,10 @@ pub async fn run(
             _ = tick.tick() => evaluator.tick(now()),
             _ = stall.tick() => match db.running_activity().await {
                 Ok(running) => {
-                    follow_losses(&db, &mut losses, &running).await;
+                    follow(&db, &mut followed, &running).await;
                     let mut changes = evaluator.observe_trainings(&running, now());
-                    changes.extend(evaluator.observe_plateaus(&running, &losses, now()));
+                    changes.extend(evaluator.observe_plateaus(&running, &followed, now()));
+                    changes.extend(evaluator.observe_training_health(&running, &mut followed, now()));
                     changes
                 }
                 Err(e) => {
@@ -106,26 +107,26 @@ pub async fn run(
     }
 }
 
-/// Events read per query when following a training's losses.
-const LOSS_EVENTS_PAGE: i64 = 1000;
+/// Events read per query when following a training.
+const EVENTS_PAGE: i64 = 1000;
 
-/// Reads the progress events the tracker has not seen of each running training.
-async fn follow_losses(db: &Persistence, losses: &mut LossTracker, running: &[RunningTraining]) {
-    losses.retain(running);
+/// Reads the events the tracker has not seen of each running training.
+async fn follow(db: &Persistence, followed: &mut TrainingTracker, running: &[RunningTraining]) {
+    followed.retain(running);
     for t in running {
         loop {
             match db
-                .events_after(&t.id, losses.after_seq(&t.id), LOSS_EVENTS_PAGE)
+                .events_after(&t.id, followed.after_seq(&t.id), EVENTS_PAGE)
                 .await
             {
                 Ok(events) => {
-                    losses.feed(&t.id, &events);
-                    if (events.len() as i64) < LOSS_EVENTS_PAGE {
+                    followed.feed(&t.id, &events);
+                    if (events.len() as i64) < EVENTS_PAGE {
                         break;
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(training_id = %t.id, error = %e, "cannot read progress for the plateau rule");
+                    tracing::warn!(training_id = %t.id, error = %e, "cannot read progress for the training rules");
                     break;
                 }
             }

@@ -34,6 +34,35 @@ pub struct AlertFlags {
     /// this many steps (0: off).
     #[arg(long, default_value_t = 1000, value_name = "STEPS", value_parser = clap::value_parser!(i64).range(0..))]
     pub alert_plateau_steps: i64,
+    /// TRAINING_GRAD_NORM_HIGH: a training's gradient norm above this ...
+    #[arg(long, default_value_t = 10.0, value_name = "NORM")]
+    pub alert_grad_norm: f64,
+    /// ... for this long.
+    #[arg(long, default_value = "2m", value_parser = parse_span, value_name = "SPAN")]
+    pub alert_grad_norm_for: Duration,
+    /// TRAINING_STEP_SLOW: a training's step time above this many ms ...
+    #[arg(long, default_value_t = 200.0, value_name = "MS")]
+    pub alert_step_time_ms: f64,
+    /// ... for this long.
+    #[arg(long, default_value = "5m", value_parser = parse_span, value_name = "SPAN")]
+    pub alert_step_time_for: Duration,
+    /// TRAINING_DATA_WAIT_HIGH: a rank waiting more than this many ms per batch ...
+    #[arg(long, default_value_t = 50.0, value_name = "MS")]
+    pub alert_data_wait_ms: f64,
+    /// ... for this long.
+    #[arg(long, default_value = "5m", value_parser = parse_span, value_name = "SPAN")]
+    pub alert_data_wait_for: Duration,
+    /// RANK_MEMORY_GROWTH: a rank's host memory growing by more than this
+    /// many GB an hour (0: off) ...
+    #[arg(long, default_value_t = 2.0, value_name = "GB")]
+    pub alert_memory_growth_gb_per_hour: f64,
+    /// ... measured over this window.
+    #[arg(long, default_value = "15m", value_parser = parse_span, value_name = "SPAN")]
+    pub alert_memory_growth_window: Duration,
+    /// TRAINING_NONFINITE_STEPS: this many non-finite steps skipped between
+    /// two checks, or a divergence (0: off).
+    #[arg(long, default_value_t = 3, value_name = "STEPS", value_parser = clap::value_parser!(i64).range(0..))]
+    pub alert_nonfinite_steps: i64,
 }
 
 impl AlertFlags {
@@ -48,6 +77,15 @@ impl AlertFlags {
             agent_grace: self.alert_agent_grace,
             stall_after: self.alert_stall_after,
             plateau_steps: self.alert_plateau_steps,
+            grad_norm: self.alert_grad_norm,
+            grad_norm_for: self.alert_grad_norm_for,
+            step_time_ms: self.alert_step_time_ms,
+            step_time_for: self.alert_step_time_for,
+            data_wait_ms: self.alert_data_wait_ms,
+            data_wait_for: self.alert_data_wait_for,
+            memory_growth_per_hour: self.alert_memory_growth_gb_per_hour * 1e9,
+            memory_growth_window: self.alert_memory_growth_window,
+            nonfinite_steps: self.alert_nonfinite_steps,
             ..AlertSettings::default()
         }
     }

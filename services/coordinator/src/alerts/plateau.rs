@@ -1,100 +1,14 @@
 //! TRAINING_LOSS_PLATEAU: a RUNNING training whose loss has made no new best
 //! for `plateau_steps` steps (the data contract's "alert if no improvement
-//! 1000 steps"). [`LossTracker`] follows each running training's progress
-//! events incrementally (by sequence number, so each check reads only what
-//! is new); the rule is evaluated with the stall check.
+//! 1000 steps"), from what the [`TrainingTracker`] followed; the rule is
+//! evaluated with the stall check.
 
 use super::evaluator::{Draft, Evaluator, Level};
+use super::follow::TrainingTracker;
 use super::presence::RunningTraining;
 use crate::model::{AlertKind, Transition};
-use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
-use cohort_spec::progress::ProgressLine;
-use std::collections::HashMap;
 use std::time::Duration;
-
-/// The best loss of one training so far and how far it has trained since.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LossProgress {
-    pub best_loss: f64,
-    pub best_step: i64,
-    pub latest_step: i64,
-}
-
-impl LossProgress {
-    /// Steps trained since the loss last reached a new best.
-    pub fn steps_without_improvement(&self) -> i64 {
-        self.latest_step - self.best_step
-    }
-}
-
-/// What the tracker knows of one training.
-#[derive(Debug, Clone, Default)]
-struct Followed {
-    after_seq: i64,
-    progress: Option<LossProgress>,
-}
-
-/// Follows the progress events of the running trainings.
-#[derive(Debug, Default)]
-pub struct LossTracker {
-    trainings: HashMap<String, Followed>,
-}
-
-impl LossTracker {
-    /// The sequence number after which `training_id`'s events are unread.
-    pub fn after_seq(&self, training_id: &str) -> i64 {
-        self.trainings.get(training_id).map_or(0, |f| f.after_seq)
-    }
-
-    /// Takes in events read after [`LossTracker::after_seq`], in order.
-    pub fn feed(&mut self, training_id: &str, events: &[StoredEvent]) {
-        let followed = self.trainings.entry(training_id.to_string()).or_default();
-        for event in events {
-            followed.after_seq = followed.after_seq.max(event.seq);
-            let EventPayload::Rank(ProgressLine::Progress { step, loss, .. }) = &event.payload
-            else {
-                continue;
-            };
-            let (step, loss) = (*step, *loss);
-            if !loss.is_finite() {
-                continue;
-            }
-            followed.progress = Some(match followed.progress {
-                // a resumed attempt went back to its checkpoint: a new baseline
-                Some(p) if step < p.latest_step => LossProgress {
-                    best_loss: loss,
-                    best_step: step,
-                    latest_step: step,
-                },
-                Some(p) if loss < p.best_loss => LossProgress {
-                    best_loss: loss,
-                    best_step: step,
-                    latest_step: step,
-                },
-                Some(p) => LossProgress {
-                    latest_step: step,
-                    ..p
-                },
-                None => LossProgress {
-                    best_loss: loss,
-                    best_step: step,
-                    latest_step: step,
-                },
-            });
-        }
-    }
-
-    pub fn progress(&self, training_id: &str) -> Option<LossProgress> {
-        self.trainings.get(training_id)?.progress
-    }
-
-    /// Forgets the trainings that are no longer running.
-    pub fn retain(&mut self, running: &[RunningTraining]) {
-        self.trainings
-            .retain(|id, _| running.iter().any(|t| &t.id == id));
-    }
-}
 
 impl Evaluator {
     /// Raises TRAINING_LOSS_PLATEAU for running trainings without a new best
@@ -103,7 +17,7 @@ impl Evaluator {
     pub fn observe_plateaus(
         &mut self,
         running: &[RunningTraining],
-        tracker: &LossTracker,
+        tracker: &TrainingTracker,
         now: DateTime<Utc>,
     ) -> Vec<Transition> {
         let limit = self.settings.plateau_steps;
@@ -145,23 +59,28 @@ impl Evaluator {
 mod tests {
     use super::*;
     use crate::alerts::{AlertSettings, Severity};
+    use crate::model::{EventPayload, StoredEvent};
     use chrono::TimeZone;
+    use cohort_spec::progress::{Progress, ProgressLine};
 
     fn progress(seq: i64, step: i64, loss: f64) -> StoredEvent {
         StoredEvent {
             training_id: "trn-a".into(),
             seq,
             attempt: 1,
-            payload: EventPayload::Rank(ProgressLine::Progress {
+            payload: EventPayload::Rank(ProgressLine::Progress(Progress {
                 step,
                 total_steps: 10_000,
-                epoch: 0,
                 loss,
                 mse: loss,
-                l1: 0.0,
                 samples_per_sec: 1.0,
                 step_time_ms: 1.0,
-            }),
+                learning_rate: 0.001,
+                grad_norm: 1.0,
+                l0: 8.0,
+                explained_variance: 0.9,
+                ..Progress::default()
+            })),
             time: Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap(),
         }
     }
@@ -170,6 +89,7 @@ mod tests {
         vec![RunningTraining {
             id: "trn-a".into(),
             last_activity: Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap(),
+            batches_per_step: 1,
         }]
     }
 
@@ -181,7 +101,7 @@ mod tests {
 
     #[test]
     fn tracks_the_best_loss_and_restarts_after_a_resume() {
-        let mut tracker = LossTracker::default();
+        let mut tracker = TrainingTracker::default();
         tracker.feed(
             "trn-a",
             &[
@@ -210,7 +130,7 @@ mod tests {
         };
         let mut ev = Evaluator::new(settings);
         let now = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
-        let mut tracker = LossTracker::default();
+        let mut tracker = TrainingTracker::default();
         tracker.feed("trn-a", &[progress(1, 100, 0.5), progress(2, 190, 0.6)]);
         assert!(ev.observe_plateaus(&running(), &tracker, now).is_empty());
         tracker.feed("trn-a", &[progress(3, 200, 0.55)]);
@@ -251,7 +171,7 @@ mod tests {
             plateau_steps: 0,
             ..AlertSettings::default()
         });
-        let mut tracker = LossTracker::default();
+        let mut tracker = TrainingTracker::default();
         tracker.feed("trn-a", &[progress(1, 1, 0.5), progress(2, 1_000_000, 0.9)]);
         let now = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
         assert!(ev.observe_plateaus(&running(), &tracker, now).is_empty());

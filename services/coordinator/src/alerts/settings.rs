@@ -1,6 +1,9 @@
 //! Alert thresholds and windows. Defaults follow the data contract
 //! (reference 003, "Monitoring and Alerting"): GPU memory > 95 % for 5 min,
-//! temperature > 85 °C, utilization < 50 % while a training runs on the GPU.
+//! temperature > 85 °C, utilization < 50 % while a training runs on the GPU;
+//! gradient norm > 10 (sustained), step time > 200 ms, data wait > 50 ms per
+//! batch, rank host memory growing > 2 GB an hour, any collective error,
+//! repeated non-finite steps.
 
 use std::time::Duration;
 
@@ -37,6 +40,29 @@ pub struct AlertSettings {
     /// TRAINING_LOSS_PLATEAU: a RUNNING training whose loss made no new best
     /// for this many steps (0: off).
     pub plateau_steps: i64,
+    /// TRAINING_GRAD_NORM_HIGH: the mean gradient norm of the progress lines
+    /// of a check above this ...
+    pub grad_norm: f64,
+    /// ... at every check for this long (cleared at or below 90 % of it).
+    pub grad_norm_for: Duration,
+    /// TRAINING_STEP_SLOW: the mean step time above this many ms ...
+    pub step_time_ms: f64,
+    /// ... for this long (cleared at or below 90 % of it).
+    pub step_time_for: Duration,
+    /// TRAINING_DATA_WAIT_HIGH: some rank waiting more than this many ms per
+    /// batch for its data ...
+    pub data_wait_ms: f64,
+    /// ... for this long (cleared at or below 90 % of it).
+    pub data_wait_for: Duration,
+    /// RANK_MEMORY_GROWTH: some rank's host memory growing faster than this
+    /// many bytes an hour (0: off) ...
+    pub memory_growth_per_hour: f64,
+    /// ... measured over this window (at least half of it seen; cleared
+    /// below half the rate).
+    pub memory_growth_window: Duration,
+    /// TRAINING_NONFINITE_STEPS: at least this many non-finite steps skipped
+    /// between two checks (or a divergence; 0: off).
+    pub nonfinite_steps: i64,
     /// How often RUNNING trainings are checked for progress (and plateaus).
     pub stall_check_interval: Duration,
     /// How often time-based rules (agent grace, ECC quiet, stale GPUs) are evaluated.
@@ -60,6 +86,15 @@ impl Default for AlertSettings {
             gpu_stale_after: Duration::from_secs(60),
             stall_after: Duration::from_secs(10 * 60),
             plateau_steps: 1000,
+            grad_norm: 10.0,
+            grad_norm_for: Duration::from_secs(2 * 60),
+            step_time_ms: 200.0,
+            step_time_for: Duration::from_secs(5 * 60),
+            data_wait_ms: 50.0,
+            data_wait_for: Duration::from_secs(5 * 60),
+            memory_growth_per_hour: 2e9,
+            memory_growth_window: Duration::from_secs(15 * 60),
+            nonfinite_steps: 3,
             stall_check_interval: Duration::from_secs(30),
             tick_interval: Duration::from_secs(1),
         }

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::fleet::{GpuReading, Hold};
+use crate::model::GpuSample;
 use chrono::{DateTime, TimeZone, Utc};
-use cohort_proto::v1;
 use std::time::Duration;
 
 const UUID: &str = "GPU-SIM-a-0";
@@ -26,8 +26,8 @@ impl Clock {
 }
 
 /// A quiet, healthy sample; tests change the field they script.
-fn sample() -> v1::GpuSample {
-    v1::GpuSample {
+fn sample() -> GpuSample {
+    GpuSample {
         gpu_uuid: UUID.into(),
         index: 0,
         utilization_gpu_percent: Some(90.0),
@@ -39,7 +39,7 @@ fn sample() -> v1::GpuSample {
     }
 }
 
-fn reading(sample: v1::GpuSample, held: bool) -> GpuReading {
+fn reading(sample: GpuSample, held: bool) -> GpuReading {
     GpuReading {
         agent_id: "agt-a".into(),
         agent_name: "a".into(),
@@ -47,6 +47,7 @@ fn reading(sample: v1::GpuSample, held: bool) -> GpuReading {
             training_id: "trn-1".into(),
             attempt: 1,
             rank: 0,
+            team: String::new(),
         }),
         sample,
     }
@@ -70,8 +71,8 @@ fn resolved(t: &[Transition]) -> Vec<AlertKind> {
         .collect()
 }
 
-fn memory(percent: f64) -> v1::GpuSample {
-    v1::GpuSample {
+fn memory(percent: f64) -> GpuSample {
+    GpuSample {
         memory_used_bytes: (16.0 * GIB as f64 * percent / 100.0) as u64,
         ..sample()
     }
@@ -124,8 +125,8 @@ fn memory_high_after_its_window_and_clears_below_the_band() {
     assert!(ev.active().is_empty());
 }
 
-fn hot(t: f64) -> v1::GpuSample {
-    v1::GpuSample {
+fn hot(t: f64) -> GpuSample {
+    GpuSample {
         temperature_celsius: Some(t),
         ..sample()
     }
@@ -179,8 +180,8 @@ fn temperature_window_when_configured() {
     );
 }
 
-fn util(u: f64) -> v1::GpuSample {
-    v1::GpuSample {
+fn util(u: f64) -> GpuSample {
+    GpuSample {
         utilization_gpu_percent: Some(u),
         ..sample()
     }
@@ -224,8 +225,8 @@ fn utilization_low_only_while_a_training_holds_the_gpu() {
     assert_eq!(resolved(&t), vec![AlertKind::GpuUtilizationLow]);
 }
 
-fn ecc(n: u64) -> v1::GpuSample {
-    v1::GpuSample {
+fn ecc(n: u64) -> GpuSample {
+    GpuSample {
         ecc_errors_uncorrected: Some(n),
         ..sample()
     }
@@ -259,7 +260,7 @@ fn ecc_uncorrected_on_an_increase_and_clears_after_a_quiet_window() {
     let t = ev.observe(&reading(ecc(6), false), clock.advance(1));
     assert_eq!(resolved(&t), vec![AlertKind::GpuEccUncorrected]);
     // A GPU that reports no ECC counter never raises it.
-    let none = v1::GpuSample {
+    let none = GpuSample {
         ecc_errors_uncorrected: None,
         ..sample()
     };
@@ -268,8 +269,8 @@ fn ecc_uncorrected_on_an_increase_and_clears_after_a_quiet_window() {
         .is_empty());
 }
 
-fn errors(ecc: u64, xid: Option<u64>, last: Option<u32>) -> v1::GpuSample {
-    v1::GpuSample {
+fn errors(ecc: u64, xid: Option<u64>, last: Option<u32>) -> GpuSample {
+    GpuSample {
         ecc_errors_uncorrected: Some(ecc),
         xid_errors: xid,
         last_xid: last,
@@ -373,6 +374,7 @@ fn training_stalled_without_progress_and_cleared_by_progress_or_its_end() {
         vec![RunningTraining {
             id: "trn-1".into(),
             last_activity: at,
+            batches_per_step: 1,
         }]
     };
     assert!(ev

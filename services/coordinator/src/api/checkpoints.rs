@@ -8,6 +8,7 @@ use super::BoxStream;
 use crate::context::Context;
 use crate::export::source::{Source, CHUNK, MANIFEST, STATE};
 use crate::export::{saelens, ExportError};
+use crate::model::Principal;
 use crate::persistence::CheckpointRecord;
 use cohort_proto::error::{bad_field, reason, status};
 use cohort_proto::v1;
@@ -16,61 +17,72 @@ use tonic::{Code, Status};
 
 type ChunkStream = BoxStream<Result<v1::CheckpointChunk, Status>>;
 
-fn required_id(id: &str) -> Result<(), Status> {
-    if id.is_empty() {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
-            "training_id",
-            "required",
-        ));
-    }
-    Ok(())
+/// What a training's checkpoints are.
+struct Kept {
+    /// The step checkpoints rank 0 still keeps (the newest
+    /// `checkpoint.keep`; it prunes older ones as it writes), newest first.
+    steps: Vec<CheckpointRecord>,
+    /// The best one (`best/`), apart from `keep`.
+    best: Option<CheckpointRecord>,
+    /// Whether they are in shared storage.
+    shared: bool,
 }
 
-/// The training's checkpoints that rank 0 still keeps (the newest
-/// `checkpoint.keep`; it prunes older ones as it writes), newest first.
-async fn kept(ctx: &Context, id: &str) -> Result<(Vec<CheckpointRecord>, bool), Status> {
-    let training = ctx
+/// The page token after the best checkpoint (the steps follow from the top).
+const AFTER_BEST: &str = "best";
+
+async fn kept(ctx: &Context, who: &Principal, id: &str) -> Result<Kept, Status> {
+    let training = super::caller::visible_training(ctx, who, "training_id", id).await?;
+    let (best, steps): (Vec<_>, Vec<_>) = ctx
         .db
-        .get_training(id)
+        .checkpoints(id)
         .await
         .map_err(ApiError::from)?
-        .ok_or_else(|| ApiError::TrainingNotFound(id.to_string()))?;
-    let all = ctx.db.checkpoints(id).await.map_err(ApiError::from)?;
+        .into_iter()
+        .partition(|c| c.best);
     let keep = training.config.checkpoint.keep.max(1) as usize;
-    let shared = training.config.checkpoint.storage.is_some();
-    Ok((all.into_iter().rev().take(keep).collect(), shared))
+    Ok(Kept {
+        steps: steps.into_iter().rev().take(keep).collect(),
+        best: best.into_iter().next(),
+        shared: training.config.checkpoint.storage.is_some(),
+    })
 }
 
 pub async fn list(
     ctx: &Context,
+    who: &Principal,
     req: v1::ListCheckpointsRequest,
 ) -> Result<v1::ListCheckpointsResponse, Status> {
-    required_id(&req.training_id)?;
     let limit = page_size(req.page_size)? as usize;
-    // The token is the step of the last checkpoint of the previous page.
-    let before: i64 = if req.page_token.is_empty() {
-        i64::MAX
-    } else {
-        req.page_token.parse().map_err(|_| {
-            bad_field(
-                reason::INVALID_PAGE_TOKEN,
-                "page_token",
-                "not a token this server issued",
-            )
-        })?
+    // The best checkpoint comes first, then the steps newest first; the
+    // token is the step of the last step checkpoint of the previous page
+    // (or AFTER_BEST).
+    let (with_best, before): (bool, i64) = match req.page_token.as_str() {
+        "" => (true, i64::MAX),
+        AFTER_BEST => (false, i64::MAX),
+        token => (
+            false,
+            token.parse().map_err(|_| {
+                bad_field(
+                    reason::INVALID_PAGE_TOKEN,
+                    "page_token",
+                    "not a token this server issued",
+                )
+            })?,
+        ),
     };
-    let page: Vec<CheckpointRecord> = kept(ctx, &req.training_id)
-        .await?
-        .0
+    let kept = kept(ctx, who, &req.training_id).await?;
+    let page: Vec<CheckpointRecord> = kept
+        .best
+        .filter(|_| with_best)
         .into_iter()
-        .filter(|c| c.step < before)
+        .chain(kept.steps.into_iter().filter(|c| c.step < before))
         .take(limit + 1)
         .collect();
-    let next_page_token = if page.len() > limit {
-        page[limit - 1].step.to_string()
-    } else {
-        String::new()
+    let next_page_token = match page.get(limit.wrapping_sub(1)) {
+        Some(last) if page.len() > limit && last.best => AFTER_BEST.to_string(),
+        Some(last) if page.len() > limit => last.step.to_string(),
+        _ => String::new(),
     };
     let checkpoints = page
         .into_iter()
@@ -82,6 +94,7 @@ pub async fn list(
             path: c.path,
             agent_id: c.agent_id,
             create_time: Some(super::convert::timestamp(c.create_time)),
+            best: c.best,
         })
         .collect();
     Ok(v1::ListCheckpointsResponse {
@@ -117,9 +130,9 @@ fn export_status(training_id: &str, step: i64, err: ExportError) -> Status {
 
 pub async fn download(
     ctx: &Context,
+    who: &Principal,
     req: v1::DownloadCheckpointRequest,
 ) -> Result<ChunkStream, Status> {
-    required_id(&req.training_id)?;
     let format = v1::CheckpointFormat::try_from(req.format).map_err(|_| {
         bad_field(
             reason::INVALID_ARGUMENT,
@@ -127,15 +140,29 @@ pub async fn download(
             format!("unknown format {}", req.format),
         )
     })?;
-    let (kept, shared) = kept(ctx, &req.training_id).await?;
-    let chosen = match req.step {
-        None => kept.into_iter().next(),
-        Some(step) => kept.into_iter().find(|c| c.step == step),
+    if req.best && req.step.is_some() {
+        return Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "best",
+            "give step or best, not both",
+        ));
+    }
+    let Kept {
+        steps,
+        best,
+        shared,
+    } = kept(ctx, who, &req.training_id).await?;
+    let chosen = match (req.best, req.step) {
+        (true, _) => best,
+        (false, None) => steps.into_iter().next(),
+        (false, Some(step)) => steps.into_iter().find(|c| c.step == step),
     };
     let Some(checkpoint) = chosen else {
-        let what = req.step.map_or("no complete checkpoint".to_string(), |s| {
-            format!("no complete checkpoint at step {s}")
-        });
+        let what = match (req.best, req.step) {
+            (true, _) => "no best checkpoint (it needs [validation])".to_string(),
+            (false, None) => "no complete checkpoint".to_string(),
+            (false, Some(s)) => format!("no complete checkpoint at step {s}"),
+        };
         return Err(status(
             Code::NotFound,
             reason::CHECKPOINT_NOT_FOUND,

@@ -3,7 +3,7 @@
 use crate::model::{EventPayload, RankRecord, StoredEvent, Training};
 use chrono::{DateTime, Utc};
 use cohort_proto::v1;
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 
 pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -15,6 +15,8 @@ pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
 impl From<&Training> for v1::Training {
     fn from(t: &Training) -> Self {
         v1::Training {
+            team: t.team.clone(),
+            creator: t.creator.clone(),
             id: t.id.clone(),
             display_name: t.display_name.clone(),
             config: Some((&t.config).into()),
@@ -97,7 +99,7 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             global_batch,
             parameters,
         }),
-        ProgressLine::Progress {
+        ProgressLine::Progress(Progress {
             step,
             total_steps,
             epoch,
@@ -106,7 +108,16 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             l1,
             samples_per_sec,
             step_time_ms,
-        } => Event::Progress(v1::ProgressEvent {
+            aux,
+            learning_rate,
+            grad_norm,
+            l0,
+            explained_variance,
+            dead_fraction,
+            nonfinite_steps,
+            loss_scale,
+            data_wait_ms,
+        }) => Event::Progress(v1::ProgressEvent {
             step,
             total_steps,
             epoch,
@@ -115,6 +126,15 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             l1,
             samples_per_sec,
             step_time_ms,
+            aux,
+            learning_rate,
+            grad_norm,
+            l0,
+            explained_variance,
+            dead_fraction,
+            nonfinite_steps,
+            loss_scale,
+            data_wait_ms,
         }),
         ProgressLine::RankStats {
             rank,
@@ -124,6 +144,8 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             comm_ms,
             memory_bytes,
             data_wait_ms,
+            memory_kind,
+            host_memory_bytes,
         } => Event::RankStats(v1::RankStats {
             rank: rank as i32,
             step,
@@ -132,11 +154,60 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             comm_ms,
             memory_bytes,
             data_wait_ms,
+            memory_kind,
+            host_memory_bytes,
         }),
-        ProgressLine::Checkpoint { step, path } => Event::Checkpoint(v1::Checkpoint {
+        ProgressLine::Checkpoint { step, path, best } => Event::Checkpoint(v1::Checkpoint {
             step,
             path,
+            best,
             ..Default::default()
+        }),
+        ProgressLine::Validation {
+            step,
+            loss,
+            mse,
+            l0,
+            explained_variance,
+            dead_fraction,
+            samples,
+            best,
+        } => Event::Validation(v1::ValidationEvent {
+            step,
+            loss,
+            mse,
+            l0,
+            explained_variance,
+            dead_fraction,
+            samples,
+            best,
+        }),
+        ProgressLine::Diverged {
+            step,
+            nonfinite_steps,
+            loss,
+            grad_norm,
+            learning_rate,
+        } => Event::Diverged(v1::DivergedEvent {
+            step,
+            nonfinite_steps,
+            loss,
+            grad_norm,
+            learning_rate,
+        }),
+        // A sign of life during a long validation, not an event to show.
+        ProgressLine::Validating { .. } => return None,
+        ProgressLine::CheckpointRejected { step, path, reason } => {
+            Event::CheckpointRejected(v1::CheckpointRejected { step, path, reason })
+        }
+        ProgressLine::CollectiveError {
+            rank,
+            step,
+            message,
+        } => Event::CollectiveError(v1::CollectiveError {
+            rank: rank as i32,
+            step,
+            message,
         }),
         ProgressLine::Finished {
             step,
@@ -195,9 +266,45 @@ impl From<&crate::model::GpuRecord> for v1::GpuInfo {
             index: g.index,
             uuid: g.uuid.clone(),
             name: g.name.clone(),
-            memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
+            memory_total_bytes: g.memory_total_bytes,
             compute_capability: g.compute_capability.clone(),
             simulated: g.simulated,
+        }
+    }
+}
+
+/// A GPU sample as the API shows it.
+impl From<&crate::model::GpuSample> for v1::GpuSample {
+    fn from(s: &crate::model::GpuSample) -> Self {
+        v1::GpuSample {
+            gpu_uuid: s.gpu_uuid.clone(),
+            index: s.index,
+            time: Some(timestamp(s.time)),
+            utilization_gpu_percent: s.utilization_gpu_percent,
+            utilization_memory_percent: s.utilization_memory_percent,
+            memory_used_bytes: s.memory_used_bytes,
+            memory_total_bytes: s.memory_total_bytes,
+            temperature_celsius: s.temperature_celsius,
+            power_draw_watts: s.power_draw_watts,
+            power_limit_watts: s.power_limit_watts,
+            sm_clock_mhz: s.sm_clock_mhz,
+            memory_clock_mhz: s.memory_clock_mhz,
+            ecc_errors_corrected: s.ecc_errors_corrected,
+            ecc_errors_uncorrected: s.ecc_errors_uncorrected,
+            throttle_reasons: s.throttle_reasons.clone(),
+            simulated: s.simulated,
+            processes: s
+                .processes
+                .iter()
+                .map(|p| v1::GpuProcess {
+                    pid: p.pid,
+                    used_memory_bytes: p.used_memory_bytes,
+                    name: p.name.clone(),
+                    cohort_rank: p.cohort_rank,
+                })
+                .collect(),
+            xid_errors: s.xid_errors,
+            last_xid: s.last_xid,
         }
     }
 }

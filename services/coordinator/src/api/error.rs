@@ -84,6 +84,12 @@ impl From<ApiError> for Status {
 fn from_database(err: DatabaseError) -> Status {
     match err {
         DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id).into(),
+        DatabaseError::QueueFull { team, queued } => status(
+            Code::ResourceExhausted,
+            reason::QUEUE_FULL,
+            format!("team {team} already has {queued} queued trainings, its cap: wait for some to start or end, or ask for a higher cap"),
+            [("team".to_string(), team), ("queued".to_string(), queued.to_string())],
+        ),
         DatabaseError::IllegalTransition { id, from, to } => status(
             Code::FailedPrecondition,
             reason::ILLEGAL_TRANSITION,

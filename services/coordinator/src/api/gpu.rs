@@ -3,8 +3,10 @@
 //! RecommendGpus, ValidateGpuSelection and EstimateMemory apply the pure
 //! functions of [`crate::selection`] to a snapshot of it.
 
+use super::caller::caller;
 use super::error::ApiError;
 use crate::context::Context;
+use crate::model::Principal;
 use crate::selection::{self, Candidate, MemoryEstimate};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
@@ -25,14 +27,22 @@ impl GpuApi {
         Self { ctx }
     }
 
-    /// Every connected GPU as selection sees it, with its proto form.
-    fn snapshot(&self) -> Vec<(Candidate, v1::Gpu)> {
+    /// Every connected GPU as selection sees it, with its proto form, as
+    /// `who` may see it: every GPU, but another team's training holding one
+    /// is not named (unless `who` is a cluster-admin).
+    fn snapshot(&self, who: &Principal) -> Vec<(Candidate, v1::Gpu)> {
         let fleet = &self.ctx.fleet;
         fleet
             .all_gpus()
             .into_iter()
             .map(|(agent, info)| {
-                let hold = fleet.holder(&info.uuid);
+                let hold = fleet.holder(&info.uuid).map(|h| {
+                    if who.sees_team(&h.team) {
+                        h
+                    } else {
+                        h.redacted()
+                    }
+                });
                 let latest = fleet.latest(&info.uuid);
                 let candidate = Candidate::new(&agent, &info, hold.clone(), latest.as_ref());
                 let availability = match candidate.unsuitable(0) {
@@ -70,9 +80,11 @@ impl GpuApi {
                         .unwrap_or_default(),
                     rank: hold.as_ref().map_or(-1, |h| h.rank),
                     health_notes: notes,
-                    last_seen_time: latest.as_ref().and_then(|s| s.time),
-                    latest_sample: latest,
-                    info: Some(info),
+                    last_seen_time: latest
+                        .as_ref()
+                        .map(|s| crate::api::convert::timestamp(s.time)),
+                    latest_sample: latest.as_ref().map(v1::GpuSample::from),
+                    info: Some(v1::GpuInfo::from(&info)),
                 };
                 (candidate, gpu)
             })
@@ -116,8 +128,13 @@ impl GpuService for GpuApi {
         &self,
         request: Request<v1::ListGpusRequest>,
     ) -> Result<Response<v1::ListGpusResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
-        let mut gpus: Vec<v1::Gpu> = self.snapshot().into_iter().map(|(_, gpu)| gpu).collect();
+        let mut gpus: Vec<v1::Gpu> = self
+            .snapshot(&who)
+            .into_iter()
+            .map(|(_, gpu)| gpu)
+            .collect();
         // GPUs of agents that are gone: known, OFFLINE, never placed on.
         let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
         for agent in agents
@@ -162,6 +179,7 @@ impl GpuService for GpuApi {
         &self,
         request: Request<v1::RecommendGpusRequest>,
     ) -> Result<Response<v1::RecommendGpusResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         if !(0..=MAX_COUNT).contains(&req.count) {
             return Err(bad_field(
@@ -187,7 +205,7 @@ impl GpuService for GpuApi {
             }
         };
         let (candidates, mut protos): (Vec<Candidate>, Vec<v1::Gpu>) =
-            self.snapshot().into_iter().unzip();
+            self.snapshot(&who).into_iter().unzip();
         let chosen = selection::recommend(&candidates, need, req.count as usize, req.single_host);
         let gpus: Vec<v1::Gpu> = chosen
             .chosen
@@ -229,6 +247,7 @@ impl GpuService for GpuApi {
         &self,
         request: Request<v1::ValidateGpuSelectionRequest>,
     ) -> Result<Response<v1::ValidateGpuSelectionResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         if req.gpu_ids.is_empty() {
             return Err(bad_field(
@@ -240,7 +259,7 @@ impl GpuService for GpuApi {
         let config = req.config.map(parse_config).transpose()?;
         let estimate = config.as_ref().map(estimate_of);
         let need = estimate.map_or(0, |e| e.total);
-        let candidates: Vec<Candidate> = self.snapshot().into_iter().map(|(c, _)| c).collect();
+        let candidates: Vec<Candidate> = self.snapshot(&who).into_iter().map(|(c, _)| c).collect();
         let problems: Vec<v1::GpuSelectionProblem> =
             selection::validate(&candidates, &req.gpu_ids, need)
                 .into_iter()

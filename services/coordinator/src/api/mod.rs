@@ -9,7 +9,9 @@
 //! - [`error`]: the one error table (`ApiError` -> `tonic::Status`);
 //!   [`convert`]: domain -> proto messages; [`page_token`]: opaque page tokens.
 
+pub mod admin;
 pub mod agent;
+pub mod caller;
 pub mod checkpoints;
 pub mod convert;
 pub mod error;

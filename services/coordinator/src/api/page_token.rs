@@ -59,6 +59,30 @@ pub fn decode_training_cursor(token: &str) -> Result<Option<TrainingCursor>, Sta
     }))
 }
 
+/// The token of a page after the item whose key is `key`, for listings of
+/// kind `kind` (`k1` names, `a1` audit ids...).
+pub fn encode_key(kind: &str, key: &str) -> String {
+    hex(format!("{kind}:{key}").as_bytes())
+}
+
+/// The key a token of kind `kind` names; `None` for an empty token.
+pub fn decode_key(kind: &str, token: &str) -> Result<Option<String>, Status> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    unhex(token)
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|t| t.strip_prefix(&format!("{kind}:")).map(str::to_string))
+        .map(Some)
+        .ok_or_else(|| {
+            bad_field(
+                reason::INVALID_PAGE_TOKEN,
+                "page_token",
+                "not a token this server issued",
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +100,14 @@ mod tests {
             let err = decode_training_cursor(bad).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad}");
         }
+    }
+
+    #[test]
+    fn keyed_tokens_round_trip_and_refuse_other_kinds() {
+        let t = encode_key("k1", "ci-bot");
+        assert_eq!(decode_key("k1", &t).unwrap().as_deref(), Some("ci-bot"));
+        assert_eq!(decode_key("k1", "").unwrap(), None);
+        assert!(decode_key("a1", &t).is_err());
+        assert!(decode_key("k1", "zz").is_err());
     }
 }

@@ -3,19 +3,18 @@
 
 use super::error::ApiError;
 use crate::context::Context;
+use crate::report::quality::{Quality, ValidationSummary};
 use crate::report::{build_report, RankSummary, Report, Scaling, Summary};
-use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use tonic::Status;
 
 /// Builds the report of `req.id`: NOT_FOUND for an unknown training.
 pub async fn get_training_report(
     ctx: &Context,
+    who: &crate::model::Principal,
     req: v1::GetTrainingReportRequest,
 ) -> Result<v1::TrainingReport, Status> {
-    if req.id.is_empty() {
-        return Err(bad_field(reason::INVALID_ARGUMENT, "id", "required"));
-    }
+    super::caller::visible_training(ctx, who, "id", &req.id).await?;
     let report = build_report(&ctx.db, &req.id)
         .await
         .map_err(ApiError::from)?
@@ -55,6 +54,37 @@ fn summary(s: Summary) -> v1::PerformanceSummary {
         step_time_p99_ms: s.step_time_p99_ms,
         progress_windows: s.progress_windows,
         ranks: s.ranks.into_iter().map(rank).collect(),
+        quality: Some(quality(s.quality)),
+    }
+}
+
+fn validation(v: ValidationSummary) -> v1::ValidationEvent {
+    v1::ValidationEvent {
+        step: v.step,
+        loss: v.loss,
+        mse: v.mse,
+        l0: v.l0,
+        explained_variance: v.explained_variance,
+        dead_fraction: v.dead_fraction,
+        ..Default::default()
+    }
+}
+
+fn quality(q: Quality) -> v1::SaeQuality {
+    v1::SaeQuality {
+        l0: q.l0,
+        explained_variance: q.explained_variance,
+        dead_fraction: q.dead_fraction,
+        grad_norm: q.grad_norm,
+        learning_rate: q.learning_rate,
+        nonfinite_steps: q.nonfinite_steps,
+        last_validation: q.last_validation.map(validation),
+        best_validation: q.best_validation.map(|v| v1::ValidationEvent {
+            best: true,
+            ..validation(v)
+        }),
+        checkpoints_rejected: q.checkpoints_rejected,
+        divergences: q.divergences,
     }
 }
 
@@ -67,6 +97,8 @@ fn rank(r: RankSummary) -> v1::RankPerformance {
         comm_share: r.comm_share,
         peak_memory_bytes: r.peak_memory_bytes,
         mean_data_wait_ms: r.mean_data_wait_ms,
+        memory_kind: r.memory_kind,
+        peak_host_memory_bytes: r.peak_host_memory_bytes,
         gpu_uuids: r.gpu.gpu_uuids,
         gpu_samples: r.gpu.samples,
         gpu_utilization_mean_percent: r.gpu.utilization_mean_percent,

@@ -8,10 +8,12 @@
 //! all watchers (see `wire`). QueryGpuMetrics reads the stored history (see
 //! `query`).
 
+use crate::api::caller::{caller, team_filter, TeamScope};
 use crate::context::Context;
 use crate::fleet::ReadingFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
+mod aggregate;
 pub mod alerts;
 mod query;
 mod watch;
@@ -50,17 +52,24 @@ impl TelemetryApi {
         Self { ctx }
     }
 
-    /// WatchGpuMetrics: checks the request and starts the watcher.
-    fn watch_encoded(
+    /// WatchGpuMetrics: checks the request and starts the watcher. Every
+    /// GPU is shown; only the caller's team's trainings are named.
+    async fn watch_encoded(
         &self,
-        req: v1::WatchGpuMetricsRequest,
+        request: Request<v1::WatchGpuMetricsRequest>,
     ) -> Result<Response<BoxStream<EncodedUpdate>>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
         let view = metrics_view(req.view)?;
         let filter = req.filter.unwrap_or_default();
+        TeamScope::new(&self.ctx, &who)
+            .check_filter(&filter.training_id)
+            .await?;
         let filter = ReadingFilter {
             agents: filter.agents,
             gpu_uuids: filter.gpu_uuids,
             training_id: filter.training_id,
+            team: team_filter(&who),
         };
         let (tx, rx) = tokio::sync::mpsc::channel(watch::QUEUE);
         // The watcher ends the stream itself when the server stops.
@@ -88,7 +97,7 @@ impl TelemetryService for TelemetryApi {
         &self,
         request: Request<v1::WatchGpuMetricsRequest>,
     ) -> Result<Response<Self::WatchGpuMetricsStream>, Status> {
-        let encoded = self.watch_encoded(request.into_inner())?.into_inner();
+        let encoded = self.watch_encoded(request).await?.into_inner();
         let decoded = encoded.map(|item| item.and_then(|u| u.decode_into()));
         Ok(Response::new(Box::pin(decoded)))
     }
@@ -97,7 +106,8 @@ impl TelemetryService for TelemetryApi {
         &self,
         request: Request<v1::QueryGpuMetricsRequest>,
     ) -> Result<Response<v1::QueryGpuMetricsResponse>, Status> {
-        query::query(&self.ctx, request.into_inner())
+        let who = caller(&self.ctx, &request)?;
+        query::query(&self.ctx, &who, request.into_inner())
             .await
             .map(Response::new)
     }

@@ -3,11 +3,12 @@
 //! WatchTraining replays the stored history, then follows it as the event
 //! bell rings (with a slow poll as a safety net).
 
+use super::caller::{caller, team_filter, visible_training};
 use super::convert::training_event;
 use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor};
 use crate::context::Context;
-use crate::model::{EventPayload, GpuRequest, JobState, StoredEvent};
+use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, Principal, StoredEvent};
 use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
 use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
@@ -54,8 +55,11 @@ impl TrainingApi {
     }
 }
 
-/// Checks a CreateTraining request; nothing is written when this fails.
-fn validate_create(req: v1::CreateTrainingRequest) -> Result<NewTraining, Status> {
+const CREATE: &str = "cohort.v1.TrainingService/CreateTraining";
+const CANCEL: &str = "cohort.v1.TrainingService/CancelTraining";
+
+/// Checks a CreateTraining request of `who`; nothing is written when this fails.
+fn validate_create(who: &Principal, req: v1::CreateTrainingRequest) -> Result<NewTraining, Status> {
     if req.request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(bad_field(
             reason::INVALID_ARGUMENT,
@@ -84,14 +88,11 @@ fn validate_create(req: v1::CreateTrainingRequest) -> Result<NewTraining, Status
         priority: req.priority,
         max_restarts,
         trace_context: None,
+        team: who.team().to_string(),
+        creator: who.actor().1,
+        audit: Some(AuditEntry::ok(who, CREATE, "", who.team())),
+        max_queued: None,
     })
-}
-
-fn required_id(id: &str) -> Result<(), Status> {
-    if id.is_empty() {
-        return Err(bad_field(reason::INVALID_ARGUMENT, "id", "required"));
-    }
-    Ok(())
 }
 
 pub(super) fn page_size(raw: i32) -> Result<i64, Status> {
@@ -187,8 +188,9 @@ impl TrainingApi {
                 .collect();
         }
         if training.world_size > 0 {
-            message.global_batch_size =
-                training.config.optim.batch_size * i64::from(training.world_size);
+            message.global_batch_size = training.config.optim.batch_size
+                * i64::from(training.world_size)
+                * training.config.optim.accumulation_steps;
         }
         message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
         message.queue_position = lookups
@@ -248,11 +250,19 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::CreateTrainingRequest>,
     ) -> Result<Response<v1::Training>, Status> {
-        let mut new = validate_create(request.into_inner())?;
+        let who = caller(&self.ctx, &request)?;
+        let mut new = validate_create(&who, request.into_inner())?;
         // The lifecycle spans join the trace of this call (see jobs::lifecycle).
         new.trace_context =
             cohort_observe::propagation::traceparent(&tracing::Span::current().context());
         self.check_placeable(&new).await?;
+        new.max_queued = Some(
+            self.ctx
+                .jobs
+                .queue_cap(&new.team)
+                .await
+                .map_err(ApiError::from)?,
+        );
         let created = self
             .ctx
             .db
@@ -273,15 +283,9 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::GetTrainingRequest>,
     ) -> Result<Response<v1::Training>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let id = request.into_inner().id;
-        required_id(&id)?;
-        let training = self
-            .ctx
-            .db
-            .get_training(&id)
-            .await
-            .map_err(ApiError::from)?
-            .ok_or_else(|| ApiError::TrainingNotFound(id))?;
+        let training = visible_training(&self.ctx, &who, "id", &id).await?;
         let lookups = self.lookups(&[&training]).await?;
         Ok(Response::new(self.describe(&training, &lookups)))
     }
@@ -290,12 +294,14 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::ListTrainingsRequest>,
     ) -> Result<Response<v1::ListTrainingsResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         let limit = page_size(req.page_size)?;
         let page = ListTrainings {
             states: state_filter(&req.states)?,
             limit: limit + 1,
             after: decode_training_cursor(&req.page_token)?,
+            team: team_filter(&who),
         };
         let mut trainings = self
             .ctx
@@ -325,15 +331,17 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::CancelTrainingRequest>,
     ) -> Result<Response<v1::Training>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
-        required_id(&req.id)?;
+        let target = visible_training(&self.ctx, &who, "id", &req.id).await?;
+        let audit = AuditEntry::ok(&who, CANCEL, &target.id, &target.team);
         let reason = if req.reason.is_empty() {
             "cancelled by a client".to_string()
         } else {
             format!("cancelled: {}", req.reason)
         };
         let db = &self.ctx.db;
-        let training = match self.ctx.jobs.cancel(&req.id, &reason).await {
+        let training = match self.ctx.jobs.cancel(&req.id, &reason, Some(audit)).await {
             Ok(t) => t,
             // Cancelling a cancelled training is a no-op, not an error.
             Err(DatabaseError::IllegalTransition {
@@ -353,14 +361,10 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::WatchTrainingRequest>,
     ) -> Result<Response<Self::WatchTrainingStream>, Status> {
+        let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
-        required_id(&req.id)?;
         let db = self.ctx.db.clone();
-        let training = db
-            .get_training(&req.id)
-            .await
-            .map_err(ApiError::from)?
-            .ok_or_else(|| ApiError::TrainingNotFound(req.id.clone()))?;
+        let training = visible_training(&self.ctx, &who, "id", &req.id).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         // Subscribed before the first query, so no event falls between.
         let mut rung = db.events_bell().subscribe(&req.id);
@@ -410,7 +414,8 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::ListCheckpointsRequest>,
     ) -> Result<Response<v1::ListCheckpointsResponse>, Status> {
-        super::checkpoints::list(&self.ctx, request.into_inner())
+        let who = caller(&self.ctx, &request)?;
+        super::checkpoints::list(&self.ctx, &who, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -421,7 +426,8 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::DownloadCheckpointRequest>,
     ) -> Result<Response<Self::DownloadCheckpointStream>, Status> {
-        super::checkpoints::download(&self.ctx, request.into_inner())
+        let who = caller(&self.ctx, &request)?;
+        super::checkpoints::download(&self.ctx, &who, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -430,7 +436,8 @@ impl TrainingService for TrainingApi {
         &self,
         request: Request<v1::GetTrainingReportRequest>,
     ) -> Result<Response<v1::TrainingReport>, Status> {
-        super::report::get_training_report(&self.ctx, request.into_inner())
+        let who = caller(&self.ctx, &request)?;
+        super::report::get_training_report(&self.ctx, &who, request.into_inner())
             .await
             .map(Response::new)
     }

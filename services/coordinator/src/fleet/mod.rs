@@ -9,9 +9,9 @@ mod telemetry;
 pub use command::{AgentCommand, FileChunk, LocalRank, StartRanks};
 pub use relay::{Relay, RelayError};
 
-pub use telemetry::{Aggregator, GpuReading, GpuValues, ReadingFilter, TelemetryBatch};
+pub use telemetry::{GpuReading, ReadingFilter, TelemetryBatch};
 
-use cohort_proto::v1;
+use crate::model::{GpuRecord, GpuSample};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +39,21 @@ pub struct Hold {
     pub training_id: String,
     pub attempt: i32,
     pub rank: i32,
+    /// The training's team: who may see which training holds the GPU.
+    pub team: String,
+}
+
+impl Hold {
+    /// The hold as a caller of another team sees it: busy, by nobody it
+    /// may name (empty training id, rank -1).
+    pub fn redacted(&self) -> Hold {
+        Hold {
+            training_id: String::new(),
+            attempt: 0,
+            rank: -1,
+            team: self.team.clone(),
+        }
+    }
 }
 
 /// A connected agent's session.
@@ -49,7 +64,7 @@ pub struct LiveAgent {
     pub host_name: String,
     /// Where other hosts' ranks reach this host (MASTER_ADDR when it hosts rank 0).
     pub address: String,
-    pub gpus: Vec<v1::GpuInfo>,
+    pub gpus: Vec<GpuRecord>,
     pub session: u64,
     pub commands: mpsc::Sender<AgentCommand>,
     pub last_seen: Instant,
@@ -79,7 +94,7 @@ pub struct FreeGpu {
 struct State {
     agents: HashMap<String, LiveAgent>,
     /// Latest sample per GPU uuid.
-    latest: HashMap<String, v1::GpuSample>,
+    latest: HashMap<String, GpuSample>,
     holds: HashMap<String, Hold>,
 }
 
@@ -269,9 +284,9 @@ impl Fleet {
     }
 
     /// Every connected GPU, with its agent.
-    pub fn all_gpus(&self) -> Vec<(LiveAgent, v1::GpuInfo)> {
+    pub fn all_gpus(&self) -> Vec<(LiveAgent, GpuRecord)> {
         let state = self.lock();
-        let mut all: Vec<(LiveAgent, v1::GpuInfo)> = state
+        let mut all: Vec<(LiveAgent, GpuRecord)> = state
             .agents
             .values()
             .flat_map(|a| a.gpus.iter().map(move |g| (a.clone(), g.clone())))
@@ -307,7 +322,7 @@ impl Fleet {
     }
 
     /// The latest sample of a GPU.
-    pub fn latest(&self, uuid: &str) -> Option<v1::GpuSample> {
+    pub fn latest(&self, uuid: &str) -> Option<GpuSample> {
         self.lock().latest.get(uuid).cloned()
     }
 
@@ -337,7 +352,7 @@ impl Fleet {
     /// the latest per GPU and fans the batch out to watchers, each reading
     /// joined to the training holding its GPU. Samples of any other GPU (or
     /// from an agent that is not connected) are refused and counted.
-    pub fn ingest(&self, agent_id: &str, samples: Vec<v1::GpuSample>) -> Ingested {
+    pub fn ingest(&self, agent_id: &str, samples: Vec<GpuSample>) -> Ingested {
         let mut ingested = Ingested::default();
         let batch = {
             let mut state = self.lock();

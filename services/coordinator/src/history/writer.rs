@@ -11,7 +11,7 @@ use super::{HistorySettings, WriterStats};
 use crate::fleet::{GpuReading, TelemetryBatch};
 use crate::persistence::gpu_metrics::NewGpuMetric;
 use crate::persistence::Persistence;
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::SubsecRound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,15 +26,10 @@ fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// A reading as a row; samples without a time take `received`.
-pub fn row(r: &GpuReading, received: DateTime<Utc>) -> NewGpuMetric {
+/// A reading as a row, its time to the millisecond.
+pub fn row(r: &GpuReading) -> NewGpuMetric {
     let s = &r.sample;
-    let time = s
-        .time
-        .as_ref()
-        .and_then(|t| DateTime::from_timestamp(t.seconds, t.nanos.clamp(0, 999_999_999) as u32))
-        .unwrap_or(received)
-        .trunc_subsecs(3);
+    let time = s.time.trunc_subsecs(3);
     NewGpuMetric {
         gpu_uuid: s.gpu_uuid.clone(),
         gpu_index: s.index,
@@ -72,9 +67,7 @@ struct Collector {
 
 impl Collector {
     fn push(&mut self, batch: &TelemetryBatch) {
-        let received = Utc::now();
-        self.buffer
-            .extend(batch.readings.iter().map(|r| row(r, received)));
+        self.buffer.extend(batch.readings.iter().map(row));
         if self.buffer.len() >= self.settings.flush_rows {
             self.hand_off();
         }
@@ -189,7 +182,8 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::fleet::Hold;
-    use cohort_proto::v1;
+    use crate::model::GpuSample;
+    use chrono::DateTime;
 
     #[test]
     fn a_reading_becomes_a_row_with_its_holder() {
@@ -200,14 +194,12 @@ mod tests {
                 training_id: "trn-1".into(),
                 attempt: 1,
                 rank: 3,
+                team: String::new(),
             }),
-            sample: v1::GpuSample {
+            sample: GpuSample {
                 gpu_uuid: "GPU-1".into(),
                 index: 2,
-                time: Some(prost_types::Timestamp {
-                    seconds: 1_700_000_000,
-                    nanos: 123_456_789,
-                }),
+                time: DateTime::from_timestamp(1_700_000_000, 123_456_789).unwrap(),
                 utilization_gpu_percent: Some(50.0),
                 memory_used_bytes: 10,
                 memory_total_bytes: u64::MAX,
@@ -217,7 +209,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        let r = row(&reading, Utc::now());
+        let r = row(&reading);
         assert_eq!(r.sample_ms, 1_700_000_000_123);
         assert_eq!((r.training_id.as_deref(), r.rank), (Some("trn-1"), Some(3)));
         assert_eq!((r.gpu_index, r.agent_name.as_str()), (2, "host-a"));
@@ -228,15 +220,10 @@ mod tests {
 
         let unheld = GpuReading {
             hold: None,
-            sample: v1::GpuSample {
-                time: None,
-                ..reading.sample.clone()
-            },
             ..reading
         };
-        let received = DateTime::from_timestamp_millis(5_000).unwrap();
-        let r = row(&unheld, received);
-        assert_eq!((r.training_id, r.rank, r.sample_ms), (None, None, 5_000));
+        let r = row(&unheld);
+        assert_eq!((r.training_id, r.rank), (None, None));
     }
 
     fn batch(n: usize) -> TelemetryBatch {
@@ -247,7 +234,7 @@ mod tests {
                     agent_id: "agt".into(),
                     agent_name: "host".into(),
                     hold: None,
-                    sample: v1::GpuSample {
+                    sample: GpuSample {
                         gpu_uuid: format!("GPU-{i}"),
                         ..Default::default()
                     },

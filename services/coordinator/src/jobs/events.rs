@@ -4,7 +4,7 @@ use super::failure::Failure;
 use super::Jobs;
 use crate::model::{EventPayload, JobState, RankRecord, RankReport, RankReportKind, RankState};
 use crate::persistence::DatabaseError;
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use tokio::time::Instant;
 
 impl Jobs {
@@ -56,12 +56,12 @@ impl Jobs {
                     .then(|| Failure::exited(rank, code, signal, &stderr_tail));
                 self.after_rank_end(id, attempt, &ranks, failure).await?;
             }
-            RankReportKind::StartFailed { message } => {
+            RankReportKind::StartFailed { reason, message } => {
                 let ranks = self
                     .db
                     .rank_ended(id, attempt, rank, RankState::Failed, None, None)
                     .await?;
-                let failure = Failure::start_failed(rank, &message);
+                let failure = Failure::start_failed(rank, &reason, &message);
                 self.after_rank_end(id, attempt, &ranks, Some(failure))
                     .await?;
             }
@@ -84,7 +84,7 @@ impl Jobs {
         attempt: i32,
         line: ProgressLine,
     ) -> Result<(), DatabaseError> {
-        if let ProgressLine::Progress { step, .. } = &line {
+        if let ProgressLine::Progress(Progress { step, .. }) = &line {
             self.rt().lifecycle.progressed(training_id, attempt, *step);
         }
         let changes = match &line {
@@ -144,6 +144,15 @@ impl Jobs {
             return self.on_failure(&training, failure).await;
         }
         if ranks.iter().all(|r| r.state == RankState::Succeeded) {
+            // A run never succeeds on a loss it did not have (the ranks guard
+            // against it; this is the control plane's own check).
+            if let Some(loss) = self.db.finished_loss(training_id, attempt).await? {
+                if !loss.is_finite() {
+                    let failure =
+                        Failure::diverged(0, &format!("rank 0 finished with loss {loss}"));
+                    return self.on_failure(&training, failure).await;
+                }
+            }
             if training.state == JobState::Scheduled {
                 // exits overtook a start report from another agent
                 self.settle(training_id, JobState::Running, "all ranks started")

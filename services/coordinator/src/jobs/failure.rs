@@ -3,16 +3,25 @@
 //! spending the restart budget; anything else — a crash, a signal, OOM, a lost
 //! agent, a hang — tears the whole gang down, moves to RESTARTING with the
 //! cause and re-places it (avoiding the faulty GPU, rank 0 on the host that
-//! holds the newest checkpoint) while the budget lasts. When it is spent the
-//! training FAILS with every cause listed.
+//! holds the newest checkpoint) while the budget lasts. A diverged run (the
+//! ranks' DIVERGED exit) restarts the same way with the learning rate divided
+//! by 10, its cause TRAINING_DIVERGED. When the budget is spent the training
+//! FAILS with every cause listed.
 
 use super::Jobs;
 use crate::model::{JobState, RankState, Training};
 use crate::persistence::DatabaseError;
+use cohort_proto::error::reason as error_reason;
 use cohort_spec::exit::{classify, ExitClass};
+use cohort_spec::TrainingConfig;
 
 /// The exit code with which a rank reports that a peer died or stalled.
 const PEER_LOST: i32 = 11;
+/// The cause (and, with the budget spent, the failure reason) of a
+/// diverged run starts with this.
+pub const DIVERGED: &str = "TRAINING_DIVERGED";
+/// What a divergence restart divides the learning rate by (the data contract's).
+pub const DIVERGED_LR_DIVISOR: f64 = 10.0;
 
 /// One rank's failure, as the runner decides on it.
 #[derive(Debug, Clone)]
@@ -33,7 +42,28 @@ impl Failure {
         }
     }
 
-    pub fn start_failed(rank: i32, message: &str) -> Self {
+    /// A run whose numbers diverged (found by the control plane, not the exit).
+    pub fn diverged(rank: i32, what: &str) -> Self {
+        Self {
+            rank,
+            class: ExitClass::Diverged,
+            peer_lost: false,
+            cause: what.to_string(),
+        }
+    }
+
+    /// A rank the agent could not start. A config the agent refuses (a
+    /// path outside its data roots) is the user's error and will not start
+    /// on a restart either; anything else is the infrastructure's.
+    pub fn start_failed(rank: i32, reason: &str, message: &str) -> Self {
+        if reason == error_reason::DATA_OUTSIDE_ROOTS {
+            return Self {
+                rank,
+                class: ExitClass::UserError,
+                peer_lost: false,
+                cause: format!("{reason}: rank {rank} refused by its agent: {message}"),
+            };
+        }
         Self {
             rank,
             class: ExitClass::Infrastructure,
@@ -43,10 +73,47 @@ impl Failure {
     }
 }
 
-/// The per-rank batch for the attempt after an OOM: half, when allowed and > 1.
-pub fn shrunk_batch(config: &cohort_spec::TrainingConfig) -> Option<i64> {
-    let batch = config.optim.batch_size;
-    (config.optim.allow_batch_shrink && batch > 1).then_some(batch / 2)
+/// The config for the attempt after an OOM: the per-rank batch halved, when
+/// allowed and > 1; with what changed, for the restart's cause.
+pub fn shrunk_batch(config: &TrainingConfig) -> Option<(TrainingConfig, String)> {
+    let before = config.optim.batch_size;
+    if !config.optim.allow_batch_shrink || before <= 1 {
+        return None;
+    }
+    let mut next = config.clone();
+    next.optim.batch_size = before / 2;
+    let note = format!(
+        "per-rank batch {before} -> {} (allow_batch_shrink)",
+        before / 2
+    );
+    Some((next, note))
+}
+
+/// The config for the attempt after a divergence: the learning rate divided
+/// by [`DIVERGED_LR_DIVISOR`]; with what changed, for the restart's cause.
+pub fn lowered_learning_rate(config: &TrainingConfig) -> (TrainingConfig, String) {
+    let before = config.optim.learning_rate;
+    let mut next = config.clone();
+    next.optim.learning_rate = before / DIVERGED_LR_DIVISOR;
+    let note = format!(
+        "learning rate {} -> {} for the next attempt",
+        short(before),
+        short(next.optim.learning_rate)
+    );
+    (next, note)
+}
+
+/// A rate in words: six significant digits at most, `1e-3` rather than
+/// `1.0000000000000001e-3`.
+fn short(x: f64) -> String {
+    let text = format!("{x:.5e}");
+    match text.split_once('e') {
+        Some((mantissa, exponent)) if mantissa.contains('.') => {
+            let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+            format!("{mantissa}e{exponent}")
+        }
+        _ => text,
+    }
 }
 
 /// A rank's end in words: code, class and the last line of its stderr.
@@ -61,6 +128,7 @@ pub fn describe_exit(
         ExitClass::UserError => "user error",
         ExitClass::Infrastructure => "infrastructure error",
         ExitClass::OutOfMemory => "out of memory",
+        ExitClass::Diverged => "diverged",
         ExitClass::Stopped => "stopped",
     };
     let how = match (code, signal) {
@@ -107,7 +175,7 @@ impl Jobs {
                 tokio::time::sleep(jobs.settings.peer_lost_grace).await;
                 let cause = jobs.peer_lost_cause(&training, &failure).await;
                 if let Err(e) = jobs
-                    .restart_or_fail(&training.id, training.attempt, &cause)
+                    .restart_or_fail(&training.id, training.attempt, &cause, None)
                     .await
                 {
                     tracing::warn!(training_id = %training.id, error = %e, "cannot restart");
@@ -116,15 +184,22 @@ impl Jobs {
             });
             return Ok(());
         }
-        self.avoid_gpu_of(training, failure.rank).await;
-        let mut cause = failure.cause.clone();
-        if failure.class == ExitClass::OutOfMemory && training.restart_count < training.max_restarts
-        {
-            if let Some(note) = self.shrink_batch(training).await? {
-                cause = format!("{cause}; {note}");
-            }
+        if failure.class == ExitClass::Diverged {
+            // Not the GPU's fault: the same GPUs may take the next attempt.
+            let (config, note) = lowered_learning_rate(&training.config);
+            let cause = format!("{DIVERGED}: {}; {note}", failure.cause);
+            return self
+                .restart_or_fail(&training.id, training.attempt, &cause, Some(config))
+                .await;
         }
-        self.restart_or_fail(&training.id, training.attempt, &cause)
+        self.avoid_gpu_of(training, failure.rank).await;
+        let (cause, config) = match shrunk_batch(&training.config) {
+            Some((config, note)) if failure.class == ExitClass::OutOfMemory => {
+                (format!("{}; {note}", failure.cause), Some(config))
+            }
+            _ => (failure.cause.clone(), None),
+        };
+        self.restart_or_fail(&training.id, training.attempt, &cause, config)
             .await
     }
 
@@ -178,21 +253,6 @@ impl Jobs {
         died.unwrap_or_else(|| failure.cause.clone())
     }
 
-    /// After an OOM, halve the per-rank batch when the training allows it;
-    /// returns what changed, for the restart's cause.
-    async fn shrink_batch(&self, training: &Training) -> Result<Option<String>, DatabaseError> {
-        let Some(smaller) = shrunk_batch(&training.config) else {
-            return Ok(None);
-        };
-        let mut config = training.config.clone();
-        let before = config.optim.batch_size;
-        config.optim.batch_size = smaller;
-        self.db.update_config(&training.id, &config).await?;
-        Ok(Some(format!(
-            "per-rank batch {before} -> {smaller} (allow_batch_shrink)"
-        )))
-    }
-
     async fn avoid_gpu_of(&self, training: &Training, rank: i32) {
         if let Ok(ranks) = self.db.ranks(&training.id, training.attempt).await {
             if let Some(r) = ranks.iter().find(|r| r.slot.rank == rank) {
@@ -209,12 +269,15 @@ impl Jobs {
             .insert(uuid.to_string());
     }
 
-    /// Restart the gang of `attempt` within the budget, or fail with every cause.
+    /// Restart the gang of `attempt` within the budget (the next attempt
+    /// with `next_config` when given, stored with the restart), or fail with
+    /// every cause.
     pub(super) async fn restart_or_fail(
         &self,
         training_id: &str,
         attempt: i32,
         cause: &str,
+        next_config: Option<TrainingConfig>,
     ) -> Result<(), DatabaseError> {
         let Some(training) = self.db.get_training(training_id).await? else {
             return Ok(());
@@ -235,15 +298,24 @@ impl Jobs {
                 .map(|t| format!("attempt {}: {}", t.attempt, t.reason))
                 .collect();
             causes.push(format!("attempt {attempt}: {cause}"));
+            // A run that ended diverged fails as such.
+            let code = if cause.starts_with(DIVERGED) {
+                format!("{DIVERGED}: ")
+            } else {
+                String::new()
+            };
             let reason = format!(
-                "restart budget of {} spent; causes: {}",
+                "{code}restart budget of {} spent; causes: {}",
                 training.max_restarts,
                 causes.join("; ")
             );
             tracing::warn!(training_id, reason = %reason, "training failed");
             return self.finish(training_id, JobState::Failed, &reason).await;
         }
-        let restarted = self.db.begin_restart(training_id, cause).await?;
+        let restarted = self
+            .db
+            .begin_restart(training_id, cause, next_config.as_ref())
+            .await?;
         tracing::info!(
             training_id,
             attempt,
@@ -314,16 +386,27 @@ mod tests {
     }
 
     #[test]
-    fn oom_halves_the_batch_only_when_allowed() {
-        let mut config = cohort_spec::TrainingConfig::from_toml(
+    fn oom_halves_the_batch_only_when_allowed_and_divergence_divides_the_rate() {
+        let mut config = TrainingConfig::from_toml(
             "[model]\nd_in = 4\n[optim]\nbatch_size = 64\nsteps = 1\n[data.synthetic]\nnum_samples = 4\n",
         )
         .unwrap();
         assert_eq!(shrunk_batch(&config), None);
         config.optim.allow_batch_shrink = true;
-        assert_eq!(shrunk_batch(&config), Some(32));
+        let (next, note) = shrunk_batch(&config).unwrap();
+        assert_eq!(
+            (next.optim.batch_size, note.as_str()),
+            (32, "per-rank batch 64 -> 32 (allow_batch_shrink)")
+        );
         config.optim.batch_size = 1;
         assert_eq!(shrunk_batch(&config), None);
+        let (next, note) = lowered_learning_rate(&config);
+        assert_eq!(next.optim.learning_rate, 1e-4);
+        assert_eq!(note, "learning rate 1e-3 -> 1e-4 for the next attempt");
+        assert_eq!(
+            (short(1e30 / 10.0), short(2.5e-4), short(0.0)),
+            ("1e29".into(), "2.5e-4".into(), "0e0".into())
+        );
     }
 
     #[test]

@@ -11,12 +11,14 @@ mod failure;
 mod lifecycle;
 pub mod placement;
 pub mod queue;
+pub mod quota;
 mod runtime;
 mod start;
 mod tracker;
 mod watchdog;
 
 pub use failure::describe_exit;
+pub use quota::QuotaDefaults;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
@@ -54,6 +56,8 @@ pub struct JobSettings {
     /// Where each ended training's report files go
     /// (`<reports_dir>/<training-id>/`); none written when unset.
     pub reports_dir: Option<std::path::PathBuf>,
+    /// Team quotas' defaults.
+    pub quotas: QuotaDefaults,
 }
 
 impl Default for JobSettings {
@@ -68,6 +72,7 @@ impl Default for JobSettings {
             peer_lost_grace: Duration::from_secs(2),
             queue: QueuePolicy::default(),
             reports_dir: None,
+            quotas: QuotaDefaults::default(),
         }
     }
 }
@@ -200,11 +205,17 @@ impl Jobs {
         Ok(all)
     }
 
+    /// How many QUEUED trainings `team` may have (its cap, else the default).
+    pub async fn queue_cap(&self, team: &str) -> Result<i64, DatabaseError> {
+        quota::queue_cap(&self.db, self.settings.quotas, team).await
+    }
+
     /// One look at the waiting trainings: place what fits, in order; refresh
     /// the pending reason of what doesn't.
     pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
         let now = chrono::Utc::now();
         let mut reserved = false;
+        let mut quotas = quota::QuotaBook::load(&self.db, self.settings.quotas).await?;
         for training in self.waiting().await? {
             if training.state == JobState::Restarting && !self.torn_down(&training).await? {
                 continue; // the old gang is not verified gone yet
@@ -239,8 +250,26 @@ impl Jobs {
                     leader.as_deref(),
                 )
             };
+            // A first placement must fit its team's quota (a restart takes
+            // back GPUs it was already granted); over it, the training waits
+            // and the ones behind it, other teams', go on.
+            let over = match &plan {
+                Ok(slots) if training.state == JobState::Queued => {
+                    quotas.exceeded(&training.team, slots.len())
+                }
+                _ => None,
+            };
+            if let Some(reason) = over {
+                if training.state_reason != reason {
+                    self.db.set_pending_reason(&training.id, &reason).await?;
+                }
+                continue;
+            }
             match plan {
-                Ok(slots) => self.start(&training, slots).await?,
+                Ok(slots) => {
+                    quotas.take(&training.team, slots.len());
+                    self.start(&training, slots).await?
+                }
                 Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
                     let reason = format!("cannot be placed and queueing is off: {why}");
                     self.finish(&training.id, JobState::Failed, &reason).await?;
@@ -320,11 +349,15 @@ impl Jobs {
 
     /// Cancel a training in any non-final state: persist CANCELLED, then stop
     /// its ranks and free its GPUs.
-    pub async fn cancel(&self, training_id: &str, reason: &str) -> Result<Training, DatabaseError> {
-        let cancelled = self
-            .db
-            .transition(training_id, JobState::Cancelled, reason)
-            .await?;
+    /// Cancels a training (its audit row, when a caller asked, written in
+    /// the same transaction), stops its ranks and frees its GPUs.
+    pub async fn cancel(
+        &self,
+        training_id: &str,
+        reason: &str,
+        audit: Option<crate::model::AuditEntry>,
+    ) -> Result<Training, DatabaseError> {
+        let cancelled = self.db.cancel_training(training_id, reason, audit).await?;
         if cancelled.attempt > 0 {
             self.stop_attempt(&cancelled, "cancelled").await;
         }
@@ -382,6 +415,7 @@ fn hold_of(training: &Training, attempt: i32, rank: i32) -> Hold {
         training_id: training.id.clone(),
         attempt,
         rank,
+        team: training.team.clone(),
     }
 }
 

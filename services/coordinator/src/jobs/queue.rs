@@ -85,6 +85,8 @@ mod tests {
             start_time: None,
             end_time: None,
             trace_context: None,
+            team: String::new(),
+            creator: String::new(),
         }
     }
 

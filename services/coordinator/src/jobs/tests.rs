@@ -26,7 +26,7 @@ pub(crate) struct Harness {
 /// arrives on `commands`.
 pub(crate) struct MemoryAgent {
     pub id: String,
-    pub gpus: Vec<v1::GpuInfo>,
+    pub gpus: Vec<GpuRecord>,
     pub commands: mpsc::Receiver<AgentCommand>,
 }
 
@@ -48,8 +48,8 @@ impl Harness {
 
     /// Registers an agent with `gpus` 80 GiB GPUs and connects it.
     pub async fn agent(&self, name: &str, gpus: usize) -> MemoryAgent {
-        let infos: Vec<v1::GpuInfo> = (0..gpus)
-            .map(|i| v1::GpuInfo {
+        let infos: Vec<GpuRecord> = (0..gpus)
+            .map(|i| GpuRecord {
                 index: i as i32,
                 uuid: format!("GPU-{name}-{i}"),
                 name: "test GPU".into(),
@@ -65,17 +65,7 @@ impl Harness {
                 host_name: name.into(),
                 address: "127.0.0.1".into(),
                 version: "test".into(),
-                gpus: infos
-                    .iter()
-                    .map(|g| GpuRecord {
-                        uuid: g.uuid.clone(),
-                        index: g.index,
-                        name: g.name.clone(),
-                        memory_total_bytes: g.memory_total_bytes as i64,
-                        compute_capability: g.compute_capability.clone(),
-                        simulated: true,
-                    })
-                    .collect(),
+                gpus: infos.clone(),
             })
             .await
             .expect("register");
@@ -115,6 +105,10 @@ impl Harness {
                 priority: 0,
                 max_restarts,
                 trace_context: None,
+                team: String::new(),
+                creator: "anonymous".into(),
+                audit: None,
+                max_queued: None,
             })
             .await
             .expect("create")
@@ -193,7 +187,10 @@ async fn cancelling_a_running_training_ends_its_attempt_in_the_runner() {
     let h = Harness::new(JobSettings::default()).await;
     let mut agent = h.agent("a", 1).await;
     let t = running(&h, &mut agent, 3).await;
-    h.jobs.cancel(&t.id, "cancelled by a test").await.unwrap();
+    h.jobs
+        .cancel(&t.id, "cancelled by a test", None)
+        .await
+        .unwrap();
     assert_eq!(h.training(&t.id).await.state, JobState::Cancelled);
     assert!(
         !h.jobs.tracks(&t.id),
@@ -212,7 +209,10 @@ async fn cancelling_a_restarting_training_forgets_its_teardown() {
     let restarting = h.training(&t.id).await;
     assert_eq!(restarting.state, JobState::Restarting);
     assert!(h.jobs.tracks(&t.id), "the teardown is under way");
-    h.jobs.cancel(&t.id, "cancelled by a test").await.unwrap();
+    h.jobs
+        .cancel(&t.id, "cancelled by a test", None)
+        .await
+        .unwrap();
     assert_eq!(h.training(&t.id).await.state, JobState::Cancelled);
     assert!(!h.jobs.tracks(&t.id), "teardown and GPUs to avoid must go");
 }
@@ -367,4 +367,78 @@ async fn an_unconfirmed_teardown_is_marked_lost_after_its_deadline() {
     assert_eq!((again.state, again.attempt), (JobState::Scheduled, 2));
     let ranks = h.db.ranks(&training.id, 1).await.unwrap();
     assert_eq!(ranks[0].state, crate::model::RankState::Lost);
+}
+
+fn line(json: &str) -> Kind {
+    Kind::Progress(v1::RankProgress {
+        json_line: json.to_string(),
+    })
+}
+
+#[tokio::test]
+async fn a_diverged_run_restarts_at_a_tenth_of_the_rate_then_fails_as_diverged() {
+    let h = Harness::new(JobSettings::default()).await;
+    let mut agent = h.agent("a", 1).await;
+    let t = running(&h, &mut agent, 1).await;
+    assert_eq!(t.config.optim.learning_rate, 1e-3);
+    h.event(&agent, &t.id, 1, 0, exited(15)).await;
+    let restarting = h.training(&t.id).await;
+    assert_eq!(restarting.state, JobState::Restarting);
+    assert!(
+        restarting
+            .state_reason
+            .starts_with("TRAINING_DIVERGED: rank 0 exited with code 15 (diverged)")
+            && restarting
+                .state_reason
+                .ends_with("learning rate 1e-3 -> 1e-4 for the next attempt"),
+        "{}",
+        restarting.state_reason
+    );
+    assert_eq!(
+        restarting.config.optim.learning_rate, 1e-4,
+        "stored with the restart"
+    );
+    // The next attempt gets the lowered rate, on the same GPU (not its fault).
+    h.jobs.schedule_pass().await.unwrap();
+    let next = agent.started();
+    assert_eq!(next.attempt, 2);
+    let sent: cohort_spec::TrainingConfig =
+        cohort_spec::TrainingConfig::from_json(&next.config_json).unwrap();
+    assert_eq!(sent.optim.learning_rate, 1e-4);
+    h.event(&agent, &t.id, 2, 0, started(101)).await;
+    h.event(&agent, &t.id, 2, 0, exited(15)).await;
+    let failed = h.training(&t.id).await;
+    assert_eq!(failed.state, JobState::Failed);
+    assert!(
+        failed
+            .state_reason
+            .starts_with("TRAINING_DIVERGED: restart budget of 1 spent"),
+        "{}",
+        failed.state_reason
+    );
+    assert_eq!(
+        failed.config.optim.learning_rate, 1e-4,
+        "no restart left to lower it for"
+    );
+    assert!(!h.jobs.tracks(&t.id));
+}
+
+#[tokio::test]
+async fn a_run_that_finished_on_a_nan_loss_does_not_succeed() {
+    let h = Harness::new(JobSettings::default()).await;
+    let mut agent = h.agent("a", 1).await;
+    let t = running(&h, &mut agent, 0).await;
+    let finished = r#"{"event":"finished","step":100,"loss":null,"param_checksum":"x","wall_time_s":1.0,"mean_samples_per_sec":1.0}"#;
+    h.event(&agent, &t.id, 1, 0, line(finished)).await;
+    h.event(&agent, &t.id, 1, 0, exited(0)).await;
+    let failed = h.training(&t.id).await;
+    assert_eq!(failed.state, JobState::Failed, "{}", failed.state_reason);
+    assert!(
+        failed.state_reason.starts_with("TRAINING_DIVERGED: ")
+            && failed
+                .state_reason
+                .contains("rank 0 finished with loss NaN"),
+        "{}",
+        failed.state_reason
+    );
 }

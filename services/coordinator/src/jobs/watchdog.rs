@@ -65,7 +65,7 @@ impl Jobs {
                     timeout.as_secs()
                 );
                 tracing::warn!(training_id = %training.id, cause = %cause, "agent lost");
-                self.restart_or_fail(&training.id, training.attempt, &cause)
+                self.restart_or_fail(&training.id, training.attempt, &cause, None)
                     .await?;
                 continue;
             }
@@ -91,7 +91,7 @@ impl Jobs {
                     silent.as_secs(),
                     deadline.as_secs()
                 );
-                self.restart_or_fail(&training.id, training.attempt, &cause)
+                self.restart_or_fail(&training.id, training.attempt, &cause, None)
                     .await?;
             }
         }

@@ -48,10 +48,22 @@ pub enum AlertKind {
     TrainingStalled,
     /// A RUNNING training's loss made no new best for the step window.
     TrainingLossPlateau,
+    /// A RUNNING training's gradient norm stayed above the threshold.
+    TrainingGradNormHigh,
+    /// A RUNNING training's steps stayed slower than the threshold.
+    TrainingStepSlow,
+    /// A rank of a RUNNING training kept waiting for its data.
+    TrainingDataWaitHigh,
+    /// A rank's host memory kept growing faster than the threshold.
+    RankMemoryGrowth,
+    /// A collective (gloo/NCCL) of the training's current attempt failed.
+    TrainingCollectiveError,
+    /// The training skipped non-finite steps repeatedly (or diverged).
+    TrainingNonfiniteSteps,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 8] = [
+    pub const ALL: [AlertKind; 14] = [
         AlertKind::GpuMemoryHigh,
         AlertKind::GpuTemperatureHigh,
         AlertKind::GpuUtilizationLow,
@@ -60,6 +72,12 @@ impl AlertKind {
         AlertKind::AgentLost,
         AlertKind::TrainingStalled,
         AlertKind::TrainingLossPlateau,
+        AlertKind::TrainingGradNormHigh,
+        AlertKind::TrainingStepSlow,
+        AlertKind::TrainingDataWaitHigh,
+        AlertKind::RankMemoryGrowth,
+        AlertKind::TrainingCollectiveError,
+        AlertKind::TrainingNonfiniteSteps,
     ];
 
     /// The stable name stored and sent (`Alert.kind`).
@@ -73,6 +91,12 @@ impl AlertKind {
             AlertKind::AgentLost => "AGENT_LOST",
             AlertKind::TrainingStalled => "TRAINING_STALLED",
             AlertKind::TrainingLossPlateau => "TRAINING_LOSS_PLATEAU",
+            AlertKind::TrainingGradNormHigh => "TRAINING_GRAD_NORM_HIGH",
+            AlertKind::TrainingStepSlow => "TRAINING_STEP_SLOW",
+            AlertKind::TrainingDataWaitHigh => "TRAINING_DATA_WAIT_HIGH",
+            AlertKind::RankMemoryGrowth => "RANK_MEMORY_GROWTH",
+            AlertKind::TrainingCollectiveError => "TRAINING_COLLECTIVE_ERROR",
+            AlertKind::TrainingNonfiniteSteps => "TRAINING_NONFINITE_STEPS",
         }
     }
 
@@ -85,19 +109,29 @@ impl AlertKind {
             AlertKind::GpuUtilizationLow => Severity::Info,
             AlertKind::GpuMemoryHigh
             | AlertKind::GpuTemperatureHigh
-            | AlertKind::TrainingLossPlateau => Severity::Warning,
+            | AlertKind::TrainingLossPlateau
+            | AlertKind::TrainingGradNormHigh
+            | AlertKind::TrainingStepSlow
+            | AlertKind::TrainingDataWaitHigh
+            | AlertKind::RankMemoryGrowth
+            | AlertKind::TrainingNonfiniteSteps => Severity::Warning,
             AlertKind::GpuEccUncorrected
             | AlertKind::GpuXidError
             | AlertKind::AgentLost
-            | AlertKind::TrainingStalled => Severity::Critical,
+            | AlertKind::TrainingStalled
+            | AlertKind::TrainingCollectiveError => Severity::Critical,
         }
     }
 
     /// True for the kinds about one GPU (their subject is its uuid).
     pub fn is_gpu(self) -> bool {
-        !matches!(
+        matches!(
             self,
-            AlertKind::AgentLost | AlertKind::TrainingStalled | AlertKind::TrainingLossPlateau
+            AlertKind::GpuMemoryHigh
+                | AlertKind::GpuTemperatureHigh
+                | AlertKind::GpuUtilizationLow
+                | AlertKind::GpuEccUncorrected
+                | AlertKind::GpuXidError
         )
     }
 }
@@ -137,7 +171,14 @@ impl Alert {
         // Exhaustive, so a new kind must say what its subject is.
         let subject = match self.kind {
             AlertKind::AgentLost => self.agent_id.clone(),
-            AlertKind::TrainingStalled | AlertKind::TrainingLossPlateau => self.training_id.clone(),
+            AlertKind::TrainingStalled
+            | AlertKind::TrainingLossPlateau
+            | AlertKind::TrainingGradNormHigh
+            | AlertKind::TrainingStepSlow
+            | AlertKind::TrainingDataWaitHigh
+            | AlertKind::RankMemoryGrowth
+            | AlertKind::TrainingCollectiveError
+            | AlertKind::TrainingNonfiniteSteps => self.training_id.clone(),
             AlertKind::GpuMemoryHigh
             | AlertKind::GpuTemperatureHigh
             | AlertKind::GpuUtilizationLow
@@ -198,4 +239,7 @@ pub struct RunningTraining {
     pub id: String,
     /// The later of its newest progress event and its entry into RUNNING.
     pub last_activity: DateTime<Utc>,
+    /// Micro-batches per optimizer step (`optim.accumulation_steps`): a
+    /// step's data wait is that many batches'.
+    pub batches_per_step: i64,
 }

@@ -2,6 +2,8 @@
 //! generated protobuf messages (each side converts to and from these).
 
 mod alert;
+mod auth;
+mod gpu;
 mod gpu_request;
 mod placement;
 mod rank_report;
@@ -9,8 +11,10 @@ mod state;
 mod training;
 
 pub use alert::{Alert, AlertKey, AlertKind, RunningTraining, Severity, Transition};
+pub use auth::{valid_team, AuditEntry, Principal, Role};
+pub use gpu::{GpuProcess, GpuRecord, GpuSample};
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
-pub use placement::{AgentRecord, GpuRecord, Placement, RankRecord, RankSlot};
+pub use placement::{AgentRecord, Placement, RankRecord, RankSlot};
 pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
 pub use training::{

@@ -1,6 +1,6 @@
 //! Where a training's ranks run: one slot per rank, each on one GPU of one agent.
 
-use super::RankState;
+use super::{GpuRecord, RankState};
 
 /// One rank of an attempt, placed on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +47,4 @@ pub struct AgentRecord {
     pub gpus: Vec<GpuRecord>,
     pub connect_time: chrono::DateTime<chrono::Utc>,
     pub last_seen_time: chrono::DateTime<chrono::Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuRecord {
-    pub uuid: String,
-    pub index: i32,
-    pub name: String,
-    pub memory_total_bytes: i64,
-    pub compute_capability: String,
-    pub simulated: bool,
 }

@@ -24,7 +24,7 @@ pub enum RankReportKind {
         stderr_tail: String,
     },
     /// The process could not be started.
-    StartFailed { message: String },
+    StartFailed { reason: String, message: String },
 }
 
 /// A rank an agent says it is running (in its Register).

@@ -40,6 +40,10 @@ pub struct Training {
     /// The W3C traceparent of the call that created it, when traced: the
     /// lifecycle spans join that trace.
     pub trace_context: Option<String>,
+    /// The team it belongs to ("" under `--auth none`).
+    pub team: String,
+    /// Who created it (a token's name, or "anonymous").
+    pub creator: String,
 }
 
 /// One row of a training's state history.
@@ -151,6 +155,7 @@ mod tests {
             EventPayload::Rank(ProgressLine::Checkpoint {
                 step: 10,
                 path: "/run/ckpt-10".into(),
+                best: true,
             }),
         ];
         for payload in payloads {

@@ -131,12 +131,12 @@ impl Persistence {
     /// its newest entry into RUNNING.
     pub async fn running_activity(&self) -> Result<Vec<RunningTraining>, DatabaseError> {
         self.read("running_activity", |c| {
-            let ids: Vec<String> = trainings::table
+            let ids: Vec<(String, String)> = trainings::table
                 .filter(trainings::state.eq(JobState::Running.as_str()))
-                .select(trainings::id)
+                .select((trainings::id, trainings::config_json))
                 .load(c)?;
             let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
+            for (id, config) in ids {
                 // The newest by sequence number (the (training_id, seq) index),
                 // not MAX(event_time), which reads every event of the training.
                 let progress: Option<NaiveDateTime> = training_events::table
@@ -154,9 +154,12 @@ impl Persistence {
                 let Some(last) = progress.into_iter().chain(running).max() else {
                     continue;
                 };
+                let batches_per_step = cohort_spec::TrainingConfig::from_json(&config)
+                    .map_or(1, |c| c.optim.accumulation_steps);
                 out.push(RunningTraining {
                     id,
                     last_activity: last.and_utc(),
+                    batches_per_step,
                 });
             }
             Ok(out)

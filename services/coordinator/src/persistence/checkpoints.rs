@@ -1,9 +1,10 @@
 //! Checkpoints the ranks reported: where each step's state is and which
-//! agent holds it.
+//! agent holds it; and the best one (the lowest validation loss), one per
+//! training.
 
 use super::events::append_event_in;
 use super::rows::{now, to_db_time};
-use super::schema::checkpoints;
+use super::schema::{best_checkpoints, checkpoints};
 use super::{DatabaseError, Persistence};
 use crate::model::EventPayload;
 use cohort_spec::progress::ProgressLine;
@@ -18,10 +19,27 @@ pub struct CheckpointRecord {
     pub path: String,
     pub agent_id: String,
     pub create_time: chrono::DateTime<chrono::Utc>,
+    /// The best checkpoint (`best/`), not a step's.
+    pub best: bool,
+}
+
+type Row = (String, i32, i64, String, String, chrono::NaiveDateTime);
+
+fn record((training_id, attempt, step, path, agent_id, t): Row, best: bool) -> CheckpointRecord {
+    CheckpointRecord {
+        training_id,
+        attempt,
+        step,
+        path,
+        agent_id,
+        create_time: t.and_utc(),
+        best,
+    }
 }
 
 impl Persistence {
-    /// Records a checkpoint a rank reported, and its event, together.
+    /// Records a checkpoint a rank reported (a step's, or the best one, which
+    /// replaces the last best), and its event, together.
     pub async fn record_checkpoint(
         &self,
         training_id: &str,
@@ -29,12 +47,30 @@ impl Persistence {
         agent_id: &str,
         line: ProgressLine,
     ) -> Result<(), DatabaseError> {
-        let ProgressLine::Checkpoint { step, path } = line.clone() else {
+        let ProgressLine::Checkpoint { step, path, best } = line.clone() else {
             return Err(DatabaseError::Logical("not a checkpoint line".into()));
         };
         let (id, agent) = (training_id.to_string(), agent_id.to_string());
         self.transaction("record_checkpoint", move |c| {
             let at = now();
+            if best {
+                diesel::delete(
+                    best_checkpoints::table.filter(best_checkpoints::training_id.eq(&id)),
+                )
+                .execute(c)?;
+                diesel::insert_into(best_checkpoints::table)
+                    .values((
+                        best_checkpoints::training_id.eq(&id),
+                        best_checkpoints::attempt.eq(attempt),
+                        best_checkpoints::step.eq(step),
+                        best_checkpoints::path.eq(&path),
+                        best_checkpoints::agent_id.eq(&agent),
+                        best_checkpoints::create_time.eq(to_db_time(at)),
+                    ))
+                    .execute(c)?;
+                append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
+                return Ok(());
+            }
             diesel::delete(
                 checkpoints::table
                     .filter(checkpoints::training_id.eq(&id))
@@ -57,38 +93,41 @@ impl Persistence {
         .await
     }
 
-    /// A training's checkpoints, oldest first.
+    /// A training's step checkpoints, oldest first, then its best one.
     pub async fn checkpoints(
         &self,
         training_id: &str,
     ) -> Result<Vec<CheckpointRecord>, DatabaseError> {
         let id = training_id.to_string();
         self.read("checkpoints", move |c| {
-            let rows: Vec<(String, i32, i64, String, String, chrono::NaiveDateTime)> =
-                checkpoints::table
-                    .filter(checkpoints::training_id.eq(&id))
-                    .order(checkpoints::step.asc())
-                    .select((
-                        checkpoints::training_id,
-                        checkpoints::attempt,
-                        checkpoints::step,
-                        checkpoints::path,
-                        checkpoints::agent_id,
-                        checkpoints::create_time,
-                    ))
-                    .load(c)?;
+            let rows: Vec<Row> = checkpoints::table
+                .filter(checkpoints::training_id.eq(&id))
+                .order(checkpoints::step.asc())
+                .select((
+                    checkpoints::training_id,
+                    checkpoints::attempt,
+                    checkpoints::step,
+                    checkpoints::path,
+                    checkpoints::agent_id,
+                    checkpoints::create_time,
+                ))
+                .load(c)?;
+            let best: Option<Row> = best_checkpoints::table
+                .filter(best_checkpoints::training_id.eq(&id))
+                .select((
+                    best_checkpoints::training_id,
+                    best_checkpoints::attempt,
+                    best_checkpoints::step,
+                    best_checkpoints::path,
+                    best_checkpoints::agent_id,
+                    best_checkpoints::create_time,
+                ))
+                .first(c)
+                .optional()?;
             Ok(rows
                 .into_iter()
-                .map(
-                    |(training_id, attempt, step, path, agent_id, t)| CheckpointRecord {
-                        training_id,
-                        attempt,
-                        step,
-                        path,
-                        agent_id,
-                        create_time: t.and_utc(),
-                    },
-                )
+                .map(|r| record(r, false))
+                .chain(best.map(|r| record(r, true)))
                 .collect())
         })
         .await

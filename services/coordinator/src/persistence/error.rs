@@ -27,6 +27,9 @@ pub enum DatabaseError {
         request_id: String,
         existing: String,
     },
+    /// The team has as many QUEUED trainings as it may.
+    #[error("team {team} already has {queued} queued trainings, its cap")]
+    QueueFull { team: String, queued: i64 },
     /// The row changed under a conditional update; the operation is retried.
     #[error("concurrent update of {0}")]
     Conflict(String),

@@ -106,6 +106,38 @@ impl Persistence {
     }
 }
 
+impl Persistence {
+    /// The loss of rank 0's `finished` line of `attempt`, if it sent one.
+    pub async fn finished_loss(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<Option<f64>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("finished_loss", move |c| {
+            let row = training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::kind.eq("finished"))
+                .filter(training_events::attempt.eq(attempt))
+                .order(training_events::seq.desc())
+                .select(EventRow::as_select())
+                .first(c)
+                .optional()?;
+            Ok(row
+                .map(StoredEvent::try_from)
+                .transpose()?
+                .and_then(|e| match e.payload {
+                    EventPayload::Rank(cohort_spec::progress::ProgressLine::Finished {
+                        loss,
+                        ..
+                    }) => Some(loss),
+                    _ => None,
+                }))
+        })
+        .await
+    }
+}
+
 /// The newest `progress` event of a training (an index walk back from its
 /// newest event).
 pub(super) fn latest_progress_in(

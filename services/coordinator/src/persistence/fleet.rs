@@ -104,7 +104,8 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
                 gpus::agent_id.eq(&id),
                 gpus::gpu_index.eq(g.index),
                 gpus::name.eq(&g.name),
-                gpus::memory_total_bytes.eq(g.memory_total_bytes),
+                gpus::memory_total_bytes
+                    .eq(i64::try_from(g.memory_total_bytes).unwrap_or(i64::MAX)),
                 gpus::compute_capability.eq(&g.compute_capability),
                 gpus::simulated.eq(g.simulated),
                 gpus::last_seen_time.eq(at),
@@ -129,7 +130,7 @@ fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
                     uuid: g.uuid.clone(),
                     index: g.gpu_index,
                     name: g.name.clone(),
-                    memory_total_bytes: g.memory_total_bytes,
+                    memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
                     compute_capability: g.compute_capability.clone(),
                     simulated: g.simulated,
                 })

@@ -10,6 +10,7 @@
 //! history) and [`events`] (the sequence-numbered event history).
 
 pub mod alerts;
+pub mod audit;
 mod bell;
 pub mod checkpoints;
 mod connection;
@@ -20,9 +21,11 @@ pub mod fleet;
 pub mod gpu_metrics;
 pub mod measure;
 pub mod placements;
+pub mod quotas;
 pub mod ranks;
 mod rows;
 pub mod schema;
+pub mod tokens;
 pub mod trainings;
 
 pub use bell::EventBell;

@@ -16,7 +16,7 @@ pub fn to_db_time(t: DateTime<Utc>) -> NaiveDateTime {
     t.naive_utc()
 }
 
-fn from_db_time(t: NaiveDateTime) -> DateTime<Utc> {
+pub fn from_db_time(t: NaiveDateTime) -> DateTime<Utc> {
     t.and_utc()
 }
 
@@ -49,6 +49,8 @@ pub struct TrainingRow {
     pub start_time: Option<NaiveDateTime>,
     pub end_time: Option<NaiveDateTime>,
     pub trace_context: Option<String>,
+    pub team: String,
+    pub creator: String,
 }
 
 impl TryFrom<TrainingRow> for Training {
@@ -68,7 +70,6 @@ impl TryFrom<TrainingRow> for Training {
             start_time: row.start_time.map(from_db_time),
             end_time: row.end_time.map(from_db_time),
             id: row.id,
-            request_id: row.request_id,
             display_name: row.display_name,
             state_reason: row.state_reason,
             world_size: row.world_size,
@@ -81,6 +82,11 @@ impl TryFrom<TrainingRow> for Training {
             master_port: row.master_port,
             last_event_seq: row.last_event_seq,
             trace_context: row.trace_context,
+            request_id: row
+                .request_id
+                .map(|key| super::trainings::client_request_id(&row.team, key)),
+            team: row.team,
+            creator: row.creator,
         })
     }
 }

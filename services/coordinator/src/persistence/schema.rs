@@ -50,6 +50,46 @@ diesel::table! {
         start_time -> Nullable<Timestamp>,
         end_time -> Nullable<Timestamp>,
         trace_context -> Nullable<Text>,
+        team -> Text,
+        creator -> Text,
+    }
+}
+
+diesel::table! {
+    tokens (id) {
+        id -> Text,
+        team -> Text,
+        name -> Text,
+        role -> Text,
+        secret_sha256 -> Text,
+        creator -> Text,
+        create_time -> Timestamp,
+        expire_time -> Nullable<Timestamp>,
+        revoke_time -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    team_quotas (team) {
+        team -> Text,
+        gpus -> Nullable<Integer>,
+        max_queued -> Nullable<Integer>,
+        update_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    audit_events (id) {
+        id -> BigInt,
+        time -> Timestamp,
+        actor_kind -> Text,
+        actor -> Text,
+        actor_team -> Text,
+        method -> Text,
+        target -> Text,
+        target_team -> Text,
+        code -> Text,
+        detail -> Text,
     }
 }
 
@@ -92,6 +132,17 @@ diesel::table! {
         to_state -> Text,
         reason -> Text,
         at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    best_checkpoints (training_id) {
+        training_id -> Text,
+        attempt -> Integer,
+        step -> BigInt,
+        path -> Text,
+        agent_id -> Text,
+        create_time -> Timestamp,
     }
 }
 
@@ -184,6 +235,7 @@ diesel::joinable!(ranks -> trainings (training_id));
 diesel::joinable!(training_events -> trainings (training_id));
 diesel::joinable!(state_transitions -> trainings (training_id));
 diesel::joinable!(checkpoints -> trainings (training_id));
+diesel::joinable!(best_checkpoints -> trainings (training_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     agents,
@@ -193,6 +245,10 @@ diesel::allow_tables_to_appear_in_same_query!(
     training_events,
     state_transitions,
     checkpoints,
+    best_checkpoints,
+    tokens,
+    team_quotas,
+    audit_events,
     gpu_metrics,
     gpu_metrics_rollup,
     alerts,

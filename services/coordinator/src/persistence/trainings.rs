@@ -6,7 +6,9 @@ use super::events::append_event_in;
 use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
 use super::schema::{state_transitions, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{EventPayload, GpuRequest, JobState, StateChange, StateTransition, Training};
+use crate::model::{
+    AuditEntry, EventPayload, GpuRequest, JobState, StateChange, StateTransition, Training,
+};
 use chrono::{DateTime, Utc};
 use cohort_spec::TrainingConfig;
 use diesel::prelude::*;
@@ -23,6 +25,56 @@ pub struct NewTraining {
     pub max_restarts: i32,
     /// The creating call's W3C traceparent, when traced.
     pub trace_context: Option<String>,
+    /// The team it belongs to and who creates it.
+    pub team: String,
+    pub creator: String,
+    /// The audit row of the create, written in its transaction.
+    pub audit: Option<AuditEntry>,
+    /// Refuse ([`DatabaseError::QueueFull`]) when the team already has this
+    /// many QUEUED trainings; `None`: no cap.
+    pub max_queued: Option<i64>,
+}
+
+/// QueueFull when `team` has `cap` QUEUED trainings already. On PostgreSQL
+/// a per-team advisory lock (held to the end of the transaction) makes
+/// concurrent creates count one after the other; SQLite's writers are
+/// serial already.
+fn check_queue_cap(conn: &mut DbConnection, team: &str, cap: i64) -> Result<(), DatabaseError> {
+    if let DbConnection::Pg(pg) = conn {
+        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind::<diesel::sql_types::Text, _>(format!("cohort-queue/{team}"))
+            .execute(pg)?;
+    }
+    let queued: i64 = trainings::table
+        .filter(trainings::team.eq(team))
+        .filter(trainings::state.eq(JobState::Queued.as_str()))
+        .count()
+        .get_result(conn)?;
+    if queued >= cap {
+        return Err(DatabaseError::QueueFull {
+            team: team.to_string(),
+            queued,
+        });
+    }
+    Ok(())
+}
+
+/// How a client's request_id is stored: under its team, so teams never see
+/// each other's keys (team "" keeps the key as given).
+pub(crate) fn request_key(team: &str, request_id: &str) -> String {
+    if team.is_empty() {
+        request_id.to_string()
+    } else {
+        format!("{team}/{request_id}")
+    }
+}
+
+/// The client's request_id of a stored key.
+pub(crate) fn client_request_id(team: &str, key: String) -> String {
+    match key.strip_prefix(team).and_then(|k| k.strip_prefix('/')) {
+        Some(id) if !team.is_empty() => id.to_string(),
+        _ => key,
+    }
 }
 
 /// The result of [`Persistence::create_training`].
@@ -58,6 +110,8 @@ pub struct ListTrainings {
     pub limit: i64,
     /// Start after this training (the last one of the previous page).
     pub after: Option<TrainingCursor>,
+    /// Only this team's; `None`: every team's.
+    pub team: Option<String>,
 }
 
 fn new_training_id() -> String {
@@ -118,8 +172,13 @@ fn insert_transition(
 fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, DatabaseError> {
     let config_json = new.config.to_json();
     let gpu_request_json = serde_json::to_string(&new.gpu_request).expect("gpu request serialises");
-    if let Some(request_id) = &new.request_id {
-        if let Some(row) = find_by_request_id(conn, request_id)? {
+    let key = new
+        .request_id
+        .as_deref()
+        .map(|id| request_key(&new.team, id));
+    if let Some(key) = &key {
+        let request_id = new.request_id.clone().unwrap_or_default();
+        if let Some(row) = find_by_request_id(conn, key)? {
             let same = row.config_json == config_json
                 && row.gpu_request_json == gpu_request_json
                 && row.priority == new.priority
@@ -127,7 +186,7 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
                 && row.display_name == new.display_name;
             if !same {
                 return Err(DatabaseError::RequestIdConflict {
-                    request_id: request_id.clone(),
+                    request_id,
                     existing: row.id,
                 });
             }
@@ -137,10 +196,13 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
             });
         }
     }
+    if let Some(cap) = new.max_queued {
+        check_queue_cap(conn, &new.team, cap)?;
+    }
     let at = now();
     let row = TrainingRow {
         id: new_training_id(),
-        request_id: new.request_id.clone(),
+        request_id: key,
         display_name: new.display_name.clone(),
         config_json,
         gpu_request_json,
@@ -160,6 +222,8 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
         start_time: None,
         end_time: None,
         trace_context: new.trace_context.clone(),
+        team: new.team.clone(),
+        creator: new.creator.clone(),
     };
     diesel::insert_into(trainings::table)
         .values(&row)
@@ -170,6 +234,16 @@ fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, Data
         reason: "created".to_string(),
     };
     insert_transition(conn, &row.id, 0, &change, at)?;
+    if let Some(audit) = &new.audit {
+        super::audit::insert_in(
+            conn,
+            &AuditEntry {
+                target: row.id.clone(),
+                ..audit.clone()
+            },
+            at,
+        )?;
+    }
     let training = load_training(conn, &row.id)?
         .ok_or_else(|| DatabaseError::TrainingNotFound(row.id.clone()))?;
     Ok(Created {
@@ -241,6 +315,9 @@ fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training
     if !page.states.is_empty() {
         let states: Vec<&str> = page.states.iter().map(|s| s.as_str()).collect();
         query = query.filter(trainings::state.eq_any(states));
+    }
+    if let Some(team) = &page.team {
+        query = query.filter(trainings::team.eq(team.clone()));
     }
     if let Some(after) = &page.after {
         let t = to_db_time(after.create_time);
@@ -328,6 +405,25 @@ impl Persistence {
             .await
     }
 
+    /// Cancels a training on behalf of a caller: the transition and its
+    /// audit row in one transaction.
+    pub async fn cancel_training(
+        &self,
+        training_id: &str,
+        reason: &str,
+        audit: Option<AuditEntry>,
+    ) -> Result<Training, DatabaseError> {
+        let (id, reason) = (training_id.to_string(), reason.to_string());
+        self.transaction("cancel_training", move |c| {
+            let t = transition_in(c, &id, JobState::Cancelled, &reason)?;
+            if let Some(audit) = &audit {
+                super::audit::insert_in(c, audit, now())?;
+            }
+            Ok(t)
+        })
+        .await
+    }
+
     /// A training's state history, oldest first.
     pub async fn transitions(
         &self,
@@ -379,22 +475,6 @@ impl Persistence {
     pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
         self.read("restarting_trainings", |c| {
             trainings_in_state(c, JobState::Restarting)
-        })
-        .await
-    }
-
-    /// Replaces a training's config (e.g. a smaller per-rank batch after an OOM).
-    pub async fn update_config(
-        &self,
-        training_id: &str,
-        config: &cohort_spec::TrainingConfig,
-    ) -> Result<(), DatabaseError> {
-        let (id, json) = (training_id.to_string(), config.to_json());
-        self.transaction("update_config", move |c| {
-            diesel::update(trainings::table.find(&id))
-                .set(trainings::config_json.eq(&json))
-                .execute(c)?;
-            Ok(())
         })
         .await
     }

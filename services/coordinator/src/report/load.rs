@@ -143,6 +143,8 @@ async fn same_config_peers(
                 states: vec![JobState::Succeeded],
                 limit: PAGE,
                 after: after.clone(),
+                // a report names only its own team's trainings
+                team: Some(training.team.clone()),
             })
             .await?;
         scanned += page.len();

@@ -3,6 +3,7 @@
 //! - [`metrics`]: `metrics.jsonl`, every line the ranks emitted.
 //! - [`summary`]: the performance summary (throughput, step-time
 //!   percentiles, compute vs communication share, memory, GPU use per rank).
+//! - [`quality`]: the SAE's metrics, validations, rejected checkpoints, divergences.
 //! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
 //! - [`stats`]: mean and percentiles.
@@ -15,6 +16,7 @@ pub mod files;
 pub mod gpu;
 pub mod load;
 pub mod metrics;
+pub mod quality;
 pub mod scaling;
 pub mod stats;
 pub mod summary;

@@ -5,7 +5,7 @@
 use super::gpu::RankGpuUsage;
 use super::stats::{max, mean, percentile};
 use crate::model::{EventPayload, StoredEvent};
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -50,6 +50,8 @@ pub struct Summary {
     /// Progress windows the figures above come from.
     pub progress_windows: u64,
     pub ranks: Vec<RankSummary>,
+    /// What an SAE user judges the run by.
+    pub quality: super::quality::Quality,
 }
 
 /// One rank: its own timing from rank_stats, and its GPU from telemetry.
@@ -64,6 +66,10 @@ pub struct RankSummary {
     pub compute_share: Option<f64>,
     pub comm_share: Option<f64>,
     pub peak_memory_bytes: u64,
+    /// What `peak_memory_bytes` counts ("cuda_allocated" or "host_rss").
+    pub memory_kind: String,
+    /// The highest host RSS the rank reported.
+    pub peak_host_memory_bytes: u64,
     /// Mean time a step waited for its batch from the data reader.
     pub mean_data_wait_ms: Option<f64>,
     pub gpu: RankGpuUsage,
@@ -77,6 +83,8 @@ struct RankAcc {
     comm_ms: f64,
     data_waits: Vec<f64>,
     peak_memory: u64,
+    memory_kind: String,
+    peak_host_memory: u64,
 }
 
 /// Builds the summary; `gpu` is the per-rank usage from telemetry.
@@ -111,14 +119,14 @@ pub fn summarize(
                 prev_step = *start_step;
                 warmup = true;
             }
-            ProgressLine::Progress {
+            ProgressLine::Progress(Progress {
                 step,
                 total_steps: t,
                 loss,
                 samples_per_sec,
                 step_time_ms,
                 ..
-            } => {
+            }) => {
                 throughput.push(*samples_per_sec);
                 let steps = (step - prev_step).max(1);
                 let ms = step_time_ms * steps as f64;
@@ -140,9 +148,13 @@ pub fn summarize(
                 comm_ms,
                 memory_bytes,
                 data_wait_ms,
+                memory_kind,
+                host_memory_bytes,
                 ..
             } => {
                 let acc = ranks.entry(*rank as i32).or_default();
+                acc.memory_kind.clone_from(memory_kind);
+                acc.peak_host_memory = acc.peak_host_memory.max(*host_memory_bytes);
                 acc.data_waits.push(*data_wait_ms);
                 acc.windows += 1;
                 acc.step_times.push(*step_time_ms);
@@ -156,7 +168,7 @@ pub fn summarize(
                 wall_time_s,
                 ..
             } => finished = Some((*step, *loss, *wall_time_s)),
-            ProgressLine::RankFinished { .. } | ProgressLine::Checkpoint { .. } => {}
+            _ => {}
         }
     }
     for rank in gpu.keys() {
@@ -173,6 +185,8 @@ pub fn summarize(
                 compute_share: (busy > 0.0).then(|| acc.compute_ms / busy),
                 comm_share: (busy > 0.0).then(|| acc.comm_ms / busy),
                 peak_memory_bytes: acc.peak_memory,
+                memory_kind: acc.memory_kind,
+                peak_host_memory_bytes: acc.peak_host_memory,
                 mean_data_wait_ms: mean(&acc.data_waits),
                 gpu: gpu.remove(&rank).unwrap_or_default(),
             }
@@ -197,5 +211,6 @@ pub fn summarize(
         step_time_p99_ms: percentile(&step_times, 99.0),
         progress_windows: step_times.len() as u64,
         ranks,
+        quality: super::quality::quality(events),
     }
 }

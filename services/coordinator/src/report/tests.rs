@@ -8,7 +8,7 @@ use super::summary::{summarize, TrainingFacts};
 use crate::model::{EventPayload, JobState, StateChange, StoredEvent};
 use crate::persistence::gpu_metrics::GpuBucket;
 use chrono::{DateTime, TimeZone, Utc};
-use cohort_spec::progress::ProgressLine;
+use cohort_spec::progress::{Progress, ProgressLine};
 use std::collections::BTreeMap;
 
 fn at(seconds: i64) -> DateTime<Utc> {
@@ -30,16 +30,19 @@ fn events(lines: Vec<EventPayload>) -> Vec<StoredEvent> {
 }
 
 fn progress(step: i64, samples_per_sec: f64, step_time_ms: f64, loss: f64) -> EventPayload {
-    EventPayload::Rank(ProgressLine::Progress {
+    EventPayload::Rank(ProgressLine::Progress(Progress {
         step,
         total_steps: 100,
-        epoch: 0,
         loss,
         mse: loss,
-        l1: 0.0,
         samples_per_sec,
         step_time_ms,
-    })
+        learning_rate: 0.001,
+        grad_norm: 1.0,
+        l0: 8.0,
+        explained_variance: 0.9,
+        ..Progress::default()
+    }))
 }
 
 fn stats(rank: i64, compute_ms: f64, comm_ms: f64, memory_bytes: u64) -> EventPayload {
@@ -52,6 +55,8 @@ fn stats(rank: i64, compute_ms: f64, comm_ms: f64, memory_bytes: u64) -> EventPa
         memory_bytes,
         // rank 1 waits 1 ms a step for its data, rank 0 never
         data_wait_ms: rank as f64,
+        memory_kind: "host_rss".into(),
+        host_memory_bytes: memory_bytes,
     })
 }
 
@@ -341,6 +346,8 @@ fn metrics_lines_carry_what_the_rank_wrote_plus_where_it_was_stored() {
             comm_ms: 1.0,
             memory_bytes: 7,
             data_wait_ms: 1.0,
+            memory_kind: "host_rss".into(),
+            host_memory_bytes: 7,
         })
     );
 }

@@ -2,8 +2,8 @@
 
 use super::gib;
 use crate::fleet::Hold;
+use crate::model::{GpuRecord, GpuSample};
 use cohort_proto::error::reason;
-use cohort_proto::v1;
 
 /// Throttle reasons that mean the GPU is being slowed by a fault, not by policy.
 const FAULT_THROTTLES: [&str; 4] = [
@@ -56,6 +56,9 @@ impl Unsuitable {
         match self {
             Unsuitable::Offline => "its agent is offline".into(),
             Unsuitable::Unhealthy(faults) => format!("unhealthy: {}", faults.join(", ")),
+            Unsuitable::HeldBy(h) if h.training_id.is_empty() => {
+                "busy: held by another team's training".into()
+            }
             Unsuitable::HeldBy(h) => format!(
                 "busy: held by training {} (attempt {}, rank {})",
                 h.training_id, h.attempt, h.rank
@@ -83,9 +86,9 @@ impl Candidate {
     /// From the fleet's view of one GPU.
     pub fn new(
         agent: &crate::fleet::LiveAgent,
-        info: &v1::GpuInfo,
+        info: &GpuRecord,
         hold: Option<Hold>,
-        latest: Option<&v1::GpuSample>,
+        latest: Option<&GpuSample>,
     ) -> Self {
         Self {
             uuid: info.uuid.clone(),
@@ -132,7 +135,7 @@ impl Candidate {
 }
 
 /// Processes on the GPU that are not cohort ranks.
-pub fn foreign_processes(sample: &v1::GpuSample) -> Vec<(u32, String)> {
+pub fn foreign_processes(sample: &GpuSample) -> Vec<(u32, String)> {
     sample
         .processes
         .iter()
@@ -142,7 +145,7 @@ pub fn foreign_processes(sample: &v1::GpuSample) -> Vec<(u32, String)> {
 }
 
 /// Faults in a sample: uncorrected ECC errors, fault throttling.
-pub fn faults(sample: &v1::GpuSample) -> Vec<String> {
+pub fn faults(sample: &GpuSample) -> Vec<String> {
     let mut faults = Vec::new();
     if let Some(n) = sample.ecc_errors_uncorrected.filter(|n| *n > 0) {
         faults.push(format!("{n} uncorrected ECC errors"));
@@ -161,8 +164,8 @@ pub fn faults(sample: &v1::GpuSample) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn sample() -> v1::GpuSample {
-        v1::GpuSample {
+    fn sample() -> GpuSample {
+        GpuSample {
             memory_total_bytes: 100,
             memory_used_bytes: 30,
             ..Default::default()
@@ -189,13 +192,13 @@ mod tests {
     fn only_processes_that_are_not_ranks_are_foreign() {
         let mut s = sample();
         s.processes = vec![
-            v1::GpuProcess {
+            crate::model::GpuProcess {
                 pid: 10,
                 name: "cohort-rank".into(),
                 cohort_rank: true,
                 ..Default::default()
             },
-            v1::GpuProcess {
+            crate::model::GpuProcess {
                 pid: 11,
                 name: "python".into(),
                 cohort_rank: false,

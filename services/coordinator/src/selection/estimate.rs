@@ -1,32 +1,36 @@
 //! The device memory one rank of a training needs, itemised, from what
-//! `cohort-rank` really allocates (agent/rank/src/{model,train,data}.rs):
+//! `cohort-rank` really allocates (agent/rank/src/{model,train,state}):
 //!
 //! - parameters: `w_enc [d_sae, d_in]`, `b_enc [d_sae]`, `w_dec [d_in, d_sae]`,
-//!   `b_dec [d_in]` in the model dtype;
-//! - optimizer: Adam's `m` and `v`, one copy of the parameters each;
+//!   `b_dec [d_in]`, always f32 (the master weights);
+//! - optimizer: Adam's `m` and `v` in f32, one copy of the parameters each,
+//!   and when each latent last fired (`[d_sae]` i64);
 //! - data: the batch as it arrives on the device, in its stored dtype before
 //!   the conversion to the compute dtype (counted as f32, the widest stored
 //!   type but f64); data is streamed, so this is flat in the data set's size
 //!   (the reader's prefetched batches wait in host memory, not on the device);
-//! - activations (one step, forward and backward): the gathered f32 batch
-//!   `[B, d_in]` (plus its dtype copy for bf16), four `[B, d_sae]` tensors alive
-//!   at the backward's peak (the saved code `z` and the gradients flowing into
-//!   it: from the L1 term, from the decoder, their sum, the ReLU's) and three
-//!   `[B, d_in]` ones (`x_hat`, `x_hat - x` saved for the square, its gradient);
-//! - gradients: autograd's gradients in the model dtype (plus f32 copies for
-//!   bf16), and the all-reduce: flat f32 buffers of every gradient and the
-//!   step's two losses (one buffer with `flat`, two buckets with `overlap`)
-//!   and their copies divided by the world size (`per_param`: only the
-//!   divided copies);
+//! - activations (one micro-batch, forward and backward): the batch in the
+//!   compute dtype (and its f32 copy for bf16/f16), the weights cast to the
+//!   compute dtype (bf16/f16), four `[B, d_sae]` tensors in the compute dtype
+//!   alive at the backward's peak (the pre-activation, the code `z` and the
+//!   gradients flowing into them; TopK adds its scattered copy), and three
+//!   `[B, d_in]` f32 ones (`x_hat` in f32, the residual, its gradient);
+//! - gradients: autograd's f32 gradients (twice with gradient accumulation:
+//!   the running sum and the new micro-batch's), and the all-reduce: flat f32
+//!   buffers of every gradient, the step's three losses and the `[d_sae]`
+//!   firing counts (one buffer with `flat`, two buckets with `overlap`),
+//!   averaged in place and read as views (`per_param` reduces the gradients
+//!   themselves, in place: only the extras);
 //! - overhead: the CUDA context and cuBLAS workspaces, [`CUDA_CONTEXT_BYTES`],
 //!   when the rank may run on a GPU (`runtime.device` auto or cuda).
 //!
 //! The activations and the all-reduce buffers are not all alive at once, so
 //! the total adds only the peak of the two phases of a step to the resident
 //! state (parameters, optimizer, data, overhead):
-//! - `flat` / `per_param`: the graph is freed when the backward pass ends,
-//!   before the gradients are flattened; only the code `z` (held by the
-//!   step's losses) outlives it: max(activations, gradients + z).
+//! - `flat` / `per_param`: the backward pass makes autograd's f32 gradients
+//!   while the graph's saved codes are alive; the graph is freed when it
+//!   ends, before the gradients are flattened; only the code `z` outlives
+//!   it: max(activations + P x 4, gradients + z).
 //! - `overlap`: the graph is kept while the decoder's bucket is
 //!   reduced and the encoder's gradients are computed (activations + half the
 //!   gradients); at the end the buckets and their averaged copies are alive
@@ -43,8 +47,8 @@ use cohort_spec::TrainingConfig;
 /// rank may run on a GPU.
 pub const CUDA_CONTEXT_BYTES: u64 = 500 * 1024 * 1024;
 
-/// Losses appended to the flat all-reduce buffer (`[mse, l1]`).
-const REDUCED_LOSSES: u64 = 2;
+/// Losses appended to the flat all-reduce buffer (`[mse, l1, aux]`).
+const REDUCED_LOSSES: u64 = 3;
 const F32: u64 = 4;
 
 /// One rank's memory, by component, in bytes.
@@ -52,11 +56,11 @@ const F32: u64 = 4;
 pub struct MemoryEstimate {
     pub parameter_count: u64,
     pub parameters: u64,
-    /// Gradients plus the flat all-reduce buffer and its averaged copy.
+    /// Gradients plus the flat all-reduce buffer.
     pub gradients: u64,
-    /// Adam's m and v.
+    /// Adam's m and v, and the dead-latent record.
     pub optimizer: u64,
-    /// Forward and backward tensors of one batch at their peak.
+    /// Forward and backward tensors of one micro-batch at their peak.
     pub activations: u64,
     /// The data set held on the device.
     pub data: u64,
@@ -71,9 +75,14 @@ pub struct MemoryEstimate {
 pub struct EstimateInput {
     pub d_in: u64,
     pub d_sae: u64,
+    /// The compute dtype.
     pub dtype: Dtype,
-    /// Samples per rank per step.
+    /// Samples per rank per micro-batch.
     pub batch_size: u64,
+    /// Micro-batches per step (`optim.accumulation_steps`).
+    pub accumulation_steps: u64,
+    /// TopK keeps a scattered copy of the code.
+    pub topk: bool,
     /// Bytes of the data on the device: one staged batch (f32).
     pub data_bytes: u64,
     /// Whether the rank may run on a GPU (adds [`CUDA_CONTEXT_BYTES`]).
@@ -93,6 +102,8 @@ impl EstimateInput {
             d_sae: cfg.d_sae().max(0) as u64,
             dtype: cfg.model.dtype,
             batch_size,
+            accumulation_steps: cfg.optim.accumulation_steps.max(1) as u64,
+            topk: cfg.topk().is_some(),
             data_bytes,
             on_gpu: cfg.runtime.device != Device::Cpu,
             allreduce: cfg.runtime.allreduce,
@@ -109,32 +120,41 @@ pub fn estimate(input: &EstimateInput) -> MemoryEstimate {
         ..
     } = *input;
     let size = input.dtype.size_bytes();
-    let bf16 = input.dtype != Dtype::F32;
+    let low = input.dtype != Dtype::F32;
     let mul = |a: u64, c: u64| a.saturating_mul(c);
 
     let count = mul(mul(2, d_in), d_sae).saturating_add(d_in.saturating_add(d_sae));
-    let parameters = mul(count, size);
-    let optimizer = mul(2, parameters);
+    let parameters = mul(count, F32);
+    // Adam's m and v, and when each latent last fired (i64).
+    let optimizer = mul(2, parameters).saturating_add(mul(d_sae, 8));
 
-    let flat = mul(count.saturating_add(REDUCED_LOSSES), F32);
-    let f32_copies = if bf16 { mul(count, F32) } else { 0 };
-    // Flat buffers (or buckets) and their averaged copies; per-parameter
-    // collectives reduce the gradients in place and average into copies.
+    let extras = REDUCED_LOSSES.saturating_add(d_sae);
+    let flat = mul(count.saturating_add(extras), F32);
+    // The flat buffer (or the buckets), averaged in place; per-parameter
+    // collectives reduce the gradients themselves in place.
     let reduce_buffers = match input.allreduce {
-        AllreduceMode::Flat | AllreduceMode::Overlap => mul(2, flat),
-        AllreduceMode::PerParam => flat,
+        AllreduceMode::Flat | AllreduceMode::Overlap => flat,
+        AllreduceMode::PerParam => mul(extras, F32),
+    };
+    let accumulating = if input.accumulation_steps > 1 {
+        parameters
+    } else {
+        0
     };
     let gradients = parameters
-        .saturating_add(f32_copies)
+        .saturating_add(accumulating)
         .saturating_add(reduce_buffers);
-    let overlap = input.allreduce == AllreduceMode::Overlap;
+    let overlap = input.allreduce == AllreduceMode::Overlap && input.accumulation_steps == 1;
 
     let batch = mul(b, d_in);
-    let gathered = mul(batch, F32).saturating_add(if bf16 { mul(batch, size) } else { 0 });
+    let inputs = mul(batch, size).saturating_add(if low { mul(batch, F32) } else { 0 });
+    let weight_casts = if low { mul(count, size) } else { 0 };
     let code = mul(mul(b, d_sae), size);
-    let activations = gathered
-        .saturating_add(mul(4, code))
-        .saturating_add(mul(mul(3, batch), size));
+    let codes = mul(if input.topk { 5 } else { 4 }, code);
+    let activations = inputs
+        .saturating_add(weight_casts)
+        .saturating_add(codes)
+        .saturating_add(mul(mul(3, batch), F32));
 
     let overhead = if input.on_gpu { CUDA_CONTEXT_BYTES } else { 0 };
     let total = parameters
@@ -146,7 +166,9 @@ pub fn estimate(input: &EstimateInput) -> MemoryEstimate {
                 .saturating_add(gradients / 2)
                 .max(gradients.saturating_add(mul(2, code)))
         } else {
-            activations.max(gradients.saturating_add(code))
+            activations
+                .saturating_add(parameters)
+                .max(gradients.saturating_add(code))
         });
     MemoryEstimate {
         parameter_count: count,
@@ -172,6 +194,8 @@ mod tests {
             d_sae,
             dtype: Dtype::F32,
             batch_size: b,
+            accumulation_steps: 1,
+            topk: false,
             data_bytes: n * d_in * 4,
             on_gpu: false,
             allreduce: AllreduceMode::Flat,
@@ -184,9 +208,10 @@ mod tests {
         let e = estimate(&input(4, 8, 2, 10));
         assert_eq!(e.parameter_count, 76);
         assert_eq!(e.parameters, 76 * 4);
-        assert_eq!(e.optimizer, 2 * 76 * 4);
-        // grads + flat (P + 2 losses) + its averaged copy, all f32.
-        assert_eq!(e.gradients, 76 * 4 + 2 * 78 * 4);
+        // Adam's m and v, and when each of the 8 latents last fired.
+        assert_eq!(e.optimizer, 2 * 76 * 4 + 8 * 8);
+        // grads + flat (P + 3 losses + 8 firing counts), all f32.
+        assert_eq!(e.gradients, 76 * 4 + 87 * 4);
         // batch [2,4] f32 + 4 x [2,8] + 3 x [2,4].
         assert_eq!(e.activations, 8 * 4 + 4 * 16 * 4 + 3 * 8 * 4);
         assert_eq!(e.data, 10 * 4 * 4);
@@ -194,7 +219,10 @@ mod tests {
         // Flat: the all-reduce phase (grads + buffers + z) is the larger here.
         assert_eq!(
             e.total,
-            e.parameters + e.optimizer + e.data + (e.gradients + 16 * 4).max(e.activations)
+            e.parameters
+                + e.optimizer
+                + e.data
+                + (e.gradients + 16 * 4).max(e.activations + e.parameters)
         );
     }
 
@@ -225,24 +253,49 @@ mod tests {
             allreduce: AllreduceMode::PerParam,
             ..input(4, 8, 2, 10)
         });
-        assert_eq!(per_param.gradients, 76 * 4 + 78 * 4);
+        assert_eq!(per_param.gradients, 76 * 4 + 11 * 4);
+        // Accumulation keeps a running sum of the gradients and never overlaps.
+        let accumulating = estimate(&EstimateInput {
+            allreduce: AllreduceMode::Overlap,
+            accumulation_steps: 4,
+            ..input(4, 8, 2, 10)
+        });
+        assert_eq!(accumulating.gradients, flat.gradients + 76 * 4);
+        let state = accumulating.parameters + accumulating.optimizer + accumulating.data;
+        assert_eq!(
+            accumulating.total,
+            state
+                + (accumulating.activations + accumulating.parameters)
+                    .max(accumulating.gradients + 16 * 4)
+        );
     }
 
     #[test]
-    fn bf16_halves_the_state_but_not_the_reduce_buffer() {
+    fn low_precision_keeps_f32_state_and_halves_the_codes() {
         let f32 = estimate(&input(256, 2048, 64, 1000));
-        let bf16 = estimate(&EstimateInput {
-            dtype: Dtype::Bf16,
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            let low = estimate(&EstimateInput {
+                dtype,
+                ..input(256, 2048, 64, 1000)
+            });
+            // Master weights, Adam and gradients stay f32.
+            assert_eq!(low.parameters, f32.parameters);
+            assert_eq!(low.optimizer, f32.optimizer);
+            assert_eq!(low.gradients, f32.gradients);
+            assert_eq!(low.data, f32.data);
+            let (p, batch, code) = (low.parameter_count, 64 * 256, 64 * 2048);
+            // The batch in the compute dtype and f32, the cast weights,
+            // four 2-byte codes, three f32 [B, d_in].
+            assert_eq!(
+                low.activations,
+                batch * 2 + batch * 4 + p * 2 + 4 * code * 2 + 3 * batch * 4
+            );
+        }
+        let topk = estimate(&EstimateInput {
+            topk: true,
             ..input(256, 2048, 64, 1000)
         });
-        assert_eq!(bf16.parameters * 2, f32.parameters);
-        assert_eq!(bf16.optimizer * 2, f32.optimizer);
-        // bf16 grads + their f32 copies + the same f32 buffers.
-        assert_eq!(
-            bf16.gradients,
-            f32.gradients - f32.parameters + bf16.parameters + f32.parameters
-        );
-        assert_eq!(bf16.data, f32.data);
+        assert_eq!(topk.activations, f32.activations + 64 * 2048 * 4);
     }
 
     #[test]
@@ -250,9 +303,10 @@ mod tests {
         // Huge batch: activations dominate; tiny batch: the all-reduce does.
         let acts = estimate(&input(256, 8192, 4096, 100));
         assert!(acts.activations > acts.gradients);
+        // The backward pass: the graph and autograd's gradients.
         assert_eq!(
             acts.total,
-            acts.parameters + acts.optimizer + acts.data + acts.activations
+            acts.parameters + acts.optimizer + acts.data + acts.activations + acts.parameters
         );
         let grads = estimate(&input(1024, 16384, 8, 100));
         assert!(grads.gradients > grads.activations);

@@ -145,6 +145,7 @@ mod tests {
             training_id: "trn-1".into(),
             attempt: 1,
             rank: 0,
+            team: String::new(),
         });
         c
     }

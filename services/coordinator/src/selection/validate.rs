@@ -93,6 +93,7 @@ mod tests {
             training_id: "trn-9".into(),
             attempt: 2,
             rank: 1,
+            team: String::new(),
         });
         let mut sick = gpu("SICK", 10);
         sick.faults = vec!["3 uncorrected ECC errors".into()];

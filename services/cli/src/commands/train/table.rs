@@ -77,6 +77,16 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
                 p.samples_per_sec
             ),
         );
+        field("quality", crate::render::progress::sae_metrics(p));
+        field(
+            "numerics",
+            format!(
+                "grad norm {}  non-finite steps {}  loss scale {}",
+                float(p.grad_norm),
+                p.nonfinite_steps,
+                float(p.loss_scale)
+            ),
+        );
     }
     if !t.request_id.is_empty() {
         field("request id", t.request_id.clone());
@@ -125,7 +135,11 @@ pub fn config_summary(c: &v1::TrainingConfig) -> String {
             (None, Some(f)) => format!("d_sae {}", m.d_in.saturating_mul(f)),
             (None, None) => "d_sae ?".to_string(),
         };
-        parts.push(format!("SAE d_in {}, {width}", m.d_in));
+        let activation = match v1::Architecture::try_from(m.architecture) {
+            Ok(v1::Architecture::Topk) => format!(", topk k {}", m.k.unwrap_or_default()),
+            _ => String::new(),
+        };
+        parts.push(format!("SAE d_in {}, {width}{activation}", m.d_in));
     }
     if let Some(o) = &c.optim {
         parts.push(format!("batch {}/rank", o.batch_size));

@@ -2,7 +2,8 @@
 //! coordinator's commands into messages, once, on send.
 
 use crate::fleet::{AgentCommand, FileChunk};
-use crate::model::{RankReport, RankReportKind, RunningRank};
+use crate::model::{GpuProcess, GpuSample, RankReport, RankReportKind, RunningRank};
+use chrono::{DateTime, Utc};
 use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message;
 
@@ -34,7 +35,10 @@ impl TryFrom<v1::RankEvent> for RankReport {
                     stderr_tail: e.stderr_tail,
                 }
             }
-            Kind::StartFailed(f) => RankReportKind::StartFailed { message: f.message },
+            Kind::StartFailed(f) => RankReportKind::StartFailed {
+                reason: f.reason,
+                message: f.message,
+            },
         };
         Ok(RankReport {
             training_id: event.training_id,
@@ -42,6 +46,44 @@ impl TryFrom<v1::RankEvent> for RankReport {
             rank: event.rank,
             kind,
         })
+    }
+}
+
+/// An agent's GPU sample; one without a (valid) time takes `received`.
+pub fn gpu_sample(s: v1::GpuSample, received: DateTime<Utc>) -> GpuSample {
+    let time = s
+        .time
+        .and_then(|t| DateTime::from_timestamp(t.seconds, t.nanos.clamp(0, 999_999_999) as u32))
+        .unwrap_or(received);
+    GpuSample {
+        gpu_uuid: s.gpu_uuid,
+        index: s.index,
+        time,
+        utilization_gpu_percent: s.utilization_gpu_percent,
+        utilization_memory_percent: s.utilization_memory_percent,
+        memory_used_bytes: s.memory_used_bytes,
+        memory_total_bytes: s.memory_total_bytes,
+        temperature_celsius: s.temperature_celsius,
+        power_draw_watts: s.power_draw_watts,
+        power_limit_watts: s.power_limit_watts,
+        sm_clock_mhz: s.sm_clock_mhz,
+        memory_clock_mhz: s.memory_clock_mhz,
+        ecc_errors_corrected: s.ecc_errors_corrected,
+        ecc_errors_uncorrected: s.ecc_errors_uncorrected,
+        throttle_reasons: s.throttle_reasons,
+        simulated: s.simulated,
+        processes: s
+            .processes
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used_memory_bytes: p.used_memory_bytes,
+                name: p.name,
+                cohort_rank: p.cohort_rank,
+            })
+            .collect(),
+        xid_errors: s.xid_errors,
+        last_xid: s.last_xid,
     }
 }
 
@@ -190,5 +232,42 @@ mod tests {
                 stderr_tail: "x".into()
             }
         );
+    }
+
+    #[test]
+    fn a_gpu_sample_keeps_every_field_and_takes_the_receive_time_when_it_has_none() {
+        let received = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let sent = v1::GpuSample {
+            gpu_uuid: "GPU-1".into(),
+            index: 3,
+            time: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 123_456_789,
+            }),
+            utilization_gpu_percent: Some(50.0),
+            memory_used_bytes: 10,
+            memory_total_bytes: u64::MAX,
+            ecc_errors_uncorrected: Some(2),
+            throttle_reasons: vec!["hw_slowdown".into()],
+            simulated: true,
+            processes: vec![v1::GpuProcess {
+                pid: 7,
+                used_memory_bytes: Some(5),
+                name: "python".into(),
+                cohort_rank: false,
+            }],
+            xid_errors: Some(1),
+            last_xid: Some(79),
+            ..Default::default()
+        };
+        let sample = gpu_sample(sent.clone(), received);
+        assert_eq!(sample.time.timestamp_millis(), 1_700_000_000_123);
+        assert_eq!(
+            v1::GpuSample::from(&sample),
+            sent,
+            "a round trip changes nothing"
+        );
+        let untimed = gpu_sample(v1::GpuSample { time: None, ..sent }, received);
+        assert_eq!(untimed.time, received);
     }
 }

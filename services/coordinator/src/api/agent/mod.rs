@@ -47,7 +47,12 @@ impl AgentService for AgentApi {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let ctx = self.ctx.clone();
-        let accepted = register::accept(ctx.clone(), request.into_inner()).await?;
+        // An agent with a client certificate speaks only as that identity.
+        let identity = match super::caller::caller(&ctx, &request)? {
+            crate::model::Principal::Agent { name } => Some(name),
+            _ => None,
+        };
+        let accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
         let commands = ReceiverStream::new(accepted.commands).map(v1::CoordinatorMessage::from);
         let stream = tokio_stream::once(accepted.registered).chain(commands);
         Ok(Response::new(ctx.until_stopping(stream.map(Ok))))

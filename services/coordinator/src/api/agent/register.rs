@@ -77,7 +77,7 @@ fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
             uuid: g.uuid.clone(),
             index: g.index,
             name: g.name.clone(),
-            memory_total_bytes: i64::try_from(g.memory_total_bytes).unwrap_or(i64::MAX),
+            memory_total_bytes: g.memory_total_bytes,
             compute_capability: g.compute_capability.clone(),
             simulated: g.simulated,
         });
@@ -92,9 +92,48 @@ pub(super) struct Accepted {
     pub commands: mpsc::Receiver<AgentCommand>,
 }
 
-/// Accept a Connect stream: register the agent and spawn its session.
+/// The name an agent registers must be the identity of its client
+/// certificate, when it presented one: else PERMISSION_DENIED
+/// (AGENT_IDENTITY_MISMATCH), logged and audited, and nothing is recorded.
+async fn check_identity(ctx: &Context, identity: Option<&str>, name: &str) -> Result<(), Status> {
+    let Some(identity) = identity else {
+        return Ok(());
+    };
+    if identity == name {
+        return Ok(());
+    }
+    tracing::warn!(
+        certificate = identity,
+        registered_as = name,
+        "an agent tried to register under another name"
+    );
+    let who = crate::model::Principal::Agent {
+        name: identity.to_string(),
+    };
+    ctx.auth
+        .record(
+            crate::model::AuditEntry::ok(&who, "cohort.v1.AgentService/Connect", name, "").with(
+                "PERMISSION_DENIED",
+                "registered under a name its certificate does not carry",
+            ),
+        )
+        .await;
+    Err(cohort_proto::error::status(
+        tonic::Code::PermissionDenied,
+        reason::AGENT_IDENTITY_MISMATCH,
+        format!("this agent's certificate is for {identity:?}: it cannot register as {name:?}"),
+        [
+            ("certificate".to_string(), identity.to_string()),
+            ("agent_name".to_string(), name.to_string()),
+        ],
+    ))
+}
+
+/// Accept a Connect stream: register the agent (as its certificate's
+/// `identity`, when it has one) and spawn its session.
 pub(super) async fn accept(
     ctx: Context,
+    identity: Option<String>,
     mut inbound: Streaming<v1::AgentMessage>,
 ) -> Result<Accepted, Status> {
     let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
@@ -111,6 +150,7 @@ pub(super) async fn accept(
         ));
     };
     let gpus = validate(&reg)?;
+    check_identity(&ctx, identity.as_deref(), &reg.agent_name).await?;
     let agent_id = ctx
         .db
         .register_agent(AgentRegistration {
@@ -118,7 +158,7 @@ pub(super) async fn accept(
             host_name: reg.host_name.clone(),
             address: reg.address.clone(),
             version: reg.version.clone(),
-            gpus,
+            gpus: gpus.clone(),
         })
         .await
         .map_err(ApiError::from)?;
@@ -137,7 +177,7 @@ pub(super) async fn accept(
         name: reg.agent_name.clone(),
         host_name: reg.host_name.clone(),
         address: reg.address.clone(),
-        gpus: reg.gpus.clone(),
+        gpus,
         session: 0,
         commands: tx,
         last_seen: Instant::now(),

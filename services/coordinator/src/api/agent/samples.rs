@@ -6,10 +6,13 @@ use super::session::Session;
 use cohort_proto::v1;
 
 pub(super) fn on_telemetry(session: &mut Session, telemetry: v1::TelemetrySamples) {
-    let ingested = session
-        .ctx
-        .fleet
-        .ingest(&session.agent_id, telemetry.samples);
+    let received = chrono::Utc::now();
+    let samples = telemetry
+        .samples
+        .into_iter()
+        .map(|s| super::convert::gpu_sample(s, received))
+        .collect();
+    let ingested = session.ctx.fleet.ingest(&session.agent_id, samples);
     if let Some(uuid) = ingested.first_refused {
         session.refused(
             "gpu sample",

@@ -110,8 +110,11 @@ pub async fn watch_alerts(
     ctx: &Context,
     request: Request<v1::WatchAlertsRequest>,
 ) -> Result<Response<crate::api::BoxStream<Result<v1::WatchAlertsResponse, Status>>>, Status> {
+    let who = crate::api::caller::caller(ctx, &request)?;
     let req = request.into_inner();
     let filter = filter_of(&ctx.db, &req).await?;
+    let mut scope = crate::api::caller::TeamScope::new(ctx, &who);
+    scope.check_filter(&filter.training_id).await?;
     let resolved_within = match &req.resolved_within {
         None => None,
         Some(d) => Some(
@@ -139,27 +142,45 @@ pub async fn watch_alerts(
                 .map_err(ApiError::from)?;
             // Alerts active in the snapshot resolve on the live feed instead.
             let active_ids: HashSet<&str> = active.iter().map(|a| a.id.as_str()).collect();
-            first.extend(
-                resolved
-                    .iter()
-                    .filter(|a| !active_ids.contains(a.id.as_str()) && filter.matches(a))
-                    .map(|a| message(Event::Alert(to_proto(a)))),
-            );
+            for a in resolved
+                .iter()
+                .filter(|a| !active_ids.contains(a.id.as_str()) && filter.matches(a))
+            {
+                if visible(&mut scope, a).await {
+                    first.push(message(Event::Alert(to_proto(a))));
+                }
+            }
         }
-        let active: Vec<&Alert> = active.iter().filter(|a| filter.matches(a)).collect();
+        let mut shown = Vec::new();
+        for a in active.iter().filter(|a| filter.matches(a)) {
+            if visible(&mut scope, a).await {
+                shown.push(a);
+            }
+        }
+        let active = shown;
         first.extend(active.iter().map(|a| message(Event::Alert(to_proto(a)))));
         first.push(message(Event::CaughtUp(v1::AlertsCaughtUp {
             active_count: active.len() as u32,
         })));
     }
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(forward(feed, filter, first, tx));
+    tokio::spawn(forward(feed, filter, scope, first, tx));
     Ok(Response::new(ctx.until_stopping(ReceiverStream::new(rx))))
+}
+
+/// Alerts about a training only reach its team (and cluster-admins); fleet
+/// alerts (GPUs, agents) reach everyone.
+async fn visible(scope: &mut crate::api::caller::TeamScope, a: &Alert) -> bool {
+    match &a.training_id {
+        Some(id) => scope.sees(id).await,
+        None => true,
+    }
 }
 
 async fn forward(
     mut feed: tokio::sync::broadcast::Receiver<std::sync::Arc<Alert>>,
     filter: AlertFilter,
+    mut scope: crate::api::caller::TeamScope,
     first: Vec<Result<v1::WatchAlertsResponse, Status>>,
     tx: mpsc::Sender<Result<v1::WatchAlertsResponse, Status>>,
 ) {
@@ -174,7 +195,9 @@ async fn forward(
             item = feed.recv() => item,
         };
         let event = match item {
-            Ok(alert) if filter.matches(&alert) => Event::Alert(to_proto(&alert)),
+            Ok(alert) if filter.matches(&alert) && visible(&mut scope, &alert).await => {
+                Event::Alert(to_proto(&alert))
+            }
             Ok(_) => continue,
             Err(RecvError::Lagged(missed)) => Event::Lagged(v1::Lagged {
                 missed_events: missed,

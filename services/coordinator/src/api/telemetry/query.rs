@@ -18,9 +18,11 @@
 //! per-GPU entries); the token names the next bucket and pins the resolved
 //! end time, so later pages see the same range.
 
+use crate::api::caller::TeamScope;
 use crate::api::error::ApiError;
 use crate::api::page_token::{hex, unhex};
 use crate::context::Context;
+use crate::model::Principal;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
 use chrono::{DateTime, Utc};
 use cohort_proto::error::{bad_field, reason};
@@ -286,9 +288,9 @@ fn gpu_metrics(b: &GpuBucket, time_ms: i64) -> v1::GpuMetrics {
 /// The aggregated view of one bucket: over the GPUs' bucket values, total
 /// memory, mean utilization, max temperature, total power (as WatchGpuMetrics).
 pub fn aggregate(gpus: &[&GpuBucket]) -> v1::AggregatedGpuMetrics {
-    let mut agg = crate::fleet::Aggregator::default();
+    let mut agg = super::aggregate::Aggregator::default();
     for g in gpus {
-        agg.add(crate::fleet::GpuValues {
+        agg.add(super::aggregate::GpuValues {
             utilization_gpu_percent: g.utilization_gpu_mean(),
             utilization_memory_percent: g.utilization_memory_mean(),
             memory_used_bytes: g.memory_used_mean().round().max(0.0) as u64,
@@ -361,14 +363,26 @@ pub fn assemble(plan: &Plan, parts: Vec<GpuBucket>) -> (Vec<v1::GpuMetricsUpdate
 /// The RPC.
 pub async fn query(
     ctx: &Context,
+    who: &Principal,
     req: v1::QueryGpuMetricsRequest,
 ) -> Result<v1::QueryGpuMetricsResponse, Status> {
     let plan = Plan::from_request(&req, Utc::now())?;
-    let parts = ctx
+    let mut scope = TeamScope::new(ctx, who);
+    scope.check_filter(&plan.selection.training_id).await?;
+    let mut parts = ctx
         .db
         .gpu_metric_buckets(plan.selection.clone(), plan.window())
         .await
         .map_err(ApiError::from)?;
+    // Every GPU is shown; another team's training that held it is not named.
+    for part in &mut parts {
+        if let Some(id) = &part.training_id {
+            if !scope.sees(id).await {
+                part.training_id = Some(String::new());
+                part.rank = Some(-1);
+            }
+        }
+    }
     let (updates, next) = assemble(&plan, parts);
     Ok(v1::QueryGpuMetricsResponse {
         updates,

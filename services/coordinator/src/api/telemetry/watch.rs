@@ -10,7 +10,7 @@
 
 use super::watchers::WatcherGuard;
 use super::wire::EncodedUpdate;
-use crate::fleet::{Fleet, GpuReading, ReadingFilter, TelemetryBatch};
+use crate::fleet::{Fleet, GpuReading, Hold, ReadingFilter, TelemetryBatch};
 use cohort_proto::v1;
 use prost::bytes::Bytes;
 use prost::Message;
@@ -40,25 +40,30 @@ fn now() -> Option<prost_types::Timestamp> {
     Some(prost_types::Timestamp::from(SystemTime::now()))
 }
 
-fn metrics(r: &GpuReading) -> v1::GpuMetrics {
+fn metrics(r: &GpuReading, hold: Option<&Hold>) -> v1::GpuMetrics {
     v1::GpuMetrics {
-        sample: Some(r.sample.clone()),
+        sample: Some(v1::GpuSample::from(&r.sample)),
         agent_id: r.agent_id.clone(),
         agent_name: r.agent_name.clone(),
-        training_id: r
-            .hold
-            .as_ref()
-            .map(|h| h.training_id.clone())
-            .unwrap_or_default(),
-        rank: r.hold.as_ref().map_or(-1, |h| h.rank),
+        training_id: hold.map(|h| h.training_id.clone()).unwrap_or_default(),
+        rank: hold.map_or(-1, |h| h.rank),
+    }
+}
+
+/// `r` as the watcher with `filter` may see it: another team's training
+/// holding the GPU is not named.
+fn visible_metrics(r: &GpuReading, filter: &ReadingFilter) -> v1::GpuMetrics {
+    match filter.redacted_hold(r) {
+        Some(hold) => metrics(r, Some(&hold)),
+        None => metrics(r, r.hold.as_ref()),
     }
 }
 
 /// The aggregated view over `readings` (reference design §5.1).
 pub fn aggregated(readings: &[GpuReading]) -> v1::AggregatedGpuMetrics {
-    let mut agg = crate::fleet::Aggregator::default();
+    let mut agg = super::aggregate::Aggregator::default();
     for r in readings {
-        agg.add(crate::fleet::GpuValues::of_sample(
+        agg.add(super::aggregate::GpuValues::of_sample(
             &r.sample,
             r.hold.is_some(),
         ));
@@ -76,7 +81,7 @@ fn per_gpu_update(gpus: Vec<Bytes>) -> EncodedUpdate {
     }
 }
 
-fn update(view: v1::MetricsView, readings: &[GpuReading]) -> EncodedUpdate {
+fn update(view: v1::MetricsView, readings: &[GpuReading], filter: &ReadingFilter) -> EncodedUpdate {
     match view {
         v1::MetricsView::Aggregated => EncodedUpdate {
             time: now(),
@@ -87,7 +92,7 @@ fn update(view: v1::MetricsView, readings: &[GpuReading]) -> EncodedUpdate {
         _ => per_gpu_update(
             readings
                 .iter()
-                .map(|r| Bytes::from(metrics(r).encode_to_vec()))
+                .map(|r| Bytes::from(visible_metrics(r, filter).encode_to_vec()))
                 .collect(),
         ),
     }
@@ -112,7 +117,7 @@ fn encoded(batch: &TelemetryBatch) -> &[Bytes] {
         batch
             .readings
             .iter()
-            .map(|r| Bytes::from(metrics(r).encode_to_vec()))
+            .map(|r| Bytes::from(metrics(r, r.hold.as_ref()).encode_to_vec()))
             .collect()
     })
 }
@@ -133,7 +138,8 @@ impl Coalescer {
         }
     }
 
-    /// Takes in the batch's readings that the filter lets through.
+    /// Takes in the batch's readings that the filter lets through (the
+    /// shared encoding, or one of its own where a hold is redacted).
     pub(super) fn push(&mut self, batch: &TelemetryBatch) {
         let filter = &self.filter;
         self.pending.extend(
@@ -142,7 +148,10 @@ impl Coalescer {
                 .iter()
                 .zip(encoded(batch))
                 .filter(|(r, _)| filter.matches(r))
-                .map(|(_, bytes)| bytes.clone()),
+                .map(|(r, bytes)| match filter.redacted_hold(r) {
+                    Some(hold) => Bytes::from(metrics(r, Some(&hold)).encode_to_vec()),
+                    None => bytes.clone(),
+                }),
         );
     }
 
@@ -278,7 +287,7 @@ pub async fn run(
         .filter(|r| filter.matches(r))
         .collect();
     // What is known now, at once.
-    if tx.send(Ok(update(view, &snapshot))).await.is_err() {
+    if tx.send(Ok(update(view, &snapshot, &filter))).await.is_err() {
         return;
     }
     match batches {
@@ -309,7 +318,7 @@ async fn run_aggregated(
                     .into_iter()
                     .filter(|r| filter.matches(r))
                     .collect();
-                if tx.send(Ok(update(v1::MetricsView::Aggregated, &readings))).await.is_err() {
+                if tx.send(Ok(update(v1::MetricsView::Aggregated, &readings, &filter))).await.is_err() {
                     return;
                 }
             }

@@ -95,7 +95,7 @@ impl tonic::server::ServerStreamingService<v1::WatchGpuMetricsRequest> for Watch
 
     fn call(&mut self, request: tonic::Request<v1::WatchGpuMetricsRequest>) -> Self::Future {
         let api = self.0.clone();
-        Box::pin(async move { api.watch_encoded(request.into_inner()) })
+        Box::pin(async move { api.watch_encoded(request).await })
     }
 }
 

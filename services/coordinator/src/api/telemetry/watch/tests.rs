@@ -2,13 +2,14 @@
 
 use super::*;
 use crate::api::telemetry::watchers::WatcherStats;
+use crate::model::GpuSample;
 use std::time::Instant as StdInstant;
 
 /// `n` samples of `agent`, each marked with `seq` (memory_used_bytes) so
 /// the order they arrive in can be checked.
-fn samples(agent: &str, seq: u64, n: usize) -> Vec<v1::GpuSample> {
+fn samples(agent: &str, seq: u64, n: usize) -> Vec<GpuSample> {
     (0..n)
-        .map(|i| v1::GpuSample {
+        .map(|i| GpuSample {
             gpu_uuid: format!("{agent}-gpu{i}"),
             index: i as i32,
             memory_used_bytes: seq,
@@ -22,7 +23,7 @@ fn samples(agent: &str, seq: u64, n: usize) -> Vec<v1::GpuSample> {
 /// takes samples only of GPUs their agent registered.
 fn connect(fleet: &Fleet, agent: &str, n: usize) {
     let gpus = (0..n)
-        .map(|i| v1::GpuInfo {
+        .map(|i| crate::model::GpuRecord {
             index: i as i32,
             uuid: format!("{agent}-gpu{i}"),
             simulated: true,

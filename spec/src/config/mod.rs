@@ -1,10 +1,13 @@
 //! The training job config: the built-in sparse autoencoder, its optimizer, its
-//! data and its checkpoints (DESIGN §6).
+//! data, validation and checkpoints (DESIGN §6; every key in docs/rank.md).
 //!
 //! Parsing is strict: every table denies unknown keys, so a typo is an error and
 //! not a silently ignored setting. [`TrainingConfig::validate`] checks the values
 //! and names the offending field in every error, so the API can turn each into a
 //! `google.rpc.BadRequest` field violation.
+
+mod defaults;
+mod validate;
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -24,11 +27,16 @@ pub struct TrainingConfig {
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
     pub data: DataConfig,
+    /// A held-out set evaluated during training; none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<ValidationConfig>,
     #[serde(default)]
     pub runtime: RuntimeConfig,
 }
 
-/// The sparse autoencoder: encoder Linear(d_in, d_sae) + ReLU, decoder Linear(d_sae, d_in).
+/// The sparse autoencoder: z = act(x' W_enc^T + b_enc) with x' = x (or
+/// x - b_dec with `apply_b_dec_to_input`), x_hat = z W_dec^T + b_dec;
+/// act is ReLU (`relu`) or the k largest of ReLU (`topk`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -38,10 +46,34 @@ pub struct ModelConfig {
     pub d_sae: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expansion_factor: Option<i64>,
+    /// Weight of the L1 penalty on mean |z|.
     #[serde(default = "defaults::l1_coefficient")]
     pub l1_coefficient: f64,
+    /// The compute dtype; parameters and Adam's state stay f32.
     #[serde(default)]
     pub dtype: Dtype,
+    #[serde(default)]
+    pub architecture: Architecture,
+    /// `topk`: latents kept per sample (required for topk, refused otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<i64>,
+    /// `topk`: dead latents the auxiliary loss may use per sample (default d_in / 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux_k: Option<i64>,
+    /// `topk`: weight of the auxiliary loss on dead latents (0: off).
+    #[serde(default)]
+    pub aux_coefficient: f64,
+    #[serde(default)]
+    pub decoder_norm: DecoderNorm,
+    #[serde(default)]
+    pub b_dec_init: BDecInit,
+    /// Whether the encoder sees x - b_dec rather than x.
+    #[serde(default)]
+    pub apply_b_dec_to_input: bool,
+    /// A latent that fired on no sample of the last this many training
+    /// samples is dead (`dead_fraction`; the auxiliary loss's candidates).
+    #[serde(default = "defaults::dead_window_samples")]
+    pub dead_window_samples: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -49,20 +81,83 @@ pub struct ModelConfig {
 pub enum Dtype {
     #[default]
     F32,
+    /// bfloat16 compute over f32 master weights.
     Bf16,
+    /// float16 compute over f32 master weights, with dynamic loss scaling.
+    F16,
 }
 
 impl Dtype {
     pub fn size_bytes(self) -> u64 {
         match self {
             Dtype::F32 => 4,
-            Dtype::Bf16 => 2,
+            Dtype::Bf16 | Dtype::F16 => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
         }
     }
 }
 
-/// Adam and the schedule. `batch_size` is per rank: the global batch is
-/// `batch_size x world_size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// ReLU codes with an L1 penalty.
+    #[default]
+    Relu,
+    /// The k largest ReLU pre-activations per sample (`model.k`).
+    Topk,
+}
+
+impl Architecture {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Architecture::Relu => "relu",
+            Architecture::Topk => "topk",
+        }
+    }
+}
+
+/// What constrains the decoder's columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecoderNorm {
+    /// Unit L2 norm after every step; the gradient component parallel to
+    /// each column is removed before the update.
+    #[default]
+    Unit,
+    /// Unconstrained.
+    None,
+}
+
+/// How the decoder bias starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BDecInit {
+    #[default]
+    Zeros,
+    /// The mean of the first step's batches (all ranks), before step 1.
+    Mean,
+}
+
+/// How the learning rate decays after the warmup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LrSchedule {
+    #[default]
+    Constant,
+    Cosine,
+    Linear,
+}
+
+/// Adam, its schedule and the step's numerics. `batch_size` is per rank and
+/// per micro-batch: the global batch is `batch_size x world_size x
+/// accumulation_steps`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimConfig {
@@ -85,6 +180,26 @@ pub struct OptimConfig {
     /// On an out-of-memory restart, halve the per-rank batch for the next attempt.
     #[serde(default)]
     pub allow_batch_shrink: bool,
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Steps of linear warmup from 0 to `learning_rate`.
+    #[serde(default)]
+    pub lr_warmup_steps: i64,
+    /// The floor of the decay, as a fraction of `learning_rate`.
+    #[serde(default)]
+    pub lr_min_ratio: f64,
+    /// Steps over which the L1 coefficient ramps from 0.
+    #[serde(default)]
+    pub l1_warmup_steps: i64,
+    /// Clip the global gradient norm (after the all-reduce) to this; 0: off.
+    #[serde(default)]
+    pub max_grad_norm: f64,
+    /// Micro-batches per optimizer step, one all-reduce per step.
+    #[serde(default = "defaults::accumulation_steps")]
+    pub accumulation_steps: i64,
+    /// More non-finite steps than this in a row end the run as diverged.
+    #[serde(default = "defaults::max_nonfinite_steps")]
+    pub max_nonfinite_steps: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,7 +208,7 @@ pub struct CheckpointConfig {
     /// Write a checkpoint every N steps (0: only the final one).
     #[serde(default = "defaults::every_steps")]
     pub every_steps: i64,
-    /// How many complete checkpoints to keep (the newest ones).
+    /// How many complete checkpoints to keep (the newest ones; `best/` apart).
     #[serde(default = "defaults::keep")]
     pub keep: i64,
     /// Where checkpoints go: a path or `file://` URI (a shared file system)
@@ -198,6 +313,33 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// A held-out set: the same shard kinds and path forms as `data.files`,
+/// evaluated whole (sharded across ranks) without updating the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationConfig {
+    pub paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// Evaluate every N steps (and at the final step); unset: at every
+    /// checkpoint and at the final step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_steps: Option<i64>,
+}
+
+impl ValidationConfig {
+    /// The shards as a `data.files` source.
+    pub fn files(&self) -> FileData {
+        FileData {
+            paths: self.paths.clone(),
+            tensor: self.tensor.clone(),
+            column: self.column.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
@@ -223,58 +365,6 @@ pub enum AllreduceMode {
     /// One collective per parameter tensor (kept for benchmarks).
     PerParam,
 }
-
-mod defaults {
-    pub fn l1_coefficient() -> f64 {
-        1e-3
-    }
-    pub fn learning_rate() -> f64 {
-        1e-3
-    }
-    pub fn beta1() -> f64 {
-        0.9
-    }
-    pub fn beta2() -> f64 {
-        0.999
-    }
-    pub fn eps() -> f64 {
-        1e-8
-    }
-    pub fn every_steps() -> i64 {
-        100
-    }
-    pub fn keep() -> i64 {
-        3
-    }
-    pub fn num_features() -> i64 {
-        256
-    }
-    pub fn feature_probability() -> f64 {
-        0.02
-    }
-    pub fn noise_std() -> f64 {
-        0.01
-    }
-    pub fn shuffle_chunk() -> i64 {
-        1024
-    }
-    pub fn shuffle_buffer() -> i64 {
-        16384
-    }
-    pub fn prefetch_batches() -> i64 {
-        4
-    }
-    pub fn log_every_steps() -> i64 {
-        10
-    }
-    pub fn rendezvous_timeout_s() -> f64 {
-        60.0
-    }
-    pub fn collective_timeout_s() -> f64 {
-        30.0
-    }
-}
-
 /// A config problem, naming the field (dotted path) it concerns.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -290,7 +380,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(field: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> Self {
         ConfigError::Invalid {
             field: field.to_string(),
             reason: reason.into(),
@@ -305,7 +395,6 @@ impl ConfigError {
         }
     }
 }
-
 impl TrainingConfig {
     /// Parse TOML text (strict) and validate it.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -359,270 +448,31 @@ impl TrainingConfig {
         d_in * d_sae * 2 + d_sae + d_in
     }
 
-    /// Check every value; the first problem found is returned with its field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let m = &self.model;
-        if m.d_in <= 0 || m.d_in > 1 << 20 {
-            return Err(ConfigError::invalid("model.d_in", "must be in 1..=1048576"));
-        }
-        match (m.d_sae, m.expansion_factor) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::invalid(
-                    "model.d_sae",
-                    "give d_sae or expansion_factor, not both",
-                ))
-            }
-            (Some(d), None) if d <= 0 || d > 1 << 24 => {
-                return Err(ConfigError::invalid(
-                    "model.d_sae",
-                    "must be in 1..=16777216",
-                ))
-            }
-            (None, Some(f)) if f <= 0 || f > 1024 => {
-                return Err(ConfigError::invalid(
-                    "model.expansion_factor",
-                    "must be in 1..=1024",
-                ))
-            }
-            _ => {}
-        }
-        if !(m.l1_coefficient.is_finite() && m.l1_coefficient >= 0.0) {
-            return Err(ConfigError::invalid(
-                "model.l1_coefficient",
-                "must be a finite number >= 0",
-            ));
-        }
-        let o = &self.optim;
-        if !(o.learning_rate.is_finite() && o.learning_rate > 0.0) {
-            return Err(ConfigError::invalid("optim.learning_rate", "must be > 0"));
-        }
-        if o.batch_size <= 0 || o.batch_size > 1 << 24 {
-            return Err(ConfigError::invalid(
-                "optim.batch_size",
-                "must be in 1..=16777216 (it is per rank)",
-            ));
-        }
-        match (o.steps, o.epochs) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::invalid(
-                    "optim.steps",
-                    "give steps or epochs, not both",
-                ))
-            }
-            (None, None) => {
-                return Err(ConfigError::invalid("optim.steps", "give steps or epochs"))
-            }
-            (Some(s), None) if s <= 0 => {
-                return Err(ConfigError::invalid("optim.steps", "must be > 0"))
-            }
-            (None, Some(e)) if e <= 0 => {
-                return Err(ConfigError::invalid("optim.epochs", "must be > 0"))
-            }
-            _ => {}
-        }
-        for (field, beta) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
-            if !(0.0..1.0).contains(&beta) {
-                return Err(ConfigError::invalid(field, "must be in [0, 1)"));
-            }
-        }
-        if !(o.eps.is_finite() && o.eps > 0.0) {
-            return Err(ConfigError::invalid("optim.eps", "must be > 0"));
-        }
-        if self.checkpoint.every_steps < 0 {
-            return Err(ConfigError::invalid(
-                "checkpoint.every_steps",
-                "must be >= 0",
-            ));
-        }
-        if self.checkpoint.keep < 1 {
-            return Err(ConfigError::invalid("checkpoint.keep", "must be >= 1"));
-        }
-        if let Some(storage) = &self.checkpoint.storage {
-            validate_uri("checkpoint.storage", storage)?;
-        }
-        self.validate_data()?;
-        let r = &self.runtime;
-        if r.log_every_steps <= 0 {
-            return Err(ConfigError::invalid(
-                "runtime.log_every_steps",
-                "must be > 0",
-            ));
-        }
-        for (field, secs) in [
-            ("runtime.rendezvous_timeout_s", r.rendezvous_timeout_s),
-            ("runtime.collective_timeout_s", r.collective_timeout_s),
-        ] {
-            if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
-                return Err(ConfigError::invalid(field, "must be in (0, 86400] seconds"));
-            }
-        }
-        Ok(())
-    }
-
-    fn validate_data(&self) -> Result<(), ConfigError> {
-        let d = &self.data;
-        for (field, value, max) in [
-            ("data.shuffle_chunk", d.shuffle_chunk, 1 << 20),
-            ("data.shuffle_buffer", d.shuffle_buffer, 1 << 26),
-            ("data.prefetch_batches", d.prefetch_batches, 64),
-        ] {
-            if !(1..=max).contains(&value) {
-                return Err(ConfigError::invalid(field, format!("must be in 1..={max}")));
-            }
-        }
-        match (&d.synthetic, &d.files) {
-            (Some(_), Some(_)) => Err(ConfigError::invalid(
-                "data",
-                "give [data.synthetic] or [data.files], not both",
-            )),
-            (None, None) => Err(ConfigError::invalid(
-                "data",
-                "give [data.synthetic] or [data.files]",
-            )),
-            (Some(s), None) => self.validate_synthetic(s),
-            (None, Some(f)) => validate_files(f),
+    /// `model.k` for topk (validated: set exactly then).
+    pub fn topk(&self) -> Option<i64> {
+        match self.model.architecture {
+            Architecture::Topk => self.model.k,
+            Architecture::Relu => None,
         }
     }
 
-    fn validate_synthetic(&self, s: &SyntheticData) -> Result<(), ConfigError> {
-        if s.num_samples <= 0 {
-            return Err(ConfigError::invalid(
-                "data.synthetic.num_samples",
-                "must be > 0",
-            ));
-        }
-        if s.num_features <= 0 || s.num_features > 1 << 20 {
-            return Err(ConfigError::invalid(
-                "data.synthetic.num_features",
-                "must be in 1..=1048576",
-            ));
-        }
-        if (s.num_features as u64).saturating_mul(self.model.d_in as u64)
-            > MAX_SYNTHETIC_FEATURE_ELEMENTS
-        {
-            return Err(ConfigError::invalid(
-                "data.synthetic.num_features",
-                format!(
-                    "num_features x d_in must be at most {MAX_SYNTHETIC_FEATURE_ELEMENTS} elements"
-                ),
-            ));
-        }
-        if !(s.feature_probability > 0.0 && s.feature_probability <= 1.0) {
-            return Err(ConfigError::invalid(
-                "data.synthetic.feature_probability",
-                "must be in (0, 1]",
-            ));
-        }
-        if !(s.noise_std.is_finite() && s.noise_std >= 0.0) {
-            return Err(ConfigError::invalid(
-                "data.synthetic.noise_std",
-                "must be >= 0",
-            ));
-        }
-        Ok(())
+    /// `model.aux_k`, or its default d_in / 2 (at least 1, at most d_sae).
+    pub fn aux_k(&self) -> i64 {
+        self.model
+            .aux_k
+            .unwrap_or((self.model.d_in / 2).max(1))
+            .min(self.d_sae())
     }
-}
 
-/// A path, `file://` or `s3://bucket/...` URI: its form only.
-fn validate_uri(field: &str, p: &str) -> Result<(), ConfigError> {
-    if p.trim().is_empty() || p.contains('\0') {
-        return Err(ConfigError::invalid(field, "an entry is empty"));
+    /// Whether validation runs after optimizer step `done` of `total`.
+    pub fn validates_at(&self, done: i64, total: i64) -> bool {
+        let Some(v) = &self.validation else {
+            return false;
+        };
+        let every = v.every_steps.unwrap_or(self.checkpoint.every_steps);
+        done == total || (every > 0 && done % every == 0)
     }
-    if let Some((scheme, rest)) = p.split_once("://") {
-        if !DATA_SCHEMES.contains(&format!("{scheme}://").as_str()) {
-            return Err(ConfigError::invalid(
-                field,
-                format!("{p}: scheme {scheme}:// is not one of file://, s3://"),
-            ));
-        }
-        if scheme == "s3" && rest.split('/').next().is_none_or(str::is_empty) {
-            return Err(ConfigError::invalid(
-                field,
-                format!("{p}: names no bucket (s3://bucket/prefix)"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The entries' form only: whether they exist is for the rank to find out,
-/// on the host that reads them.
-fn validate_files(f: &FileData) -> Result<(), ConfigError> {
-    const FIELD: &str = "data.files.paths";
-    if f.paths.is_empty() {
-        return Err(ConfigError::invalid(FIELD, "give at least one entry"));
-    }
-    for p in &f.paths {
-        validate_uri(FIELD, p)?;
-    }
-    for (field, name) in [
-        ("data.files.tensor", &f.tensor),
-        ("data.files.column", &f.column),
-    ] {
-        if name.as_deref().is_some_and(str::is_empty) {
-            return Err(ConfigError::invalid(field, "must not be empty"));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MINIMAL: &str = r#"
-[model]
-d_in = 64
-[optim]
-batch_size = 32
-steps = 10
-[data.synthetic]
-num_samples = 1000
-"#;
-
-    #[test]
-    fn minimal_config_gets_defaults() {
-        let c = TrainingConfig::from_toml(MINIMAL).unwrap();
-        assert_eq!(c.d_sae(), 512);
-        assert_eq!(c.checkpoint.every_steps, 100);
-        assert_eq!(c.runtime.allreduce, AllreduceMode::Flat);
-        assert_eq!(c.parameter_count(), 64 * 512 * 2 + 512 + 64);
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let err = TrainingConfig::from_toml(&format!("{MINIMAL}\n[extra]\nx = 1\n")).unwrap_err();
-        assert!(err.to_string().contains("unknown field"), "{err}");
-        let err = TrainingConfig::from_toml(&MINIMAL.replace("d_in = 64", "d_in = 64\nd_inn = 3"))
-            .unwrap_err();
-        assert!(err.to_string().contains("d_inn"), "{err}");
-    }
-
-    #[test]
-    fn bad_values_name_their_field() {
-        let cases = [
-            ("batch_size = 32", "batch_size = -4", "optim.batch_size"),
-            ("steps = 10", "steps = 10\nepochs = 2", "optim.steps"),
-            (
-                "num_samples = 1000",
-                "num_samples = 0",
-                "data.synthetic.num_samples",
-            ),
-            (
-                "d_in = 64",
-                "d_in = 64\nd_sae = 8\nexpansion_factor = 2",
-                "model.d_sae",
-            ),
-        ];
-        for (from, to, field) in cases {
-            let err = TrainingConfig::from_toml(&MINIMAL.replace(from, to)).unwrap_err();
-            assert_eq!(err.field(), Some(field), "{to}: {err}");
-        }
-    }
-
-    #[test]
-    fn json_round_trip() {
-        let c = TrainingConfig::from_toml(MINIMAL).unwrap();
-        assert_eq!(TrainingConfig::from_json(&c.to_json()).unwrap(), c);
-    }
-}
+mod tests;

@@ -1,0 +1,468 @@
+//! The data-parallel training loop: open the data (headers only, training
+//! and validation), rendezvous, agree on the start state (rank 0's, or its
+//! newest usable checkpoint), then step: micro-batches from the background
+//! reader, forward and backward in the compute dtype, one coalesced
+//! all-reduce of the gradients (with the step's losses and which latents
+//! fired), a check that every rank decides the same on, clipping, and
+//! identical Adam updates of the f32 master weights everywhere; validation,
+//! checkpoints and progress from rank 0.
+
+mod metrics;
+mod reduce;
+mod start;
+mod step;
+mod validate;
+
+use crate::checkpoint::{self, Manifest, SamplerState, Store};
+use crate::data::prefetch::{Prefetcher, Schedule as ReadSchedule};
+use crate::data::source::Source;
+use crate::dist::{Backend, GroupOptions, ProcessGroup};
+use crate::error::RankError;
+use crate::launch::Launch;
+use crate::model::{kind_of, Adam, Sae, Schedule, Shape};
+use crate::report::{device_memory, resident_bytes, Reporter};
+use crate::sampler::{ChunkTable, DistributedSampler};
+use crate::state::{DeadLatents, Numerics, TrainState};
+use cohort_spec::config::{Device as DeviceChoice, Dtype, TrainingConfig};
+use cohort_spec::progress::{Progress, ProgressLine};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use step::StepReport;
+use tch::{Device, Kind, Tensor};
+use validate::ValidationSet;
+
+/// Choose the device from the config and what this process can see.
+pub fn select_device(choice: DeviceChoice) -> Result<Device, RankError> {
+    let cuda = tch::Cuda::is_available();
+    match choice {
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Auto if cuda => Ok(Device::Cuda(0)),
+        DeviceChoice::Auto => Ok(Device::Cpu),
+        DeviceChoice::Cuda if cuda => Ok(Device::Cuda(0)),
+        DeviceChoice::Cuda => Err(RankError::Launch(
+            "runtime.device is \"cuda\" but this process sees no CUDA device".into(),
+        )),
+    }
+}
+
+fn backend_for(device: Device) -> Backend {
+    if device.is_cuda() && cfg!(cohort_nccl) {
+        Backend::Nccl
+    } else {
+        // gloo carries CPU tensors, and CUDA tensors through host copies.
+        Backend::Gloo
+    }
+}
+
+/// Time spent in one logging window, summed over its steps.
+#[derive(Default)]
+struct Window {
+    steps: i64,
+    samples: i64,
+    compute: Duration,
+    comm: Duration,
+    data_wait: Duration,
+    total: Duration,
+}
+
+pub struct Trainer<'a> {
+    launch: &'a Launch,
+    cfg: &'a TrainingConfig,
+    run_dir: &'a Path,
+    checkpoints: Store,
+    device: Device,
+    /// The compute dtype.
+    kind: Kind,
+    f16: bool,
+    group: Option<ProcessGroup>,
+    state: TrainState,
+    schedule: Schedule,
+    /// The data source until the reader thread takes it.
+    source: Option<Source>,
+    table: ChunkTable,
+    /// Over micro-batches: optimizer step s reads micro-batches
+    /// s x accumulation .. (s + 1) x accumulation.
+    sampler: DistributedSampler,
+    accumulation: i64,
+    total_steps: i64,
+    validation: Option<ValidationSet>,
+    /// The lowest validation loss so far (rank 0: the one `best/` holds).
+    best_loss: Option<f64>,
+    last_progress: Option<ProgressLine>,
+    last_validation: Option<ProgressLine>,
+    /// Batches read ahead of their step (the b_dec mean), used first.
+    held: VecDeque<(Tensor, Duration)>,
+    out: Reporter,
+}
+
+impl<'a> Trainer<'a> {
+    /// Open the data, then form the group (data errors surface before anyone waits).
+    pub fn new(
+        launch: &'a Launch,
+        cfg: &'a TrainingConfig,
+        run_dir: &'a Path,
+    ) -> Result<Self, RankError> {
+        let device = select_device(cfg.runtime.device)?;
+        let kind = kind_of(cfg.model.dtype);
+        let f16 = cfg.model.dtype == Dtype::F16;
+        let source = crate::data::open(cfg)?;
+        let validation = ValidationSet::open(cfg, launch)?;
+        let table = ChunkTable::new(source.segment_rows(), cfg.data.shuffle_chunk as u64);
+        let sampler = DistributedSampler {
+            num_samples: source.rows() as i64,
+            world_size: launch.world_size,
+            rank: launch.rank,
+            seed: cfg.optim.seed,
+            batch_size: cfg.optim.batch_size,
+        };
+        let accumulation = cfg.optim.accumulation_steps;
+        let total_steps = match (cfg.optim.steps, cfg.optim.epochs) {
+            (Some(steps), _) => steps,
+            (None, Some(epochs)) => {
+                (epochs * sampler.steps_per_epoch() + accumulation - 1) / accumulation
+            }
+            (None, None) => unreachable!("validated config has steps or epochs"),
+        };
+        let group = if launch.world_size > 1 {
+            Some(ProcessGroup::join(&GroupOptions {
+                backend: backend_for(device),
+                master_addr: &launch.master_addr,
+                master_port: launch.master_port,
+                rank: launch.rank,
+                world_size: launch.world_size,
+                rendezvous_timeout: Duration::from_secs_f64(cfg.runtime.rendezvous_timeout_s),
+                collective_timeout: Duration::from_secs_f64(cfg.runtime.collective_timeout_s),
+            })?)
+        } else {
+            None
+        };
+        let shape = Shape::of(cfg);
+        let sae = Sae::new(shape, device, cfg.optim.seed);
+        let adam = Adam::new(&cfg.optim, &sae.params);
+        let state = TrainState {
+            sae,
+            adam,
+            step: 0,
+            numerics: Numerics::new(f16),
+            dead: DeadLatents::new(shape.d_sae, cfg.model.dead_window_samples, device),
+        };
+        let checkpoints = Store::new(cfg.checkpoint.storage.as_deref(), run_dir)?;
+        Ok(Self {
+            launch,
+            cfg,
+            run_dir,
+            checkpoints,
+            device,
+            kind,
+            f16,
+            group,
+            state,
+            schedule: Schedule::new(cfg, total_steps),
+            source: Some(source),
+            table,
+            sampler,
+            accumulation,
+            total_steps,
+            validation,
+            best_loss: None,
+            last_progress: None,
+            last_validation: None,
+            held: VecDeque::new(),
+            out: Reporter::new(launch.rank),
+        })
+    }
+
+    fn global_batch(&self) -> i64 {
+        self.cfg.optim.batch_size * self.launch.world_size * self.accumulation
+    }
+
+    fn world(&self) -> f64 {
+        self.launch.world_size as f64
+    }
+
+    /// Sum `tensors` in place across ranks (nothing to do alone).
+    fn allreduce(&self, tensors: &mut [&mut Tensor]) -> Result<(), RankError> {
+        match &self.group {
+            Some(group) => group.allreduce_sum(tensors, true),
+            None => Ok(()),
+        }
+    }
+
+    fn sampler_state(&self, step: i64) -> SamplerState {
+        let (epoch, batch) = self.sampler.position(step * self.accumulation);
+        SamplerState {
+            epoch,
+            batch,
+            num_samples: self.sampler.num_samples,
+            seed: self.sampler.seed,
+            shuffle_chunk: self.cfg.data.shuffle_chunk,
+            shuffle_buffer: self.cfg.data.shuffle_buffer,
+        }
+    }
+
+    /// Hand the data source to a reader thread that prepares the
+    /// micro-batches of steps `from..total_steps`.
+    fn batches(&mut self, from: i64) -> Result<Prefetcher, RankError> {
+        let source = self
+            .source
+            .take()
+            .ok_or_else(|| RankError::Internal("the data source was taken twice".into()))?;
+        let schedule = ReadSchedule {
+            sampler: self.sampler.clone(),
+            table: self.table.clone(),
+            window_chunks: crate::data::window_chunks(self.cfg),
+            start_step: from * self.accumulation,
+            total_steps: self.total_steps * self.accumulation,
+            depth: self.cfg.data.prefetch_batches as usize,
+            pin_for: self.device.is_cuda().then_some(self.device),
+        };
+        Ok(Prefetcher::spawn(
+            source,
+            self.cfg.model.d_in as usize,
+            schedule,
+        ))
+    }
+
+    /// Micro-batch `micro`: one read ahead, or the reader's next.
+    fn next_batch(
+        &mut self,
+        micro: i64,
+        batches: &mut Prefetcher,
+    ) -> Result<(Tensor, Duration), RankError> {
+        match self.held.pop_front() {
+            Some(batch) => Ok(batch),
+            None => batches.next(micro),
+        }
+    }
+
+    /// A host batch on the training device in the compute dtype: copied in
+    /// its stored type (asynchronously from pinned memory on CUDA), then
+    /// converted there.
+    fn to_device(&self, host: &Tensor) -> Tensor {
+        host.to_device_(self.device, host.kind(), true, false)
+            .to_kind(self.kind)
+    }
+
+    fn manifest(&self, step: i64, validation: Option<&ProgressLine>) -> Manifest {
+        let m = &self.cfg.model;
+        Manifest {
+            format: checkpoint::FORMAT.into(),
+            step,
+            epoch: self.sampler.position(step * self.accumulation).0,
+            world_size: self.launch.world_size,
+            global_batch: self.global_batch(),
+            d_in: m.d_in,
+            d_sae: self.cfg.d_sae(),
+            dtype: m.dtype.as_str().into(),
+            param_checksum: self.state.sae.checksum(),
+            files: vec![checkpoint::STATE_FILE.into()],
+            architecture: m.architecture.as_str().into(),
+            k: self.cfg.topk(),
+            apply_b_dec_to_input: m.apply_b_dec_to_input,
+            sampler: Some(self.sampler_state(step)),
+            state_sha256: None,
+            weights_dtype: "f32".into(),
+            config: serde_json::to_value(self.cfg).ok(),
+            progress: self.last_progress.as_ref().map(ProgressLine::to_value),
+            validation: validation.map(ProgressLine::to_value),
+        }
+    }
+
+    /// The validation of `step`, if the last one was of it.
+    fn validation_of(&self, step: i64) -> Option<&ProgressLine> {
+        self.last_validation
+            .as_ref()
+            .filter(|v| matches!(v, ProgressLine::Validation { step: s, .. } if *s == step))
+    }
+
+    fn save_checkpoint(&self, step: i64) -> Result<(), RankError> {
+        if !self.launch.is_leader() {
+            return Ok(());
+        }
+        let manifest = self.manifest(step, self.validation_of(step));
+        let path = self
+            .checkpoints
+            .save(self.run_dir, &self.state, &manifest)?;
+        self.checkpoints.prune(self.cfg.checkpoint.keep as usize)?;
+        self.out.emit(&ProgressLine::Checkpoint {
+            step,
+            path,
+            best: false,
+        });
+        Ok(())
+    }
+
+    /// Train to the configured number of steps; a failed collective is
+    /// reported as such before the error ends the rank.
+    pub fn run(mut self) -> Result<(), RankError> {
+        let result = self.train();
+        if let Err(RankError::PeerLost(message)) = &result {
+            self.out.emit(&ProgressLine::CollectiveError {
+                rank: self.launch.rank,
+                step: self.state.step,
+                message: message.clone(),
+            });
+        }
+        result
+    }
+
+    fn train(&mut self) -> Result<(), RankError> {
+        let (start_step, resumed) = self.synchronise_start()?;
+        let begun = Instant::now();
+        self.out.leader(&ProgressLine::Started {
+            world_size: self.launch.world_size,
+            device: format!("{:?}", self.device).to_lowercase(),
+            total_steps: self.total_steps,
+            start_step,
+            global_batch: self.global_batch(),
+            parameters: self.cfg.parameter_count(),
+        });
+        let log_every = self.cfg.runtime.log_every_steps;
+        let every = self.cfg.checkpoint.every_steps;
+        let mut window = Window::default();
+        let mut batches = self.batches(start_step.min(self.total_steps - 1))?;
+        if !resumed {
+            self.init_b_dec(&mut batches)?;
+        }
+        let mut samples_total = 0i64;
+        let mut last_loss = f64::NAN;
+        for step in start_step..self.total_steps {
+            let done = step + 1;
+            let logged =
+                done % log_every == 0 || done == start_step + 1 || done == self.total_steps;
+            let report = self.step(step, &mut batches, logged)?;
+            window.steps += 1;
+            window.samples += report.rows;
+            window.comm += report.comm;
+            window.data_wait += report.wait;
+            window.compute += report.elapsed.saturating_sub(report.comm + report.wait);
+            window.total += report.elapsed;
+            samples_total += report.rows;
+            if logged {
+                last_loss = report.loss;
+                self.report(done, &report, &window);
+                window = Window::default();
+            }
+            if self.cfg.validates_at(done, self.total_steps) {
+                self.validate(done)?;
+            }
+            if every > 0 && done % every == 0 && done != self.total_steps {
+                self.save_checkpoint(done)?;
+            }
+        }
+        if self.state.numerics.nonfinite_run > 0 {
+            // The last steps were skipped: no final state to stand behind.
+            return Err(self.diverged(self.total_steps, last_loss, f64::NAN));
+        }
+        if self.total_steps > start_step
+            || (self.launch.is_leader() && self.checkpoints.latest()?.is_none())
+        {
+            self.save_checkpoint(self.total_steps)?;
+        }
+        if start_step >= self.total_steps {
+            // Resumed at the last step: nothing ran, so measure the loss the
+            // final parameters give on the last step's first micro-batch.
+            let (host, _) = batches.next((self.total_steps - 1) * self.accumulation)?;
+            last_loss = self.evaluate(&host)?;
+        }
+        drop(batches);
+        let checksum = self.state.sae.checksum();
+        let wall = begun.elapsed().as_secs_f64();
+        self.out.emit(&ProgressLine::RankFinished {
+            rank: self.launch.rank,
+            step: self.total_steps,
+            param_checksum: checksum.clone(),
+        });
+        self.out.leader(&ProgressLine::Finished {
+            step: self.total_steps,
+            loss: last_loss,
+            param_checksum: checksum,
+            wall_time_s: wall,
+            mean_samples_per_sec: if wall > 0.0 {
+                samples_total as f64 / wall
+            } else {
+                0.0
+            },
+        });
+        if let Some(group) = &self.group {
+            // Nobody leaves (and tears down the store) before everyone is done.
+            group.barrier()?;
+        }
+        Ok(())
+    }
+
+    /// The error that ends a diverged run, after rank 0 said so.
+    fn diverged(&self, step: i64, loss: f64, grad_norm: f64) -> RankError {
+        let n = &self.state.numerics;
+        let learning_rate = self.schedule.lr(step.saturating_sub(1).max(0));
+        self.out.leader(&ProgressLine::Diverged {
+            step,
+            nonfinite_steps: n.nonfinite_run,
+            loss,
+            grad_norm,
+            learning_rate,
+        });
+        RankError::Diverged(format!(
+            "{} non-finite steps in a row up to step {step} (optim.max_nonfinite_steps = {}; learning rate {learning_rate:e})",
+            n.nonfinite_run, self.cfg.optim.max_nonfinite_steps
+        ))
+    }
+
+    /// The loss (mse + l1 term, averaged across ranks) of the current
+    /// parameters on each rank's `host` batch.
+    fn evaluate(&self, host: &Tensor) -> Result<f64, RankError> {
+        let x = self.to_device(host);
+        let mut stats = tch::no_grad(|| {
+            let f = self.state.sae.forward(&x, self.kind, None);
+            Tensor::stack(&[f.mse, f.l1], 0).to_kind(Kind::Float)
+        });
+        self.allreduce(&mut [&mut stats])?;
+        stats /= self.world();
+        let v = Vec::<f64>::try_from(stats.to_kind(Kind::Double).to_device(Device::Cpu))?;
+        Ok(v[0] + self.schedule.l1(self.total_steps - 1) * v[1])
+    }
+
+    fn report(&mut self, step: i64, r: &StepReport, w: &Window) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / w.steps.max(1) as f64;
+        let secs = w.total.as_secs_f64();
+        let metrics = r.metrics.unwrap_or_default();
+        let progress = ProgressLine::Progress(Progress {
+            step,
+            total_steps: self.total_steps,
+            epoch: self.sampler.position((step - 1) * self.accumulation).0,
+            loss: r.loss,
+            mse: r.mse,
+            l1: r.l1,
+            samples_per_sec: if secs > 0.0 {
+                w.samples as f64 / secs
+            } else {
+                0.0
+            },
+            step_time_ms: ms(w.total),
+            aux: r.aux,
+            learning_rate: r.learning_rate,
+            grad_norm: r.grad_norm,
+            l0: metrics.l0,
+            explained_variance: metrics.explained_variance,
+            dead_fraction: self.state.dead.count() as f64 / self.cfg.d_sae() as f64,
+            nonfinite_steps: self.state.numerics.nonfinite_total,
+            loss_scale: self.state.numerics.loss_scale,
+            data_wait_ms: ms(w.data_wait),
+        });
+        self.out.leader(&progress);
+        self.last_progress = Some(progress);
+        let (memory_bytes, memory_kind) = device_memory(self.device);
+        self.out.emit(&ProgressLine::RankStats {
+            rank: self.launch.rank,
+            step,
+            step_time_ms: ms(w.total),
+            compute_ms: ms(w.compute),
+            comm_ms: ms(w.comm),
+            memory_bytes,
+            data_wait_ms: ms(w.data_wait),
+            memory_kind: memory_kind.into(),
+            host_memory_bytes: resident_bytes(),
+        });
+    }
+}

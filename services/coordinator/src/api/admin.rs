@@ -1,0 +1,354 @@
+//! AdminService: team tokens, quotas, the audit log and who-am-I. The auth
+//! layer has checked the call's permission; these handlers scope it to
+//! teams (an admin acts on its own team, a cluster-admin on any) and write
+//! every change's audit row in the change's transaction.
+
+use super::caller::{caller, ensure_team};
+use super::convert::timestamp;
+use super::error::ApiError;
+use super::page_token::{decode_key, encode_key};
+use super::training::page_size;
+use crate::auth::issue::{issue, IssueError, TokenRequest};
+use crate::context::Context;
+use crate::model::{valid_team, AuditEntry, Principal, Role};
+use crate::persistence::audit::{AuditQuery, AuditRecord};
+use crate::persistence::quotas::TeamQuota;
+use crate::persistence::tokens::TokenRecord;
+use cohort_proto::error::{bad_field, reason, status};
+use cohort_proto::v1;
+use cohort_proto::v1::admin_service_server::AdminService;
+use tonic::{Code, Request, Response, Status};
+
+const SERVICE: &str = "cohort.v1.AdminService";
+
+#[derive(Debug, Clone)]
+pub struct AdminApi {
+    ctx: Context,
+}
+
+impl AdminApi {
+    pub fn new(ctx: Context) -> Self {
+        Self { ctx }
+    }
+}
+
+impl From<Role> for v1::Role {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Viewer => v1::Role::Viewer,
+            Role::Editor => v1::Role::Editor,
+            Role::Admin => v1::Role::Admin,
+            Role::ClusterAdmin => v1::Role::ClusterAdmin,
+        }
+    }
+}
+
+fn role_of(raw: i32) -> Result<Role, Status> {
+    match v1::Role::try_from(raw) {
+        Ok(v1::Role::Viewer) => Ok(Role::Viewer),
+        Ok(v1::Role::Editor) => Ok(Role::Editor),
+        Ok(v1::Role::Admin) => Ok(Role::Admin),
+        Ok(v1::Role::ClusterAdmin) => Ok(Role::ClusterAdmin),
+        _ => Err(bad_field(
+            reason::INVALID_ARGUMENT,
+            "role",
+            "required: ROLE_VIEWER, ROLE_EDITOR, ROLE_ADMIN or ROLE_CLUSTER_ADMIN",
+        )),
+    }
+}
+
+fn token_message(t: TokenRecord) -> v1::Token {
+    v1::Token {
+        id: t.id,
+        team: t.team,
+        name: t.name,
+        role: v1::Role::from(t.role) as i32,
+        creator: t.creator,
+        create_time: Some(timestamp(t.create_time)),
+        expire_time: t.expire_time.map(timestamp),
+        revoke_time: t.revoke_time.map(timestamp),
+    }
+}
+
+fn audit_message(r: AuditRecord) -> v1::AuditEvent {
+    let e = r.entry;
+    v1::AuditEvent {
+        id: r.id,
+        time: Some(timestamp(r.time)),
+        actor_kind: e.actor_kind,
+        actor: e.actor,
+        actor_team: e.actor_team,
+        method: e.method,
+        target: e.target,
+        target_team: e.target_team,
+        code: e.code,
+        detail: e.detail,
+    }
+}
+
+/// A name or team: 1-63 of a-z, 0-9, '-', '_', '.'.
+fn checked(field: &str, value: &str) -> Result<(), Status> {
+    if valid_team(value) {
+        return Ok(());
+    }
+    Err(bad_field(
+        reason::INVALID_ARGUMENT,
+        field,
+        "1 to 63 of a-z, 0-9, '-', '_', '.'",
+    ))
+}
+
+/// The team a request names (its own when empty), if `who` may act on it.
+fn team_of(who: &Principal, requested: &str) -> Result<String, Status> {
+    let team = if requested.is_empty() {
+        who.team().to_string()
+    } else {
+        requested.to_string()
+    };
+    checked("team", &team)?;
+    ensure_team(who, &team, &format!("team {team}"))?;
+    Ok(team)
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn create_token(
+        &self,
+        request: Request<v1::CreateTokenRequest>,
+    ) -> Result<Response<v1::CreateTokenResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = team_of(&who, &req.team)?;
+        checked("name", &req.name)?;
+        let role = role_of(req.role)?;
+        if Some(role) > who.role() {
+            return Err(crate::auth::permission_denied(
+                format!("a token cannot mint a role above its own ({role})"),
+                role.as_str(),
+                who.team(),
+            ));
+        }
+        let ttl = match req.ttl {
+            None => None,
+            Some(ttl) => Some(
+                std::time::Duration::try_from(ttl)
+                    .map_err(|_| bad_field(reason::INVALID_ARGUMENT, "ttl", "must be > 0"))?,
+            ),
+        };
+        let method = format!("{SERVICE}/CreateToken");
+        let (token, secret) = issue(
+            &self.ctx.db,
+            TokenRequest {
+                team: team.clone(),
+                name: req.name.clone(),
+                role,
+                ttl,
+                creator: who.actor().1,
+                audit: AuditEntry::ok(&who, &method, &req.name, &team),
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            IssueError::Exists { ref team, ref name } => status(
+                Code::AlreadyExists,
+                reason::TOKEN_EXISTS,
+                e.to_string(),
+                [("team".into(), team.clone()), ("name".into(), name.clone())],
+            ),
+            IssueError::InvalidName { field } => {
+                bad_field(reason::INVALID_ARGUMENT, field, e.to_string())
+            }
+            IssueError::InvalidTtl => bad_field(reason::INVALID_ARGUMENT, "ttl", e.to_string()),
+            IssueError::Random(_) => Status::internal(e.to_string()),
+            IssueError::Database(e) => ApiError::from(e).into(),
+        })?;
+        Ok(Response::new(v1::CreateTokenResponse {
+            token: Some(token_message(token)),
+            secret,
+        }))
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<v1::ListTokensRequest>,
+    ) -> Result<Response<v1::ListTokensResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = team_of(&who, &req.team)?;
+        let limit = page_size(req.page_size)?;
+        let after = decode_key("k1", &req.page_token)?.unwrap_or_default();
+        let mut tokens = self
+            .ctx
+            .db
+            .tokens(&team, &after, limit + 1)
+            .await
+            .map_err(ApiError::from)?;
+        let more = tokens.len() as i64 > limit;
+        tokens.truncate(limit as usize);
+        let next_page_token = match tokens.last() {
+            Some(last) if more => encode_key("k1", &last.name),
+            _ => String::new(),
+        };
+        Ok(Response::new(v1::ListTokensResponse {
+            tokens: tokens.into_iter().map(token_message).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<v1::RevokeTokenRequest>,
+    ) -> Result<Response<v1::Token>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = team_of(&who, &req.team)?;
+        checked("name", &req.name)?;
+        let method = format!("{SERVICE}/RevokeToken");
+        let audit = AuditEntry::ok(&who, &method, &req.name, &team);
+        let token = self
+            .ctx
+            .db
+            .revoke_token(&team, &req.name, Some(audit))
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| {
+                status(
+                    Code::NotFound,
+                    reason::TOKEN_NOT_FOUND,
+                    format!("team {team} has no token named {}", req.name),
+                    [
+                        ("team".into(), team.clone()),
+                        ("name".into(), req.name.clone()),
+                    ],
+                )
+            })?;
+        tracing::info!(team = %token.team, name = %token.name, "token revoked");
+        Ok(Response::new(token_message(token)))
+    }
+
+    async fn set_quota(
+        &self,
+        request: Request<v1::SetQuotaRequest>,
+    ) -> Result<Response<v1::TeamQuota>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        checked("team", &req.team)?;
+        for (field, value) in [("gpus", req.gpus), ("max_queued", req.max_queued)] {
+            if value.is_some_and(|v| v < 0) {
+                return Err(bad_field(reason::INVALID_ARGUMENT, field, "must be >= 0"));
+            }
+        }
+        let method = format!("{SERVICE}/SetQuota");
+        let detail = format!("gpus {:?}, max_queued {:?}", req.gpus, req.max_queued);
+        let quota = self
+            .ctx
+            .db
+            .set_quota(
+                TeamQuota {
+                    team: req.team.clone(),
+                    gpus: req.gpus,
+                    max_queued: req.max_queued,
+                },
+                Some(AuditEntry::ok(&who, &method, &req.team, &req.team).with("OK", detail)),
+            )
+            .await
+            .map_err(ApiError::from)?;
+        self.ctx.jobs.kick();
+        Ok(Response::new(v1::TeamQuota {
+            team: quota.team,
+            gpus: quota.gpus,
+            max_queued: quota.max_queued,
+            ..Default::default()
+        }))
+    }
+
+    async fn list_quotas(
+        &self,
+        request: Request<v1::ListQuotasRequest>,
+    ) -> Result<Response<v1::ListQuotasResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let db = &self.ctx.db;
+        let mut usage = db.team_usage().await.map_err(ApiError::from)?;
+        let quotas = db.quotas().await.map_err(ApiError::from)?;
+        for q in &quotas {
+            usage.entry(q.team.clone()).or_default();
+        }
+        let quotas = usage
+            .into_iter()
+            .filter(|(team, _)| who.sees_team(team))
+            .map(|(team, used)| {
+                let q = quotas.iter().find(|q| q.team == team);
+                v1::TeamQuota {
+                    gpus: q.and_then(|q| q.gpus),
+                    max_queued: q.and_then(|q| q.max_queued),
+                    gpus_in_use: i32::try_from(used.gpus).unwrap_or(i32::MAX),
+                    queued: i32::try_from(used.queued).unwrap_or(i32::MAX),
+                    team,
+                }
+            })
+            .collect();
+        Ok(Response::new(v1::ListQuotasResponse { quotas }))
+    }
+
+    async fn list_audit_events(
+        &self,
+        request: Request<v1::ListAuditEventsRequest>,
+    ) -> Result<Response<v1::ListAuditEventsResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = match (who.is_cluster_admin(), req.team.is_empty()) {
+            (true, true) => None,
+            _ => Some(team_of(&who, &req.team)?),
+        };
+        let limit = page_size(req.page_size)?;
+        let before_id = decode_key("a1", &req.page_token)?
+            .map(|id| {
+                id.parse::<i64>().map_err(|_| {
+                    bad_field(
+                        reason::INVALID_PAGE_TOKEN,
+                        "page_token",
+                        "not a token this server issued",
+                    )
+                })
+            })
+            .transpose()?;
+        let since = req.since.and_then(|t| {
+            chrono::DateTime::from_timestamp(t.seconds, t.nanos.clamp(0, 999_999_999) as u32)
+        });
+        let mut events = self
+            .ctx
+            .db
+            .audit_events(AuditQuery {
+                team,
+                since,
+                before_id,
+                limit: limit + 1,
+            })
+            .await
+            .map_err(ApiError::from)?;
+        let more = events.len() as i64 > limit;
+        events.truncate(limit as usize);
+        let next_page_token = match events.last() {
+            Some(last) if more => encode_key("a1", &last.id.to_string()),
+            _ => String::new(),
+        };
+        Ok(Response::new(v1::ListAuditEventsResponse {
+            events: events.into_iter().map(audit_message).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn who_am_i(
+        &self,
+        request: Request<v1::WhoAmIRequest>,
+    ) -> Result<Response<v1::WhoAmIResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let (kind, name, team) = who.actor();
+        Ok(Response::new(v1::WhoAmIResponse {
+            kind: kind.to_string(),
+            name,
+            team,
+            role: who.role().map_or(v1::Role::Unspecified, v1::Role::from) as i32,
+        }))
+    }
+}

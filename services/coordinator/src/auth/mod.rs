@@ -1,0 +1,265 @@
+//! Who may call what: bearer tokens for users, client certificates for
+//! agents, one permission per RPC ([`permissions`]), enforced for every
+//! call by [`layer::AuthLayer`] before any handler runs. Handlers then
+//! scope what they read and change to the caller's team (they find the
+//! [`Principal`] in the request's extensions).
+
+pub mod bootstrap;
+pub mod cache;
+pub mod flags;
+pub mod issue;
+pub mod layer;
+pub mod permissions;
+pub mod secret;
+
+use crate::model::{AuditEntry, Principal};
+use crate::persistence::Persistence;
+use cache::TokenCache;
+use cohort_proto::error::{reason, status};
+use permissions::Permission;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Code, Status};
+
+pub use layer::AuthLayer;
+
+/// How users authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// No tokens: every caller is the anonymous cluster-admin (a single
+    /// trusted user on loopback).
+    None,
+    /// Bearer tokens, deny by default.
+    Token,
+}
+
+/// The identity a client certificate carries (its DNS SAN, else its CN),
+/// put into the request's extensions by the TLS listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerIdentity(pub String);
+
+/// A refused call: the status the client gets and the audit row.
+pub struct Denial {
+    pub status: Status,
+    pub audit: AuditEntry,
+}
+
+/// How callers are authenticated and how long their traces are kept.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    pub mode: AuthMode,
+    /// Agents must present a client certificate (`--agent-ca`).
+    pub agent_certs: bool,
+    /// Audit rows older than this are deleted.
+    pub audit_retention: std::time::Duration,
+}
+
+impl Default for AuthSettings {
+    /// `--auth none`, agents without certificates, 90 days of audit.
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::None,
+            agent_certs: false,
+            audit_retention: std::time::Duration::from_secs(90 * 86_400),
+        }
+    }
+}
+
+/// How often audit retention runs.
+pub const AUDIT_PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Deletes audit rows past the retention, at start and then hourly.
+pub async fn prune_audit(
+    db: Persistence,
+    retention: std::time::Duration,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(AUDIT_PRUNE_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                let Ok(keep) = chrono::Duration::from_std(retention) else { return };
+                match db.prune_audit(chrono::Utc::now() - keep).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "audit rows past retention deleted"),
+                    Err(e) => tracing::warn!(error = %e, "audit retention failed"),
+                }
+            }
+        }
+    }
+}
+
+/// Shared by the layer and the admin handlers.
+#[derive(Debug)]
+pub struct Authenticator {
+    pub mode: AuthMode,
+    /// Agents must present a client certificate (`--agent-ca`).
+    pub agent_certs: bool,
+    pub audit_retention: std::time::Duration,
+    db: Persistence,
+    cache: TokenCache,
+}
+
+/// gRPC's name of a code (`PERMISSION_DENIED`), as the audit log writes it.
+pub fn code_name(code: Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// PERMISSION_DENIED with reason PERMISSION_DENIED and what was missing.
+pub fn permission_denied(message: impl Into<String>, permission: &str, team: &str) -> Status {
+    let mut meta = vec![("permission".to_string(), permission.to_string())];
+    if !team.is_empty() {
+        meta.push(("team".to_string(), team.to_string()));
+    }
+    status(
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+        message,
+        meta,
+    )
+}
+
+fn anonymous_entry(method: &str) -> AuditEntry {
+    AuditEntry::ok(&Principal::Anonymous, method, "", "")
+}
+
+impl Authenticator {
+    pub fn new(settings: AuthSettings, db: Persistence) -> Arc<Self> {
+        Arc::new(Self {
+            mode: settings.mode,
+            agent_certs: settings.agent_certs,
+            audit_retention: settings.audit_retention,
+            db,
+            cache: TokenCache::default(),
+        })
+    }
+
+    /// The caller of `method` needing `permission`, or why not.
+    pub async fn authorize(
+        &self,
+        method: &str,
+        permission: Permission,
+        bearer: Option<&str>,
+        peer: Option<&PeerIdentity>,
+    ) -> Result<Principal, Denial> {
+        if permission == Permission::Agent {
+            return match peer {
+                Some(PeerIdentity(name)) => Ok(Principal::Agent { name: name.clone() }),
+                None if !self.agent_certs => Ok(Principal::Anonymous),
+                None => Err(Denial {
+                    status: status(
+                        Code::Unauthenticated,
+                        reason::UNAUTHENTICATED,
+                        "agents must present a client certificate signed by the coordinator's agent CA",
+                        [],
+                    ),
+                    audit: anonymous_entry(method)
+                        .with("UNAUTHENTICATED", "agent without a client certificate"),
+                }),
+            };
+        }
+        let user = match self.mode {
+            AuthMode::None => Principal::Anonymous,
+            AuthMode::Token => self.user(method, bearer).await?,
+        };
+        let role = user.role().expect("users have roles");
+        if permission.granted_to(role) {
+            return Ok(user);
+        }
+        Err(Denial {
+            status: permission_denied(
+                format!(
+                    "{method} needs the {} permission; the token's role is {role}",
+                    permission.as_str()
+                ),
+                permission.as_str(),
+                user.team(),
+            ),
+            audit: AuditEntry::ok(&user, method, "", user.team()).with(
+                "PERMISSION_DENIED",
+                format!("role {role} lacks {}", permission.as_str()),
+            ),
+        })
+    }
+
+    /// The user a bearer token stands for.
+    async fn user(&self, method: &str, bearer: Option<&str>) -> Result<Principal, Denial> {
+        let unauthenticated = |why: &str| Denial {
+            status: status(
+                Code::Unauthenticated,
+                reason::UNAUTHENTICATED,
+                format!("{why}: send `authorization: Bearer <token>`"),
+                [],
+            ),
+            audit: anonymous_entry(method).with("UNAUTHENTICATED", why),
+        };
+        let Some(secret) = bearer else {
+            return Err(unauthenticated("no bearer token"));
+        };
+        let hash = secret::hash(secret);
+        let now = Instant::now();
+        let found = match self.cache.get(&hash, now) {
+            Some(found) => found,
+            None => {
+                let found = self.db.token_by_hash(&hash).await.map_err(|e| Denial {
+                    status: status(
+                        Code::Unavailable,
+                        reason::INTERNAL,
+                        "cannot check the token now",
+                        [],
+                    ),
+                    audit: anonymous_entry(method).with("UNAVAILABLE", e.to_string()),
+                })?;
+                self.cache.put(hash, found.clone(), now);
+                found
+            }
+        };
+        match found {
+            Some(t) if t.is_active(chrono::Utc::now()) => Ok(Principal::User {
+                token_id: t.id,
+                name: t.name,
+                team: t.team,
+                role: t.role,
+            }),
+            Some(t) => Err(unauthenticated(&format!(
+                "token {} of team {} is {}",
+                t.name,
+                t.team,
+                if t.revoke_time.is_some() {
+                    "revoked"
+                } else {
+                    "expired"
+                }
+            ))),
+            None => Err(unauthenticated("unknown token")),
+        }
+    }
+
+    /// Records a refused call (nothing else changed).
+    pub async fn record(&self, audit: AuditEntry) {
+        if let Err(e) = self.db.record_audit(audit).await {
+            tracing::warn!(error = %e, "cannot write the audit row of a denial");
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The name a certificate speaks for: its first DNS subject alternative
+//! name, else its subject's common name (as Kubernetes and most mTLS
+//! setups read it).
+
+use rustls::pki_types::CertificateDer;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+/// The identity of a DER certificate; `None` when it has neither a DNS SAN
+/// nor a CN (or does not parse).
+pub fn identity_of(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(cert.as_ref()).ok()?;
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        let dns = san.value.general_names.iter().find_map(|n| match n {
+            GeneralName::DNSName(name) => Some(name.to_string()),
+            _ => None,
+        });
+        if dns.is_some() {
+            return dns;
+        }
+    }
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_string);
+    cn
+}

@@ -1,0 +1,155 @@
+//! The TLS listener: rustls (aws-lc-rs) with the server's certificate and,
+//! with `--agent-ca`, client certificates verified against that CA but not
+//! required at the TLS layer (users may come with tokens alone; the auth
+//! layer requires a certificate for `AgentService`). A plaintext client
+//! fails the handshake. The files are re-read on [`TlsListener::reload`]
+//! (SIGHUP): new connections use the new certificate, open ones keep theirs.
+
+mod config;
+mod conn;
+mod identity;
+
+pub use config::{TlsError, TlsFiles};
+pub use conn::{PeerInfo, TlsConn};
+pub use identity::identity_of;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client has to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; more connections wait to be accepted.
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// A TCP listener whose connections are TLS, with a reloadable config.
+pub struct TlsListener {
+    listener: TcpListener,
+    files: TlsFiles,
+    config: Arc<RwLock<Arc<rustls::ServerConfig>>>,
+}
+
+/// Reloads the listener's certificate, key and client CA (cheap to clone).
+#[derive(Clone)]
+pub struct TlsReloader {
+    files: TlsFiles,
+    config: Arc<RwLock<Arc<rustls::ServerConfig>>>,
+}
+
+impl TlsReloader {
+    /// Re-reads the files; on an error the old config stays in use.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let fresh = self.files.server_config()?;
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        tracing::info!(cert = %self.files.cert.display(), "TLS certificate and keys reloaded");
+        Ok(())
+    }
+}
+
+impl TlsListener {
+    /// Loads the files (an error names the file and what is wrong with it).
+    pub fn new(listener: TcpListener, files: TlsFiles) -> Result<Self, TlsError> {
+        let config = Arc::new(RwLock::new(files.server_config()?));
+        Ok(Self {
+            listener,
+            files,
+            config,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn reloader(&self) -> TlsReloader {
+        TlsReloader {
+            files: self.files.clone(),
+            config: self.config.clone(),
+        }
+    }
+
+    /// The stream of established TLS connections: an accept loop hands each
+    /// TCP connection to its own handshake task, so a slow or hostile
+    /// client never holds up the others. Ends when `stop` resolves.
+    pub fn incoming(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConn>> {
+        let (tx, rx) = mpsc::channel(64);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        tokio::spawn(async move {
+            tokio::pin!(stop);
+            loop {
+                let permit = tokio::select! {
+                    _ = &mut stop => return,
+                    permit = handshakes.clone().acquire_owned() => match permit {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                let accepted = tokio::select! {
+                    _ = &mut stop => return,
+                    accepted = self.listener.accept() => accepted,
+                };
+                let (tcp, remote) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nodelay(true);
+                let config = self
+                    .config
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let handshake = TlsAcceptor::from(config).accept(tcp);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tx.send(Ok(TlsConn::new(stream, remote))).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::info!(peer = %remote, error = %e, "TLS handshake refused")
+                        }
+                        Err(_) => tracing::info!(peer = %remote, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        tokio_stream::wrappers::ReceiverStream::new(rx)
+    }
+}
+
+/// Reloads on every SIGHUP until `stop` resolves (rotation without a
+/// restart); a reload that fails keeps the old files in use and says why.
+pub async fn reload_on_sighup(reloader: TlsReloader, stop: impl std::future::Future<Output = ()>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: certificates reload only on restart");
+            return;
+        }
+    };
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            got = hangups.recv() => {
+                if got.is_none() {
+                    return;
+                }
+                if let Err(e) = reloader.reload() {
+                    tracing::error!(error = %e, "TLS reload failed; the previous certificate stays in use");
+                }
+            }
+        }
+    }
+}
