@@ -43,6 +43,8 @@ pub struct ClusterOptions {
     pub gpus_per_agent: usize,
     /// Extra environment of the coordinator and the agents.
     pub env: Vec<(String, String)>,
+    /// More flags of every agent (e.g. `--data-root DIR`).
+    pub agent_args: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -52,6 +54,7 @@ impl ClusterOptions {
             agents,
             gpus_per_agent: 2,
             env: Vec::new(),
+            agent_args: Vec::new(),
         }
     }
 }
@@ -239,6 +242,7 @@ impl Cluster {
             .arg("500ms")
             .arg("--stop-grace")
             .arg("3s")
+            .args(&self.options.agent_args)
             .env(MARK_VAR, &self.mark)
             .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
             .env("NO_COLOR", "1")

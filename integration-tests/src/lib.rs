@@ -22,6 +22,7 @@ pub mod otlp;
 pub mod poll;
 pub mod procs;
 pub mod s3;
+pub mod secure;
 pub mod status;
 pub mod watch;
 

@@ -1,11 +1,20 @@
-//! The connection to the coordinator, shared by every command.
+//! The connection to the coordinator, shared by every command: TLS when the
+//! URL says `https://` (trusting `--ca-cert`), and the bearer token, when
+//! one is given, on every request.
 
 use crate::errors::{error_chain, CliError};
+use std::path::PathBuf;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A channel that sends the caller's credentials with every request.
+pub type Conn = InterceptedService<Channel, Credentials>;
 
 /// A coordinator address as typed: `http://host:port`, or `host:port` (http assumed).
 pub fn normalize_url(url: &str) -> String {
@@ -17,29 +26,94 @@ pub fn normalize_url(url: &str) -> String {
     }
 }
 
-/// Where the coordinator is; commands dial it when they first need it, so
-/// local mistakes (a bad config file) are reported without a coordinator.
-#[derive(Debug, Clone)]
+/// Where the coordinator is and how to prove who we are; commands dial it
+/// when they first need it, so local mistakes (a bad config file) are
+/// reported without a coordinator.
+#[derive(Debug, Clone, Default)]
 pub struct Coordinator {
     pub url: String,
     pub connect_timeout: Duration,
+    /// The bearer token (`--token`, `COHORT_TOKEN`).
+    pub token: Option<String>,
+    /// The PEM CA the coordinator's certificate must chain to (`https://`).
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl Coordinator {
-    pub async fn channel(&self) -> Result<Channel, CliError> {
-        connect(&self.url, self.connect_timeout).await
+    pub async fn channel(&self) -> Result<Conn, CliError> {
+        let credentials = Credentials::new(self.token.as_deref())?;
+        let tls = match &self.ca_cert {
+            Some(path) => Some(read_ca(path)?),
+            None => None,
+        };
+        let channel = connect(&self.url, self.connect_timeout, tls).await?;
+        Ok(InterceptedService::new(channel, credentials))
     }
 }
 
+/// Adds `authorization: Bearer <token>` to every request, when there is a token.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    header: Option<MetadataValue<Ascii>>,
+}
+
+impl Credentials {
+    pub fn new(token: Option<&str>) -> Result<Self, CliError> {
+        let header = match token.map(str::trim).filter(|t| !t.is_empty()) {
+            None => None,
+            Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
+                CliError::Usage("the token holds characters a token never has".into())
+            })?),
+        };
+        Ok(Self { header })
+    }
+}
+
+impl Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(header) = &self.header {
+            request
+                .metadata_mut()
+                .insert("authorization", header.clone());
+        }
+        Ok(request)
+    }
+}
+
+fn read_ca(path: &PathBuf) -> Result<Certificate, CliError> {
+    std::fs::read(path).map(Certificate::from_pem).map_err(|e| {
+        CliError::Usage(format!(
+            "cannot read the CA certificate {}: {e}",
+            path.display()
+        ))
+    })
+}
+
 /// Connects to the coordinator at `url`, failing with a human error after
-/// `timeout` when nothing answers.
-pub async fn connect(url: &str, timeout: Duration) -> Result<Channel, CliError> {
+/// `timeout` when nothing answers. An `https://` URL needs the CA (`ca`).
+pub async fn connect(
+    url: &str,
+    timeout: Duration,
+    ca: Option<Certificate>,
+) -> Result<Channel, CliError> {
     let url = normalize_url(url);
-    let endpoint = Endpoint::from_shared(url.clone())
-        .map_err(|e| CliError::BadUrl {
-            url: url.clone(),
-            reason: error_chain(&e),
-        })?
+    let bad_url = |reason: String| CliError::BadUrl {
+        url: url.clone(),
+        reason,
+    };
+    let mut endpoint = Endpoint::from_shared(url.clone()).map_err(|e| bad_url(error_chain(&e)))?;
+    if url.starts_with("https://") {
+        let ca = ca.ok_or_else(|| {
+            bad_url("an https:// coordinator needs the CA that signed its certificate: --ca-cert FILE or COHORT_CA_CERT".into())
+        })?;
+        endpoint = endpoint
+            .tls_config(ClientTlsConfig::new().ca_certificate(ca))
+            .map_err(|e| bad_url(error_chain(&e)))?;
+    }
+    let endpoint = endpoint
         .connect_timeout(timeout)
         // Streams stay open for hours: notice a coordinator that vanished
         // without closing the connection.
@@ -78,12 +152,41 @@ mod tests {
             .map(|a| a.port())
             .unwrap();
         let url = format!("http://127.0.0.1:{port}");
-        let err = connect(&url, Duration::from_secs(2)).await.unwrap_err();
+        let err = connect(&url, Duration::from_secs(2), None)
+            .await
+            .unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with(&format!("cannot reach the coordinator at {url}: ")),
             "{text}"
         );
         assert_eq!(err.exit_code(), crate::errors::exit::UNAVAILABLE);
+    }
+
+    #[test]
+    fn https_needs_a_ca() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(connect("https://127.0.0.1:1", Duration::from_secs(1), None))
+            .unwrap_err();
+        assert!(err.to_string().contains("--ca-cert"), "{err}");
+        assert_eq!(err.exit_code(), crate::errors::exit::USAGE);
+    }
+
+    #[test]
+    fn the_token_goes_on_every_request() {
+        let mut with = Credentials::new(Some(" secret-1 ")).unwrap();
+        let request = with.call(tonic::Request::new(())).unwrap();
+        assert_eq!(
+            request.metadata().get("authorization").unwrap(),
+            "Bearer secret-1"
+        );
+        let mut without = Credentials::new(None).unwrap();
+        let request = without.call(tonic::Request::new(())).unwrap();
+        assert!(request.metadata().get("authorization").is_none());
+        assert!(Credentials::new(Some("bad\ntoken")).is_err());
     }
 }

@@ -31,6 +31,9 @@ pub mod exit {
     pub const TRAINING_FAILED: u8 = 7;
     /// A watched training ended CANCELLED.
     pub const TRAINING_CANCELLED: u8 = 8;
+    /// Not authenticated (no token, or a revoked or expired one) or not
+    /// allowed (the token's role or team does not cover the request).
+    pub const DENIED: u8 = 9;
     /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
     pub const INTERRUPTED: u8 = 130;
 }
@@ -196,6 +199,8 @@ pub fn status_exit_code(code: Code) -> u8 {
         Code::InvalidArgument | Code::OutOfRange => exit::INVALID,
         Code::Unavailable | Code::DeadlineExceeded => exit::UNAVAILABLE,
         Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => exit::REFUSED,
+        Code::ResourceExhausted => exit::REFUSED,
+        Code::Unauthenticated | Code::PermissionDenied => exit::DENIED,
         _ => exit::GENERIC,
     }
 }
@@ -263,6 +268,14 @@ pub fn describe_status(status: &Status) -> String {
         Some(reason::REQUEST_ID_CONFLICT) => {
             with("this request id was already used for a different request")
         }
+        Some(reason::UNAUTHENTICATED) => {
+            with("not authenticated (give a token with --token or COHORT_TOKEN)")
+        }
+        Some(reason::PERMISSION_DENIED) => with("permission denied"),
+        Some(reason::TOKEN_EXISTS) => with("the team already has a token of that name"),
+        Some(reason::TOKEN_NOT_FOUND) => with("no such token"),
+        Some(reason::QUEUE_FULL) => with("the team's queue is full"),
+        Some(reason::QUOTA_EXCEEDED) => with("the team's GPU quota is exceeded"),
         Some(reason::INTERNAL) => with("the coordinator failed"),
         _ => with(code_phrase(status.code())),
     }

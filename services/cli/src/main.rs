@@ -16,7 +16,9 @@ mod errors;
 mod render;
 
 use clap::{Parser, Subcommand};
+use commands::admin::AdminCommand;
 use commands::alerts::AlertsArgs;
+use commands::audit::AuditCommand;
 use commands::checkpoints::CheckpointsArgs;
 use commands::gpus::GpusArgs;
 use commands::telemetry::TelemetryCommand;
@@ -43,6 +45,21 @@ pub struct Cli {
         value_name = "URL"
     )]
     pub coordinator: String,
+
+    /// The API token, sent as `authorization: Bearer <token>` (see
+    /// `cohort admin token create`).
+    #[arg(
+        long,
+        global = true,
+        env = "COHORT_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+
+    /// The PEM CA that signed the coordinator's certificate (`https://` URLs).
+    #[arg(long, global = true, env = "COHORT_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
 
     /// How long to wait for the connection to the coordinator, in seconds.
     #[arg(long, global = true, default_value = "5", value_name = "SECS", value_parser = parse_seconds)]
@@ -78,6 +95,14 @@ pub enum Command {
     /// fetches one.
     #[command(args_conflicts_with_subcommands = true)]
     Checkpoints(CheckpointsArgs),
+    /// Tokens and team quotas (admins).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// The audit trail: who did what, allowed or denied.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Who the coordinator takes you for: your token's name, team and role.
+    Whoami,
 }
 
 /// A duration in seconds, e.g. `5` or `0.5`.
@@ -95,6 +120,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let coordinator = &client::Coordinator {
         url: cli.coordinator,
         connect_timeout: cli.connect_timeout,
+        token: cli.token,
+        ca_cert: cli.ca_cert,
     };
     let out = cli.output;
     match cli.command {
@@ -104,6 +131,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Train(cmd) => commands::train::run(coordinator, cmd, out).await,
         Command::Telemetry(cmd) => commands::telemetry::run(coordinator, cmd, out).await,
         Command::Alerts(args) => commands::alerts::run(coordinator, args, out).await,
+        Command::Admin(cmd) => commands::admin::run(coordinator, cmd, out).await,
+        Command::Audit(cmd) => commands::audit::run(coordinator, cmd, out).await,
+        Command::Whoami => commands::admin::whoami(coordinator, out).await,
     }
 }
 
@@ -218,6 +248,42 @@ mod tests {
         assert!(parse(&["train", "submit"]).is_err());
         assert!(parse(&["--connect-timeout", "-1", "gpus"]).is_err());
         assert!(parse(&["-o", "yaml", "gpus"]).is_err());
+    }
+
+    #[test]
+    fn admin_commands() {
+        let cli = parse(&[
+            "admin", "token", "create", "--team", "vision", "--name", "ci", "--role", "editor",
+            "--ttl", "30d", "--token", "s3cret",
+        ])
+        .unwrap();
+        assert_eq!(cli.token.as_deref(), Some("s3cret"));
+        let Command::Admin(AdminCommand::Token(commands::admin::TokenCommand::Create(args))) =
+            cli.command
+        else {
+            panic!("not token create");
+        };
+        assert_eq!(args.role, commands::admin::RoleArg::Editor);
+        assert_eq!(args.ttl, Some(Duration::from_secs(30 * 86400)));
+        assert!(parse(&[
+            "admin", "token", "create", "--team", "t", "--name", "n", "--role", "root"
+        ])
+        .is_err());
+        let cli = parse(&["admin", "quota", "set", "vision", "--gpus", "4"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Admin(AdminCommand::Quota(commands::admin::QuotaCommand::Set {
+                gpus: Some(4),
+                max_queued: None,
+                ..
+            }))
+        ));
+        assert!(parse(&["admin", "quota", "set", "vision", "--gpus", "-1"]).is_err());
+        assert!(parse(&["audit", "list", "--since", "7d", "--team", "vision"]).is_ok());
+        assert!(matches!(
+            parse(&["whoami"]).unwrap().command,
+            Command::Whoami
+        ));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! `alerts_list` are the larger commands of `train`, `telemetry` and
 //! `alerts`, in files of their own.
 
+pub mod admin;
 pub mod agents;
 pub mod alerts;
 pub mod alerts_list;
+pub mod audit;
 pub mod checkpoints;
 pub mod gpus;
 pub mod history;

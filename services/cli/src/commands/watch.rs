@@ -5,6 +5,7 @@
 //! seen, so the missed events are replayed from the stored history.
 
 use super::interruptible;
+use crate::client::Conn;
 use crate::client::Coordinator;
 use crate::errors::{exit, CliError};
 use crate::render::progress::ProgressLine;
@@ -15,7 +16,6 @@ use cohort_proto::v1::{
 };
 use std::io::Write;
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -66,16 +66,47 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
         ),
         Event::Progress(_) => return None,
         Event::RankStats(r) => format!(
-            "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}, data wait {:.1}), {:.1} MiB",
+            "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}, data wait {:.1}), {:.1} MiB {}",
             r.rank,
             r.step,
             r.step_time_ms,
             r.compute_ms,
             r.comm_ms,
             r.data_wait_ms,
-            r.memory_bytes as f64 / (1u64 << 20) as f64
+            r.memory_bytes as f64 / (1u64 << 20) as f64,
+            if r.memory_kind == "cuda_allocated" { "on the GPU" } else { "resident" }
         ),
+        Event::Checkpoint(c) if c.best => {
+            format!("best checkpoint (step {}): {}", c.step, c.path)
+        }
         Event::Checkpoint(c) => format!("checkpoint at step {}: {}", c.step, c.path),
+        Event::Validation(v) => format!(
+            "validation at step {}: loss {}  mse {}  L0 {:.1}  EV {:.3}  dead {:.1}%  ({} samples){}",
+            v.step,
+            float(v.loss),
+            float(v.mse),
+            v.l0,
+            v.explained_variance,
+            v.dead_fraction * 100.0,
+            v.samples,
+            if v.best { "  best so far" } else { "" }
+        ),
+        Event::Diverged(d) => format!(
+            "diverged at step {}: {} non-finite steps in a row (loss {}, grad norm {}, lr {})",
+            d.step,
+            d.nonfinite_steps,
+            float(d.loss),
+            float(d.grad_norm),
+            float(d.learning_rate)
+        ),
+        Event::CheckpointRejected(c) => format!(
+            "checkpoint at step {} rejected on restore: {}",
+            c.step, c.reason
+        ),
+        Event::CollectiveError(c) => format!(
+            "rank {} lost its collective at step {}: {}",
+            c.rank, c.step, c.message
+        ),
         Event::Finished(f) => format!(
             "finished at step {}: loss {}, {:.1} s, {:.0} samples/s, checksum {}",
             f.step,
@@ -181,7 +212,7 @@ impl Watcher {
     /// replay what was missed) and after lost connections (for a while).
     async fn follow(
         &mut self,
-        client: &mut TrainingServiceClient<Channel>,
+        client: &mut TrainingServiceClient<Conn>,
         options: &WatchOptions,
     ) -> Result<(), CliError> {
         let mut resumes = 0;
@@ -262,7 +293,7 @@ impl Watcher {
 
     /// Whether the training has ended, asking the coordinator when the stream
     /// did not say (e.g. a watch that started after the final event).
-    async fn ended(&mut self, client: &mut TrainingServiceClient<Channel>) -> Result<bool, Status> {
+    async fn ended(&mut self, client: &mut TrainingServiceClient<Conn>) -> Result<bool, Status> {
         if self.last_state.as_ref().is_some_and(|(s, _)| is_final(*s)) {
             return Ok(true);
         }

@@ -5,6 +5,7 @@
 mod table;
 
 use super::watch;
+use crate::client::Conn;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::parse_seconds;
@@ -19,7 +20,6 @@ use cohort_proto::v1::{
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 #[derive(Debug, Subcommand)]
 pub enum TrainCommand {
@@ -293,7 +293,7 @@ pub async fn get(
 /// The stored events of a training: WatchTraining from the start, until the
 /// stream ends (a finished training) or goes quiet (only live events would follow).
 async fn history(
-    client: &mut TrainingServiceClient<Channel>,
+    client: &mut TrainingServiceClient<Conn>,
     id: &str,
 ) -> Result<Vec<v1::TrainingEvent>, CliError> {
     let mut stream = client

@@ -1,0 +1,437 @@
+//! A coordinator started with its security on (TLS, tokens, an agent CA),
+//! the certificates it needs made by the real `openssl`, and clients that
+//! present a token: what the security tests drive.
+
+use crate::bins::{binaries, Binaries};
+use crate::procs::{ChildProc, MARK_VAR};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// How long the CLI may take.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `openssl` with `args` in `dir`, panicking with its output on failure.
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("running openssl");
+    assert!(
+        output.status.success(),
+        "openssl {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A certificate authority in a directory, and the certificates it signs.
+pub struct Pki {
+    dir: PathBuf,
+    /// The CA's name: file names start with it.
+    pub name: String,
+}
+
+/// A certificate and its key.
+#[derive(Debug, Clone)]
+pub struct CertPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Pki {
+    /// A new self-signed CA `name` (files `<name>-ca.pem`, `<name>-ca.key`).
+    pub fn new(dir: &Path, name: &str) -> Pki {
+        std::fs::create_dir_all(dir).expect("pki dir");
+        let (cert, key) = (format!("{name}-ca.pem"), format!("{name}-ca.key"));
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &cert,
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name} test CA"),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        );
+        Pki {
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The CA certificate (PEM).
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join(format!("{}-ca.pem", self.name))
+    }
+
+    /// A leaf certificate `file` signed by this CA for `cn` with the
+    /// subject alternative names `san` (e.g. `IP:127.0.0.1,DNS:agent-0`).
+    pub fn issue(&self, file: &str, cn: &str, san: &str) -> CertPair {
+        let (key, csr, cert, ext) = (
+            format!("{file}.key"),
+            format!("{file}.csr"),
+            format!("{file}.pem"),
+            format!("{file}.ext"),
+        );
+        std::fs::write(
+            self.dir.join(&ext),
+            format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n"),
+        )
+        .expect("writing the extensions");
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &format!("/CN={cn}"),
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &format!("{}-ca.pem", self.name),
+                "-CAkey",
+                &format!("{}-ca.key", self.name),
+                "-CAcreateserial",
+                "-out",
+                &cert,
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+            ],
+        );
+        CertPair {
+            cert: self.dir.join(cert),
+            key: self.dir.join(key),
+        }
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost.
+    pub fn server(&self, file: &str) -> CertPair {
+        self.issue(file, "127.0.0.1", "IP:127.0.0.1,DNS:localhost")
+    }
+
+    /// An agent's client certificate: its identity is `name`.
+    pub fn agent(&self, file: &str, name: &str) -> CertPair {
+        self.issue(file, name, &format!("DNS:{name}"))
+    }
+}
+
+/// How to start a [`SecureCoordinator`].
+#[derive(Debug, Clone, Default)]
+pub struct SecureOptions {
+    /// `--tls-cert`/`--tls-key`.
+    pub tls: Option<CertPair>,
+    /// `--agent-ca`.
+    pub agent_ca: Option<PathBuf>,
+    /// `--auth` (`token`, `none`, `auto`).
+    pub auth: String,
+    /// More flags.
+    pub extra: Vec<String>,
+}
+
+/// A coordinator on 127.0.0.1 with an SQLite database, killed on drop.
+pub struct SecureCoordinator {
+    pub bins: Binaries,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    pub root: PathBuf,
+    pub options: SecureOptions,
+    pub mark: String,
+    process: Option<ChildProc>,
+    agents: Vec<ChildProc>,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl SecureCoordinator {
+    /// Creates the data dir under `root`; nothing runs yet (see [`Self::start`]).
+    pub fn new(root: &Path, options: SecureOptions) -> SecureCoordinator {
+        let data_dir = root.join("coordinator");
+        std::fs::create_dir_all(&data_dir).expect("data dir");
+        SecureCoordinator {
+            bins: binaries().clone(),
+            port: free_port(),
+            data_dir,
+            root: root.to_path_buf(),
+            options,
+            mark: uuid::Uuid::new_v4().simple().to_string(),
+            process: None,
+            agents: Vec::new(),
+        }
+    }
+
+    /// `cohort-coordinator token create` against the data dir: the secret.
+    pub fn bootstrap_token(&self, team: &str, name: &str, role: &str) -> String {
+        let output = Command::new(&self.bins.coordinator)
+            .args(["token", "create", "--data-dir"])
+            .arg(&self.data_dir)
+            .args(["--team", team, "--name", name, "--role", role])
+            .env_remove("COHORT_DATABASE_URL")
+            .output()
+            .expect("running token create");
+        assert!(
+            output.status.success(),
+            "token create failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        stdout.lines().last().expect("a secret").trim().to_string()
+    }
+
+    /// Starts the coordinator and waits until it answers (health is open).
+    pub async fn start(&mut self) {
+        let log = self.root.join("coordinator.log");
+        let mut command = Command::new(&self.bins.coordinator);
+        command
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--auth")
+            .arg(&self.options.auth)
+            .args(&self.options.extra)
+            .env(MARK_VAR, &self.mark)
+            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
+            .env("NO_COLOR", "1");
+        for var in [
+            "COHORT_DATABASE_URL",
+            "COHORT_LISTEN",
+            "COHORT_DATA_DIR",
+            "COHORT_AUTH",
+            "COHORT_TLS_CERT",
+            "COHORT_TLS_KEY",
+            "COHORT_AGENT_CA",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ] {
+            command.env_remove(var);
+        }
+        if let Some(tls) = &self.options.tls {
+            command
+                .arg("--tls-cert")
+                .arg(&tls.cert)
+                .arg("--tls-key")
+                .arg(&tls.key);
+        }
+        if let Some(ca) = &self.options.agent_ca {
+            command.arg("--agent-ca").arg(ca);
+        }
+        self.process = Some(ChildProc::spawn("coordinator", command, &log));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.process.as_mut().and_then(|p| p.try_exit()) {
+                panic!("the coordinator exited ({status}):\n{}", self.log());
+            }
+            if self.try_channel().await.is_ok() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the coordinator did not listen within 60 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The coordinator's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.join("coordinator.log")).unwrap_or_default()
+    }
+
+    /// Sends `signal` to the coordinator.
+    pub fn signal(&mut self, signal: nix::sys::signal::Signal) {
+        if let Some(p) = self.process.as_mut() {
+            p.signal_group(signal);
+        }
+    }
+
+    /// `https://` with TLS, else `http://`.
+    pub fn url(&self) -> String {
+        let scheme = if self.options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The plaintext URL of the same port (to show TLS refuses it).
+    pub fn plain_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A channel that trusts `ca` (TLS) or none (plaintext).
+    pub async fn channel_with(
+        &self,
+        ca: Option<&Path>,
+    ) -> Result<Channel, tonic::transport::Error> {
+        let mut endpoint =
+            Endpoint::from_shared(self.url())?.connect_timeout(Duration::from_secs(3));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).expect("reading the CA");
+            endpoint = endpoint.tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(pem))
+                    .domain_name("127.0.0.1"),
+            )?;
+        }
+        endpoint.connect().await
+    }
+
+    async fn try_channel(&self) -> Result<Channel, tonic::transport::Error> {
+        let ca = self
+            .options
+            .tls
+            .as_ref()
+            .map(|_| self.root.join("pki/main-ca.pem"));
+        self.channel_with(ca.as_deref()).await
+    }
+
+    /// A channel trusting the test CA (`<root>/pki/main-ca.pem`) when TLS is on.
+    pub async fn channel(&self) -> Channel {
+        self.try_channel()
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e:?}", self.url()))
+    }
+
+    /// Runs the CLI with this coordinator's URL, CA and `token`.
+    pub async fn cli(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut command = tokio::process::Command::new(&self.bins.cli);
+        command
+            .arg("--coordinator")
+            .arg(self.url())
+            .env_remove("COHORT_COORDINATOR")
+            .env_remove("COHORT_TOKEN")
+            .env_remove("COHORT_CA_CERT")
+            .kill_on_drop(true);
+        if self.options.tls.is_some() {
+            command
+                .arg("--ca-cert")
+                .arg(self.root.join("pki/main-ca.pem"));
+        }
+        if let Some(token) = token {
+            command.env("COHORT_TOKEN", token);
+        }
+        command.args(args);
+        match tokio::time::timeout(CLI_TIMEOUT, command.output()).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => panic!("running cohort {args:?}: {e}"),
+            Err(_) => panic!("cohort {args:?} did not finish within {CLI_TIMEOUT:?}"),
+        }
+    }
+
+    /// [`Self::cli`] that must exit 0: its stdout.
+    pub async fn cli_ok(&self, token: Option<&str>, args: &[&str]) -> String {
+        let output = self.cli(token, args).await;
+        assert!(
+            output.status.success(),
+            "cohort {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Starts an agent `name` with `gpus` simulated GPUs and `flags` (its
+    /// TLS files, data roots); its log is `<root>/<file>.log`.
+    pub fn start_agent(&mut self, file: &str, name: &str, gpus: usize, flags: &[String]) {
+        let work_dir = self.root.join(file);
+        std::fs::create_dir_all(&work_dir).expect("agent work dir");
+        let mut command = Command::new(&self.bins.agent);
+        command
+            .arg("--coordinator")
+            .arg(self.url())
+            .args([
+                "--name",
+                name,
+                "--address",
+                "127.0.0.1",
+                "--interval",
+                "300ms",
+            ])
+            .args(["--stop-grace", "3s", "--simulate-gpus", &gpus.to_string()])
+            .arg("--work-dir")
+            .arg(&work_dir)
+            .arg("--rank-binary")
+            .arg(&self.bins.rank)
+            .args(flags)
+            .env(MARK_VAR, &self.mark)
+            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
+            .env("NO_COLOR", "1");
+        for var in [
+            "COHORT_COORDINATOR",
+            "COHORT_AGENT_NAME",
+            "COHORT_AGENT_TLS_CA",
+            "COHORT_AGENT_TLS_CERT",
+            "COHORT_AGENT_TLS_KEY",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ] {
+            command.env_remove(var);
+        }
+        let log = self.root.join(format!("{file}.log"));
+        self.agents.push(ChildProc::spawn(file, command, &log));
+    }
+
+    /// An agent's log so far.
+    pub fn agent_log(&self, file: &str) -> String {
+        std::fs::read_to_string(self.root.join(format!("{file}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for SecureCoordinator {
+    fn drop(&mut self) {
+        for agent in &mut self.agents {
+            agent.signal_group(nix::sys::signal::Signal::SIGTERM);
+            agent.wait_timeout(Duration::from_secs(10));
+        }
+        if let Some(p) = self.process.as_mut() {
+            p.kill();
+        }
+        crate::procs::kill_groups(&crate::procs::rank_processes(&self.mark));
+    }
+}
+
+/// `message` as a request carrying `authorization: Bearer <token>`.
+pub fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value: MetadataValue<_> = format!("Bearer {token}").parse().expect("an ASCII token");
+    request.metadata_mut().insert("authorization", value);
+    request
+}

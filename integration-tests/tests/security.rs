@@ -1,0 +1,808 @@
+//! Security end to end, with the real binaries on 127.0.0.1: TLS with
+//! certificates made by openssl, agents identified by their client
+//! certificates, bearer tokens with roles and teams, quotas, revocation,
+//! the audit trail, certificate rotation by SIGHUP, data roots, and the
+//! refusal to listen openly without authentication.
+
+use cohort_integration_tests::bins::{binaries, grpcurl};
+use cohort_integration_tests::job::{create_request, SaeJob};
+use cohort_integration_tests::poll::eventually;
+use cohort_integration_tests::secure::{authed, Pki, SecureCoordinator, SecureOptions};
+use cohort_integration_tests::status::expect_error;
+use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
+use cohort_proto::error::reason;
+use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
+use cohort_proto::v1::{
+    gpu_service_client::GpuServiceClient, training_service_client::TrainingServiceClient,
+};
+use std::time::Duration;
+use tonic::Code;
+
+const AGENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn temp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("cohort-sec-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// The live GPUs `token` sees.
+async fn live_gpus(c: &SecureCoordinator, token: &str) -> Result<Vec<v1::Gpu>, String> {
+    let gpus = GpuServiceClient::new(c.channel().await)
+        .list_gpus(authed(v1::ListGpusRequest::default(), token))
+        .await
+        .map_err(|s| format!("{s:?}"))?
+        .into_inner()
+        .gpus;
+    Ok(gpus
+        .into_iter()
+        .filter(|g| g.availability() != v1::GpuAvailability::Offline)
+        .collect())
+}
+
+fn audit_has(events: &serde_json::Value, method: &str, code: &str) -> bool {
+    events["events"].as_array().is_some_and(|events| {
+        events
+            .iter()
+            .any(|e| e["method"].as_str().is_some_and(|m| m.ends_with(method)) && e["code"] == code)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_agent_certificates_and_rotation() {
+    let dir = temp();
+    let pki = Pki::new(&dir.path().join("pki"), "main");
+    let server = pki.server("server");
+    let mut c = SecureCoordinator::new(
+        dir.path(),
+        SecureOptions {
+            tls: Some(server.clone()),
+            agent_ca: Some(pki.ca()),
+            auth: "token".into(),
+            extra: Vec::new(),
+        },
+    );
+    let admin = c.bootstrap_token("ops", "root", "cluster-admin");
+    assert!(admin.len() >= 32, "a secret of some length: {admin}");
+    c.start().await;
+
+    // Plaintext to the TLS port gets nowhere.
+    let plain = tonic::transport::Endpoint::from_shared(c.plain_url())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(3))
+        .connect()
+        .await;
+    let refused = match plain {
+        Err(_) => true,
+        Ok(channel) => GpuServiceClient::new(channel)
+            .list_gpus(authed(v1::ListGpusRequest::default(), &admin))
+            .await
+            .is_err(),
+    };
+    assert!(
+        refused,
+        "a plaintext call succeeded against the TLS listener"
+    );
+
+    // The CLI over TLS with the token; without it, UNAUTHENTICATED (exit 9).
+    let me = c.cli_ok(Some(&admin), &["-o", "json", "whoami"]).await;
+    let me: serde_json::Value = serde_json::from_str(&me).unwrap();
+    assert_eq!(me["team"], "ops");
+    assert_eq!(me["role"], "ROLE_CLUSTER_ADMIN");
+    let anonymous = c.cli(None, &["-o", "json", "gpus"]).await;
+    assert_eq!(anonymous.status.code(), Some(9), "{anonymous:?}");
+    let err: serde_json::Value = serde_json::from_slice(&anonymous.stderr).unwrap();
+    assert_eq!(err["error"]["reason"], reason::UNAUTHENTICATED, "{err}");
+
+    // An agent with its certificate registers under its name.
+    let good = pki.agent("agent-0", "agent-0");
+    let tls_flags = |pair: &cohort_integration_tests::secure::CertPair, ca: &std::path::Path| {
+        vec![
+            "--tls-ca".to_string(),
+            ca.display().to_string(),
+            "--tls-cert".to_string(),
+            pair.cert.display().to_string(),
+            "--tls-key".to_string(),
+            pair.key.display().to_string(),
+        ]
+    };
+    c.start_agent("agent-0", "agent-0", 1, &tls_flags(&good, &pki.ca()));
+    eventually("agent-0's GPU", AGENT_TIMEOUT, || async {
+        let gpus = live_gpus(&c, &admin).await?;
+        (gpus.len() == 1)
+            .then_some(())
+            .ok_or(format!("{} GPUs", gpus.len()))
+    })
+    .await;
+
+    // A certificate of agent-0 claiming another name is refused and audited.
+    let stolen = pki.agent("stolen", "agent-0");
+    c.start_agent("impostor", "impostor", 1, &tls_flags(&stolen, &pki.ca()));
+    // A certificate of another CA fails the handshake.
+    let foreign = Pki::new(&dir.path().join("foreign"), "foreign");
+    let outsider = foreign.agent("outsider", "outsider");
+    c.start_agent("outsider", "outsider", 1, &tls_flags(&outsider, &pki.ca()));
+    eventually(
+        "the impostor's denial in the audit trail",
+        AGENT_TIMEOUT,
+        || async {
+            let out = c
+                .cli_ok(Some(&admin), &["-o", "json", "audit", "list"])
+                .await;
+            let events: serde_json::Value =
+                serde_json::from_str(&out).map_err(|e| e.to_string())?;
+            let denied = events["events"].as_array().is_some_and(|events| {
+                events
+                    .iter()
+                    .any(|e| e["code"] == "PERMISSION_DENIED" && e["target"] == "impostor")
+            });
+            denied.then_some(()).ok_or(out)
+        },
+    )
+    .await;
+    eventually("the outsider's failed handshake", AGENT_TIMEOUT, || async {
+        let log = c.log();
+        let refused = log
+            .lines()
+            .any(|l| l.contains("TLS handshake refused") && l.to_lowercase().contains("cert"));
+        let agent = c.agent_log("outsider");
+        (refused && agent.contains("refused the session"))
+            .then_some(())
+            .ok_or(format!("coordinator:\n{log}\noutsider:\n{agent}"))
+    })
+    .await;
+    let gpus = live_gpus(&c, &admin).await.unwrap();
+    assert_eq!(gpus.len(), 1, "only agent-0's GPU: {gpus:?}");
+    let impostor = c.agent_log("impostor");
+    assert!(
+        impostor.contains("cannot register as \"impostor\" (PermissionDenied)"),
+        "{impostor}"
+    );
+
+    // grpcurl, as a user types it: -cacert and the bearer header.
+    let out = std::process::Command::new(grpcurl())
+        .arg("-cacert")
+        .arg(pki.ca())
+        .arg("-H")
+        .arg(format!("authorization: Bearer {admin}"))
+        .arg(format!("127.0.0.1:{}", c.port))
+        .arg("cohort.v1.GpuService/ListGpus")
+        .output()
+        .expect("running grpcurl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("agent-0"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = std::process::Command::new(grpcurl())
+        .arg("-cacert")
+        .arg(pki.ca())
+        .arg(format!("127.0.0.1:{}", c.port))
+        .arg("cohort.v1.GpuService/ListGpus")
+        .output()
+        .expect("running grpcurl");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Rotation: the server's files replaced by a certificate of a new CA,
+    // then SIGHUP. New connections get the new certificate.
+    let next = Pki::new(&dir.path().join("next"), "next");
+    let rotated = next.server("server");
+    assert!(
+        c.channel_with(Some(&next.ca())).await.is_err(),
+        "the new CA is not in use yet"
+    );
+    std::fs::copy(&rotated.cert, &server.cert).unwrap();
+    std::fs::copy(&rotated.key, &server.key).unwrap();
+    c.signal(nix::sys::signal::Signal::SIGHUP);
+    eventually(
+        "the rotated certificate",
+        Duration::from_secs(10),
+        || async {
+            match c.channel_with(Some(&next.ca())).await {
+                Ok(channel) => GpuServiceClient::new(channel)
+                    .list_gpus(authed(v1::ListGpusRequest::default(), &admin))
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("{s:?}")),
+                Err(e) => Err(format!("{e:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        c.log().contains("TLS certificate and keys reloaded"),
+        "{}",
+        c.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_teams_revocation_queue_cap_and_audit() {
+    let dir = temp();
+    let mut c = SecureCoordinator::new(
+        dir.path(),
+        SecureOptions {
+            auth: "token".into(),
+            extra: vec!["--max-queued-per-team".into(), "50".into()],
+            ..Default::default()
+        },
+    );
+    let root = c.bootstrap_token("ops", "root", "cluster-admin");
+    c.start().await;
+
+    // Tokens through the CLI: the secret is the last line.
+    let mut secrets = std::collections::HashMap::new();
+    for (team, name, role) in [
+        ("vision", "lead", "admin"),
+        ("vision", "dev", "editor"),
+        ("vision", "intern", "viewer"),
+        ("nlp", "dev", "editor"),
+    ] {
+        let out = c
+            .cli_ok(
+                Some(&root),
+                &[
+                    "admin", "token", "create", "--team", team, "--name", name, "--role", role,
+                ],
+            )
+            .await;
+        let secret = out.lines().last().unwrap().trim().to_string();
+        secrets.insert(format!("{team}/{name}"), secret);
+    }
+    let token = |k: &str| secrets[k].clone();
+    let dup = c
+        .cli(
+            Some(&root),
+            &[
+                "admin", "token", "create", "--team", "nlp", "--name", "dev", "--role", "viewer",
+            ],
+        )
+        .await;
+    assert_eq!(dup.status.code(), Some(6), "{dup:?}");
+
+    let mut trainings = TrainingServiceClient::new(c.channel().await);
+    let mut admin = AdminServiceClient::new(c.channel().await);
+    let job = SaeJob::small();
+
+    // No token, a wrong token: UNAUTHENTICATED.
+    expect_error(
+        "no token",
+        trainings
+            .list_trainings(v1::ListTrainingsRequest::default())
+            .await,
+        Code::Unauthenticated,
+        reason::UNAUTHENTICATED,
+    );
+    expect_error(
+        "a made-up token",
+        trainings
+            .list_trainings(authed(
+                v1::ListTrainingsRequest::default(),
+                "cohort_0123456789abcdef",
+            ))
+            .await,
+        Code::Unauthenticated,
+        reason::UNAUTHENTICATED,
+    );
+
+    // A viewer reads but cannot create; an editor creates (no agent: QUEUED).
+    expect_error(
+        "a viewer creating",
+        trainings
+            .create_training(authed(
+                create_request(&job, 1, true),
+                &token("vision/intern"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    let vision_job = trainings
+        .create_training(authed(create_request(&job, 1, true), &token("vision/dev")))
+        .await
+        .expect("an editor creates")
+        .into_inner();
+    assert_eq!(vision_job.team, "vision");
+    assert_eq!(vision_job.creator, "dev");
+    let nlp_job = trainings
+        .create_training(authed(create_request(&job, 1, true), &token("nlp/dev")))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // Teams: each sees its own; another team's training is PERMISSION_DENIED.
+    let listed = trainings
+        .list_trainings(authed(
+            v1::ListTrainingsRequest::default(),
+            &token("vision/intern"),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .trainings;
+    assert_eq!(
+        listed.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+        vec![vision_job.id.clone()]
+    );
+    expect_error(
+        "nlp reading vision's training",
+        trainings
+            .get_training(authed(
+                v1::GetTrainingRequest {
+                    id: vision_job.id.clone(),
+                },
+                &token("nlp/dev"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    expect_error(
+        "nlp cancelling vision's training",
+        trainings
+            .cancel_training(authed(
+                v1::CancelTrainingRequest {
+                    id: vision_job.id.clone(),
+                    ..Default::default()
+                },
+                &token("nlp/dev"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    // A missing id reads the same to a team-scoped caller (nothing leaks).
+    expect_error(
+        "nlp reading a training that does not exist",
+        trainings
+            .get_training(authed(
+                v1::GetTrainingRequest {
+                    id: "t-nope".into(),
+                },
+                &token("nlp/dev"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    let all = trainings
+        .list_trainings(authed(v1::ListTrainingsRequest::default(), &root))
+        .await
+        .unwrap()
+        .into_inner()
+        .trainings;
+    assert_eq!(all.len(), 2, "a cluster admin sees every team's");
+
+    // A team admin manages its own team's tokens only; an editor none.
+    let made = admin
+        .create_token(authed(
+            v1::CreateTokenRequest {
+                team: "vision".into(),
+                name: "ci".into(),
+                role: v1::Role::Editor as i32,
+                ttl: None,
+            },
+            &token("vision/lead"),
+        ))
+        .await;
+    assert!(made.is_ok(), "{made:?}");
+    expect_error(
+        "vision's admin making an nlp token",
+        admin
+            .create_token(authed(
+                v1::CreateTokenRequest {
+                    team: "nlp".into(),
+                    name: "x".into(),
+                    role: v1::Role::Viewer as i32,
+                    ttl: None,
+                },
+                &token("vision/lead"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    expect_error(
+        "a team admin granting cluster-admin",
+        admin
+            .create_token(authed(
+                v1::CreateTokenRequest {
+                    team: "vision".into(),
+                    name: "up".into(),
+                    role: v1::Role::ClusterAdmin as i32,
+                    ttl: None,
+                },
+                &token("vision/lead"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    expect_error(
+        "an editor listing tokens",
+        admin
+            .list_tokens(authed(
+                v1::ListTokensRequest::default(),
+                &token("vision/dev"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    expect_error(
+        "a team admin setting quotas",
+        admin
+            .set_quota(authed(
+                v1::SetQuotaRequest {
+                    team: "vision".into(),
+                    gpus: Some(100),
+                    max_queued: None,
+                },
+                &token("vision/lead"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+
+    // The queue cap: vision may have 1 QUEUED; the next is QUEUE_FULL.
+    c.cli_ok(
+        Some(&root),
+        &["admin", "quota", "set", "vision", "--max-queued", "1"],
+    )
+    .await;
+    expect_error(
+        "vision's second queued training",
+        trainings
+            .create_training(authed(create_request(&job, 1, true), &token("vision/dev")))
+            .await,
+        Code::ResourceExhausted,
+        reason::QUEUE_FULL,
+    );
+    let quotas = c.cli_ok(Some(&root), &["admin", "quota", "list"]).await;
+    assert!(
+        quotas
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["vision", "none", "0", "1", "1"]),
+        "{quotas}"
+    );
+
+    // The editor cancels its own.
+    trainings
+        .cancel_training(authed(
+            v1::CancelTrainingRequest {
+                id: vision_job.id.clone(),
+                ..Default::default()
+            },
+            &token("vision/dev"),
+        ))
+        .await
+        .expect("cancel own training");
+
+    // Revocation takes effect within 5 s.
+    let out = c
+        .cli_ok(
+            Some(&root),
+            &["admin", "token", "revoke", "--team", "nlp", "dev"],
+        )
+        .await;
+    assert!(out.contains("revoked token nlp/dev"), "{out}");
+    let revoked_at = tokio::time::Instant::now();
+    eventually(
+        "the revoked token refused",
+        Duration::from_secs(5),
+        || async {
+            let mut client = TrainingServiceClient::new(c.channel().await);
+            match client
+                .list_trainings(authed(
+                    v1::ListTrainingsRequest::default(),
+                    &token("nlp/dev"),
+                ))
+                .await
+            {
+                Err(s) if s.code() == Code::Unauthenticated => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(revoked_at.elapsed() <= Duration::from_secs(5));
+    let _ = nlp_job;
+
+    // The audit trail: the creations, the cancel, the denials, the
+    // revocation; a team admin sees its team's alone.
+    let out = c
+        .cli_ok(Some(&root), &["-o", "json", "audit", "list"])
+        .await;
+    let events: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for (method, code) in [
+        ("CreateTraining", "OK"),
+        ("CreateTraining", "PERMISSION_DENIED"),
+        ("CancelTraining", "OK"),
+        ("CancelTraining", "PERMISSION_DENIED"),
+        ("CreateToken", "OK"),
+        ("RevokeToken", "OK"),
+        ("SetQuota", "OK"),
+        ("CreateTraining", "RESOURCE_EXHAUSTED"),
+    ] {
+        assert!(
+            audit_has(&events, method, code),
+            "no {method} {code} in {out}"
+        );
+    }
+    let out = c
+        .cli_ok(
+            Some(&token("vision/lead")),
+            &["-o", "json", "audit", "list"],
+        )
+        .await;
+    let events: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for e in events["events"].as_array().unwrap() {
+        let teams = [
+            e["actor_team"].as_str().unwrap_or(""),
+            e["target_team"].as_str().unwrap_or(""),
+        ];
+        assert!(teams.contains(&"vision"), "vision's admin saw {e}");
+    }
+    let denied = c
+        .cli(
+            Some(&token("vision/lead")),
+            &["audit", "list", "--team", "nlp"],
+        )
+        .await;
+    assert_eq!(denied.status.code(), Some(9), "{denied:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
+    let dir = temp();
+    let mut c = SecureCoordinator::new(
+        dir.path(),
+        SecureOptions {
+            auth: "token".into(),
+            ..Default::default()
+        },
+    );
+    let root = c.bootstrap_token("ops", "root", "cluster-admin");
+    let vision = c.bootstrap_token("vision", "dev", "editor");
+    let nlp = c.bootstrap_token("nlp", "dev", "editor");
+    c.start().await;
+    c.start_agent("agent-0", "agent-0", 3, &[]);
+    eventually("three GPUs", AGENT_TIMEOUT, || async {
+        let n = live_gpus(&c, &root).await?.len();
+        (n == 3).then_some(()).ok_or(format!("{n} GPUs"))
+    })
+    .await;
+    c.cli_ok(
+        Some(&root),
+        &["admin", "quota", "set", "vision", "--gpus", "1"],
+    )
+    .await;
+
+    let job = SaeJob::with_steps(1_000_000);
+    let mut trainings = TrainingServiceClient::new(c.channel().await);
+    let create = |token: String| {
+        let channel = c.channel();
+        let request = create_request(&job, 1, true);
+        async move {
+            TrainingServiceClient::new(channel.await)
+                .create_training(authed(request, &token))
+                .await
+                .expect("create")
+                .into_inner()
+        }
+    };
+    let first = create(vision.clone()).await;
+    let second = create(vision.clone()).await;
+    let other = create(nlp.clone()).await;
+    let state = |id: String, token: String| {
+        let channel = c.channel();
+        async move {
+            TrainingServiceClient::new(channel.await)
+                .get_training(authed(v1::GetTrainingRequest { id }, &token))
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|s| format!("{s:?}"))
+        }
+    };
+    eventually(
+        "vision's first and nlp's training running",
+        AGENT_TIMEOUT,
+        || async {
+            let a = state(first.id.clone(), vision.clone()).await?;
+            let b = state(other.id.clone(), nlp.clone()).await?;
+            (a.state() == v1::training::State::Running && b.state() == v1::training::State::Running)
+                .then_some(())
+                .ok_or(format!("{:?} {:?}", a.state(), b.state()))
+        },
+    )
+    .await;
+    // A free GPU is left, but vision's quota holds its second back.
+    let held = state(second.id.clone(), vision.clone()).await.unwrap();
+    assert_eq!(held.state(), v1::training::State::Queued);
+    assert!(
+        held.state_reason.starts_with(reason::QUOTA_EXCEEDED),
+        "{}",
+        held.state_reason
+    );
+
+    // nlp sees that a GPU is taken, not by what: the holder is redacted.
+    let gpus = live_gpus(&c, &nlp).await.unwrap();
+    let holders: Vec<&str> = gpus
+        .iter()
+        .map(|g| g.training_id.as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(
+        holders,
+        vec![other.id.as_str()],
+        "nlp sees only its own training on a GPU"
+    );
+    assert_eq!(
+        gpus.iter()
+            .filter(|g| g.availability() == v1::GpuAvailability::Busy)
+            .count(),
+        2,
+        "both held GPUs read busy: {gpus:?}"
+    );
+
+    // Raising the quota lets the second one run.
+    c.cli_ok(
+        Some(&root),
+        &["admin", "quota", "set", "vision", "--gpus", "2"],
+    )
+    .await;
+    eventually("vision's second running", AGENT_TIMEOUT, || async {
+        let s = state(second.id.clone(), vision.clone()).await?;
+        (s.state() == v1::training::State::Running)
+            .then_some(())
+            .ok_or(format!("{:?}", s.state()))
+    })
+    .await;
+    for (id, token) in [(first.id, &vision), (second.id, &vision), (other.id, &nlp)] {
+        trainings
+            .cancel_training(authed(
+                v1::CancelTrainingRequest {
+                    id,
+                    ..Default::default()
+                },
+                token,
+            ))
+            .await
+            .expect("cancel");
+    }
+}
+
+#[tokio::test]
+async fn an_open_listener_needs_authentication() {
+    let dir = temp();
+    let output = tokio::process::Command::new(&binaries().coordinator)
+        .args(["--listen", "0.0.0.0:0", "--auth", "none", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("COHORT_DATABASE_URL")
+        .env_remove("COHORT_AUTH")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--insecure"), "{stderr}");
+    let output = tokio::process::Command::new(&binaries().coordinator)
+        .args(["--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("COHORT_DATABASE_URL")
+        .env_remove("COHORT_AUTH")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "token auth without TLS off loopback must not start"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("TLS") || stderr.contains("--tls-cert"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_outside_the_roots_is_refused() {
+    let mut options = ClusterOptions::new(Backend::Sqlite, 1);
+    options.gpus_per_agent = 1;
+    let roots = temp();
+    let data = roots.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    options.agent_args = vec!["--data-root".into(), data.display().to_string()];
+    let cluster = Cluster::start(options).await;
+
+    // Checkpoint storage outside the root: refused before a rank starts.
+    let job = SaeJob::small();
+    let config = cluster.root().join("escape.toml");
+    let escape = job.toml().replace(
+        "[checkpoint]\n",
+        "[checkpoint]\nstorage = \"/etc/cohort-escape\"\n",
+    );
+    std::fs::write(&config, escape).unwrap();
+    let id = cluster.submit(&config, &[]).await;
+    let t = cluster
+        .wait_state(&id, v1::training::State::Failed, Duration::from_secs(60))
+        .await;
+    assert!(
+        t.state_reason.contains(reason::DATA_OUTSIDE_ROOTS),
+        "{}",
+        t.state_reason
+    );
+    assert!(
+        t.state_reason.contains("/etc/cohort-escape"),
+        "{}",
+        t.state_reason
+    );
+    assert_eq!(
+        t.restart_count, 0,
+        "a refusal is the user's error: no restart"
+    );
+    assert!(!std::path::Path::new("/etc/cohort-escape").exists());
+
+    // A shard in the root that is a symbolic link to a file outside: the
+    // directory passes the agent's check, and the rank, which checks each
+    // shard file with its links resolved, refuses it.
+    let outside = temp();
+    let shard = outside.path().join("acts.npy");
+    write_npy(&shard, 64, 32);
+    std::os::unix::fs::symlink(&shard, data.join("acts.npy")).unwrap();
+    let linked = format!(
+        "{}\n[data.files]\npaths = [\"{}/\"]\n",
+        job_without_data(&SaeJob::small()),
+        data.display()
+    );
+    let config = cluster.root().join("linked.toml");
+    std::fs::write(&config, linked).unwrap();
+    let id = cluster.submit(&config, &[]).await;
+    let t = cluster
+        .wait_state(&id, v1::training::State::Failed, Duration::from_secs(60))
+        .await;
+    assert!(
+        t.state_reason.contains(reason::DATA_OUTSIDE_ROOTS),
+        "{}",
+        t.state_reason
+    );
+}
+
+/// The small job's TOML without its synthetic data table.
+fn job_without_data(job: &SaeJob) -> String {
+    let toml = job.toml();
+    let start = toml.find("[data.synthetic]").unwrap();
+    let end = toml[start..]
+        .find("\n\n")
+        .map_or(toml.len(), |i| start + i + 2);
+    format!("{}{}", &toml[..start], &toml[end..])
+}
+
+/// A float32 .npy of `rows` x `cols`.
+fn write_npy(path: &std::path::Path, rows: usize, cols: usize) {
+    let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    let mut header = header.into_bytes();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(&header);
+    for i in 0..rows * cols {
+        bytes.extend_from_slice(&((i % 7) as f32 * 0.1).to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
