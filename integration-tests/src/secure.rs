@@ -409,6 +409,14 @@ impl SecureCoordinator {
         self.agents.push(ChildProc::spawn(file, command, &log));
     }
 
+    /// Sends `signal` to the agent started as `file`.
+    pub fn signal_agent(&mut self, file: &str, signal: nix::sys::signal::Signal) {
+        let agent = self.agents.iter_mut().find(|a| a.name == file);
+        agent
+            .unwrap_or_else(|| panic!("no agent {file}"))
+            .signal_group(signal);
+    }
+
     /// An agent's log so far.
     pub fn agent_log(&self, file: &str) -> String {
         std::fs::read_to_string(self.root.join(format!("{file}.log"))).unwrap_or_default()

@@ -107,7 +107,10 @@ async fn tls_agent_certificates_and_rotation() {
             pair.key.display().to_string(),
         ]
     };
-    c.start_agent("agent-0", "agent-0", 1, &tls_flags(&good, &pki.ca()));
+    // agent-0 trusts its own copy of the CA, replaced at the rotation below.
+    let agent_trust = dir.path().join("agent-0-trust.pem");
+    std::fs::copy(pki.ca(), &agent_trust).unwrap();
+    c.start_agent("agent-0", "agent-0", 1, &tls_flags(&good, &agent_trust));
     eventually("agent-0's GPU", AGENT_TIMEOUT, || async {
         let gpus = live_gpus(&c, &admin).await?;
         (gpus.len() == 1)
@@ -225,6 +228,51 @@ async fn tls_agent_certificates_and_rotation() {
         "{}",
         c.log()
     );
+
+    // The agent's side: SIGHUP reconnects with its files as they are. With
+    // the old CA it cannot trust the rotated server; with the new one it
+    // registers again, its GPU live, without a restart.
+    let registrations = |log: &str| log.matches("registered with the coordinator").count();
+    assert_eq!(registrations(&c.agent_log("agent-0")), 1);
+    c.signal_agent("agent-0", nix::sys::signal::Signal::SIGHUP);
+    eventually(
+        "agent-0 refusing the rotated server",
+        AGENT_TIMEOUT,
+        || async {
+            let log = c.agent_log("agent-0");
+            let after = log.split("SIGHUP: reconnecting").nth(1).unwrap_or_default();
+            after
+                .contains("no coordinator session")
+                .then_some(())
+                .ok_or(log.clone())
+        },
+    )
+    .await;
+    std::fs::copy(next.ca(), &agent_trust).unwrap();
+    c.signal_agent("agent-0", nix::sys::signal::Signal::SIGHUP);
+    eventually("agent-0 registered again", AGENT_TIMEOUT, || async {
+        let log = c.agent_log("agent-0");
+        (registrations(&log) == 2).then_some(()).ok_or(log.clone())
+    })
+    .await;
+    eventually("agent-0's GPU live again", AGENT_TIMEOUT, || async {
+        let channel = c
+            .channel_with(Some(&next.ca()))
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let gpus = GpuServiceClient::new(channel)
+            .list_gpus(authed(v1::ListGpusRequest::default(), &admin))
+            .await
+            .map_err(|s| format!("{s:?}"))?
+            .into_inner()
+            .gpus;
+        let live = gpus
+            .iter()
+            .filter(|g| g.availability() != v1::GpuAvailability::Offline)
+            .count();
+        (live == 1).then_some(()).ok_or(format!("{live} live"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -146,8 +146,9 @@ impl Agent {
         Shutdown::Requested
     }
 
-    /// Waits `delay` while keeping rank events flowing into the outbox.
-    /// `Err` when shutdown was requested meanwhile.
+    /// Waits `delay` while keeping rank events flowing into the outbox; a
+    /// SIGHUP (new TLS files) cuts the wait short. `Err` when shutdown was
+    /// requested meanwhile.
     async fn idle(
         &mut self,
         delay: Duration,
@@ -158,6 +159,7 @@ impl Agent {
         loop {
             tokio::select! {
                 _ = &mut sleep => return Ok(()),
+                _ = self.reload.notified() => return Ok(()),
                 _ = stopped(shutdown) => return Err(()),
                 Some(event) = self.events.recv() => {
                     let event = self.observe(event);
