@@ -409,13 +409,8 @@ impl Cluster {
             .arg("--coordinator")
             .arg(self.url())
             .args(args)
-            .env_remove("COHORT_COORDINATOR")
-            .kill_on_drop(true);
-        match tokio::time::timeout(CLI_TIMEOUT, command.output()).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(e)) => panic!("running cohort {args:?}: {e}"),
-            Err(_) => panic!("cohort {args:?} did not finish within {CLI_TIMEOUT:?}"),
-        }
+            .env_remove("COHORT_COORDINATOR");
+        procs::output_within(&mut command, CLI_TIMEOUT, &format!("cohort {args:?}")).await
     }
 
     /// Runs the CLI and panics unless it exits 0; returns its stdout.

@@ -160,3 +160,18 @@ pub fn kill_groups(pids: &[i32]) {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
 }
+
+/// Runs `command` to its end within `timeout`, panicking with `what` if it
+/// cannot start or takes longer: its output.
+pub async fn output_within(
+    command: &mut tokio::process::Command,
+    timeout: Duration,
+    what: &str,
+) -> std::process::Output {
+    command.kill_on_drop(true);
+    match tokio::time::timeout(timeout, command.output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => panic!("running {what}: {e}"),
+        Err(_) => panic!("{what} did not finish within {timeout:?}"),
+    }
+}

@@ -3,15 +3,13 @@
 //! present a token: what the security tests drive.
 
 use crate::bins::{binaries, Binaries};
+use crate::cluster::CLI_TIMEOUT;
 use crate::procs::{ChildProc, MARK_VAR};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
-
-/// How long the CLI may take.
-const CLI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs `openssl` with `args` in `dir`, panicking with its output on failure.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -338,8 +336,7 @@ impl SecureCoordinator {
             .arg(self.url())
             .env_remove("COHORT_COORDINATOR")
             .env_remove("COHORT_TOKEN")
-            .env_remove("COHORT_CA_CERT")
-            .kill_on_drop(true);
+            .env_remove("COHORT_CA_CERT");
         if self.options.tls.is_some() {
             command
                 .arg("--ca-cert")
@@ -349,11 +346,7 @@ impl SecureCoordinator {
             command.env("COHORT_TOKEN", token);
         }
         command.args(args);
-        match tokio::time::timeout(CLI_TIMEOUT, command.output()).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(e)) => panic!("running cohort {args:?}: {e}"),
-            Err(_) => panic!("cohort {args:?} did not finish within {CLI_TIMEOUT:?}"),
-        }
+        crate::procs::output_within(&mut command, CLI_TIMEOUT, &format!("cohort {args:?}")).await
     }
 
     /// [`Self::cli`] that must exit 0: its stdout.

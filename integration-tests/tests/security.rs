@@ -734,33 +734,28 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
 
 #[tokio::test]
 async fn an_open_listener_needs_authentication() {
-    let dir = temp();
-    let output = tokio::process::Command::new(&binaries().coordinator)
-        .args(["--listen", "0.0.0.0:0", "--auth", "none", "--data-dir"])
-        .arg(dir.path())
-        .env_remove("COHORT_DATABASE_URL")
-        .env_remove("COHORT_AUTH")
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The coordinator with `flags` on 0.0.0.0 must exit non-zero: its stderr.
+    async fn refused(flags: &[&str]) -> String {
+        let dir = temp();
+        let output = tokio::process::Command::new(&binaries().coordinator)
+            .args(["--listen", "0.0.0.0:0", "--data-dir"])
+            .arg(dir.path())
+            .args(flags)
+            .env_remove("COHORT_DATABASE_URL")
+            .env_remove("COHORT_AUTH")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!output.status.success(), "started with {flags:?}: {stderr}");
+        stderr
+    }
+    let stderr = refused(&["--auth", "none"]).await;
     assert!(stderr.contains("--insecure"), "{stderr}");
-    let output = tokio::process::Command::new(&binaries().coordinator)
-        .args(["--listen", "0.0.0.0:0", "--data-dir"])
-        .arg(dir.path())
-        .env_remove("COHORT_DATABASE_URL")
-        .env_remove("COHORT_AUTH")
-        .output()
-        .await
-        .unwrap();
+    // token auth alone (the default off loopback) is not enough without TLS
+    let stderr = refused(&[]).await;
     assert!(
-        !output.status.success(),
-        "token auth without TLS off loopback must not start"
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("TLS") || stderr.contains("--tls-cert"),
+        stderr.contains("TLS (--tls-cert and --tls-key)"),
         "{stderr}"
     );
 }
