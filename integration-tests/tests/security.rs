@@ -13,7 +13,8 @@ use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::error::reason;
 use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
 use cohort_proto::v1::{
-    gpu_service_client::GpuServiceClient, training_service_client::TrainingServiceClient,
+    gpu_service_client::GpuServiceClient, telemetry_service_client::TelemetryServiceClient,
+    training_service_client::TrainingServiceClient,
 };
 use std::time::Duration;
 use tonic::Code;
@@ -568,6 +569,31 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     assert!(revoked_at.elapsed() <= Duration::from_secs(5));
     let _ = nlp_job;
 
+    // An expired token stops working the same way.
+    let out = c
+        .cli_ok(
+            Some(&root),
+            &[
+                "admin", "token", "create", "--team", "nlp", "--name", "brief", "--role", "viewer",
+                "--ttl", "3s",
+            ],
+        )
+        .await;
+    let brief = out.lines().last().unwrap().trim().to_string();
+    let me = c.cli_ok(Some(&brief), &["-o", "json", "whoami"]).await;
+    assert!(me.contains("\"brief\""), "{me}");
+    eventually(
+        "the expired token refused",
+        Duration::from_secs(3 + 5),
+        || async {
+            let out = c.cli(Some(&brief), &["whoami"]).await;
+            (out.status.code() == Some(9))
+                .then_some(())
+                .ok_or(format!("{out:?}"))
+        },
+    )
+    .await;
+
     // The audit trail: the creations, the cancel, the denials, the
     // revocation; a team admin sees its team's alone.
     let out = c
@@ -704,6 +730,70 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
         2,
         "both held GPUs read busy: {gpus:?}"
     );
+
+    // Watches are scoped too: vision's training cannot be watched by nlp,
+    // nor its GPUs' telemetry filtered by it; nlp's live telemetry names
+    // only nlp's training.
+    let denied = TrainingServiceClient::new(c.channel().await)
+        .watch_training(authed(
+            v1::WatchTrainingRequest {
+                id: first.id.clone(),
+                ..Default::default()
+            },
+            &nlp,
+        ))
+        .await;
+    expect_error(
+        "nlp watching vision's training",
+        denied.map(|_| ()),
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    let by_vision = v1::GpuMetricsFilter {
+        training_id: first.id.clone(),
+        ..Default::default()
+    };
+    let denied = TelemetryServiceClient::new(c.channel().await)
+        .watch_gpu_metrics(authed(
+            v1::WatchGpuMetricsRequest {
+                filter: Some(by_vision),
+                ..Default::default()
+            },
+            &nlp,
+        ))
+        .await;
+    expect_error(
+        "nlp's telemetry of vision's training",
+        denied.map(|_| ()),
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    let mut live = TelemetryServiceClient::new(c.channel().await)
+        .watch_gpu_metrics(authed(v1::WatchGpuMetricsRequest::default(), &nlp))
+        .await
+        .expect("nlp watches the fleet")
+        .into_inner();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 3 {
+        let update = tokio::time::timeout(AGENT_TIMEOUT, live.message())
+            .await
+            .expect("a telemetry update in time")
+            .expect("the stream stays up")
+            .expect("the stream stays open");
+        for g in update.gpus {
+            let uuid = g
+                .sample
+                .as_ref()
+                .map(|s| s.gpu_uuid.clone())
+                .unwrap_or_default();
+            assert!(
+                g.training_id.is_empty() || g.training_id == other.id,
+                "nlp saw {} on {uuid}",
+                g.training_id
+            );
+            seen.insert(uuid);
+        }
+    }
 
     // Raising the quota lets the second one run.
     c.cli_ok(
