@@ -164,3 +164,34 @@ async fn coordinator_killed_mid_job_sqlite() {
 async fn coordinator_killed_mid_job_postgres() {
     coordinator_killed_mid_job(Backend::Postgres).await;
 }
+
+/// A second coordinator on the same SQLite file refuses to start, naming
+/// the first one's pid; once the first is gone, one starts on it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_coordinator_per_sqlite_database() {
+    let mut cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 0)).await;
+    let data_dir = cluster.root().join("coordinator");
+    let second = tokio::process::Command::new(&cluster.bins.coordinator)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .env_remove("COHORT_DATABASE_URL")
+        .env_remove("COHORT_AUTH")
+        .output()
+        .await
+        .expect("running a second coordinator");
+    assert!(
+        !second.status.success(),
+        "a second coordinator started on the same SQLite file"
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("another coordinator (pid ") && stderr.contains("--database-url"),
+        "{stderr}"
+    );
+    // The lock goes with the process, even a SIGKILLed one.
+    cluster.restart_coordinator().await;
+    cluster
+        .health("")
+        .await
+        .expect("the restarted coordinator serves");
+}

@@ -170,7 +170,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .security
         .resolve(args.listen)
         .map_err(anyhow::Error::msg)?;
-    let db = Persistence::open(database(&args.data_dir, args.database_url.as_deref()))
+    let target = database(&args.data_dir, args.database_url.as_deref());
+    // Held until the process ends: a second coordinator on this file refuses.
+    let _sqlite_lock = match &target {
+        DatabaseTarget::Sqlite(path) => Some(
+            cohort_coordinator::persistence::exclusive::lock_sqlite(path)
+                .await
+                .map_err(anyhow::Error::new)?,
+        ),
+        _ => None,
+    };
+    let db = Persistence::open(target)
         .await
         .context("opening the database")?;
     let history = cohort_coordinator::history::HistorySettings {

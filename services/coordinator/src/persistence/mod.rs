@@ -17,6 +17,7 @@ mod connection;
 pub mod details;
 mod error;
 pub mod events;
+pub mod exclusive;
 pub mod fleet;
 pub mod gpu_metrics;
 pub mod measure;
