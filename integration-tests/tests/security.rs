@@ -55,18 +55,49 @@ async fn tls_agent_certificates_and_rotation() {
     let dir = temp();
     let pki = Pki::new(&dir.path().join("pki"), "main");
     let server = pki.server("server");
+    let probe_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
     let mut c = SecureCoordinator::new(
         dir.path(),
         SecureOptions {
             tls: Some(server.clone()),
             agent_ca: Some(pki.ca()),
             auth: "token".into(),
-            extra: Vec::new(),
+            extra: vec!["--health-listen".into(), format!("127.0.0.1:{probe_port}")],
         },
     );
     let admin = c.bootstrap_token("ops", "root", "cluster-admin");
     assert!(admin.len() >= 32, "a secret of some length: {admin}");
     c.start().await;
+
+    // Kubernetes-style probes: plaintext grpc.health.v1 on --health-listen,
+    // and nothing else there.
+    let probes = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{probe_port}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("the health listener");
+    let health = tonic_health::pb::health_client::HealthClient::new(probes.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "cohort.v1.TrainingService".into(),
+        })
+        .await
+        .expect("health over plaintext")
+        .into_inner();
+    assert_eq!(
+        health.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let other = GpuServiceClient::new(probes)
+        .list_gpus(authed(v1::ListGpusRequest::default(), &admin))
+        .await;
+    assert_eq!(
+        other.unwrap_err().code(),
+        Code::Unimplemented,
+        "only health on the probe port"
+    );
 
     // Plaintext to the TLS port gets nowhere.
     let plain = tonic::transport::Endpoint::from_shared(c.plain_url())

@@ -78,6 +78,10 @@ struct Args {
     /// Serve Prometheus metrics (`GET /metrics`) on this address; off when unset.
     #[arg(long, env = "COHORT_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
+    /// Kubernetes' gRPC probes, which cannot speak TLS); off when unset.
+    #[arg(long, env = "COHORT_HEALTH_LISTEN", value_name = "ADDR")]
+    health_listen: Option<SocketAddr>,
     #[command(flatten)]
     security: cohort_coordinator::auth::flags::SecurityFlags,
     /// GPUs a team without a quota of its own may hold at once (default: unlimited).
@@ -244,7 +248,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             ctx.tasks.cancelled(),
         ));
     }
-    cohort_coordinator::server::run(listener, ctx, shutdown_signal())
+    let probes = match args.health_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --health-listen {addr}"))?,
+        ),
+        None => None,
+    };
+    cohort_coordinator::server::run_with_health(listener, probes, ctx, shutdown_signal())
         .await
         .context("serving")?;
     Ok(())

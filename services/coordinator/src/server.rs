@@ -53,6 +53,18 @@ pub async fn run(
     ctx: Context,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    run_with_health(listener, None, ctx, shutdown).await
+}
+
+/// [`run`], plus, on `health_listener`, a plaintext server of
+/// grpc.health.v1 alone (`--health-listen`): what Kubernetes' native gRPC
+/// probes need, since they cannot speak TLS. It holds no tenant data.
+pub async fn run_with_health(
+    listener: impl Into<Listener>,
+    health_listener: Option<TcpListener>,
+    ctx: Context,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     let listener = listener.into();
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -81,6 +93,20 @@ pub async fn run(
         shutdown.await;
         streams.stop_streams();
     };
+    if let Some(probes) = health_listener {
+        tracing::info!(addr = ?probes.local_addr().ok(), "serving grpc.health.v1 in plaintext");
+        let health_only = tonic::transport::Server::builder()
+            .add_service(health_service.clone())
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(probes),
+                crate::context::stopped(ctx.stopping()),
+            );
+        ctx.tasks.spawn(async move {
+            if let Err(e) = health_only.await {
+                tracing::error!(error = %e, "the health listener failed");
+            }
+        });
+    }
     let auth = crate::auth::AuthLayer::new(ctx.auth.clone());
     let stopping = crate::context::stopped(ctx.stopping());
     let router = tonic::transport::Server::builder()
