@@ -13,4 +13,6 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The integration tests run the real binaries: build them all first.
 cargo build --workspace --locked --bins
+# deploy/: Kubernetes manifests, Dockerfiles and systemd units, offline.
+bash scripts/check-deploy.sh
 cargo test --workspace --locked

@@ -64,7 +64,13 @@ pub struct Args {
     /// A directory trainings may read data from and write checkpoints to
     /// (repeatable). With any, a training whose local paths lie outside
     /// every root is refused before a rank starts; without, any path goes.
-    #[arg(long = "data-root", value_name = "DIR")]
+    /// `COHORT_AGENT_DATA_ROOTS` gives several, separated by `:`.
+    #[arg(
+        long = "data-root",
+        value_name = "DIR",
+        env = "COHORT_AGENT_DATA_ROOTS",
+        value_delimiter = ':'
+    )]
     pub data_roots: Vec<PathBuf>,
 
     /// PEM CA of the coordinator's certificate (for an `https://` coordinator).
