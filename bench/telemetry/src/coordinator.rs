@@ -79,6 +79,15 @@ impl Coordinator {
     /// Starts `binary` on free 127.0.0.1 ports, on SQLite in a temp dir, or
     /// on a new schema of the PostgreSQL server at `postgres_url`.
     pub async fn spawn(binary: &Path, postgres_url: Option<&str>) -> anyhow::Result<Self> {
+        Self::spawn_with(binary, postgres_url, &[]).await
+    }
+
+    /// [`Self::spawn`] with more coordinator flags.
+    pub async fn spawn_with(
+        binary: &Path,
+        postgres_url: Option<&str>,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         let suffix = unique_suffix();
         let temp_dir = std::env::temp_dir().join(format!("cohort-bench-telemetry-{suffix}"));
         std::fs::create_dir_all(&temp_dir)
@@ -103,6 +112,7 @@ impl Coordinator {
             .arg("--metrics-listen")
             .arg(metrics.to_string())
             .args(&db_args)
+            .args(extra)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)

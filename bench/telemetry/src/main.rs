@@ -6,16 +6,14 @@
 //! `cohort-bench-telemetry --agents 1000 --watchers 100 --duration 30s [--database-url postgres://...]`
 
 mod agents;
-mod coordinator;
-mod histogram;
 mod procstat;
 mod report;
-mod store;
 mod watchers;
 mod window;
 
 use anyhow::Context as _;
 use clap::Parser;
+use cohort_bench_telemetry::{coordinator, histogram, store};
 use cohort_spec::duration::parse_duration;
 use coordinator::Coordinator;
 use std::net::SocketAddr;

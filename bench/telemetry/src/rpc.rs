@@ -8,13 +8,10 @@
 //!
 //! `cohort-bench-rpc --calls 20000 --clients 1` (then `--clients 16`)
 
-#[path = "histogram.rs"]
-mod histogram;
-
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use cohort_bench_telemetry::histogram::Histogram;
 use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
-use histogram::Histogram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

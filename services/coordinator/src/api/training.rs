@@ -43,8 +43,8 @@ pub struct TrainingApi {
 /// Shared facts for describing trainings (see `TrainingApi::lookups`).
 struct Lookups {
     agents: Vec<crate::model::AgentRecord>,
-    /// Waiting training ids in scheduling order.
-    waiting: Vec<String>,
+    /// Waiting trainings' positions (read when one described is waiting).
+    positions: Option<std::sync::Arc<crate::jobs::positions::QueuePositions>>,
     /// Ranks and newest progress of the trainings described.
     details: crate::persistence::details::TrainingDetails,
 }
@@ -148,14 +148,19 @@ impl TrainingApi {
         } else {
             Vec::new()
         };
-        let waiting = if trainings
+        let positions = if trainings
             .iter()
             .any(|t| matches!(t.state, JobState::Queued | JobState::Restarting))
         {
-            let waiting = self.ctx.jobs.waiting().await.map_err(ApiError::from)?;
-            waiting.into_iter().map(|t| t.id).collect()
+            Some(
+                self.ctx
+                    .jobs
+                    .queue_positions()
+                    .await
+                    .map_err(ApiError::from)?,
+            )
         } else {
-            Vec::new()
+            None
         };
         let details = self
             .ctx
@@ -165,7 +170,7 @@ impl TrainingApi {
             .map_err(ApiError::from)?;
         Ok(Lookups {
             agents,
-            waiting,
+            positions,
             details,
         })
     }
@@ -194,10 +199,10 @@ impl TrainingApi {
         }
         message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
         message.queue_position = lookups
-            .waiting
-            .iter()
-            .position(|id| *id == training.id)
-            .map_or(0, |p| p as i32 + 1);
+            .positions
+            .as_ref()
+            .and_then(|p| p.get(&training.id))
+            .unwrap_or(0);
         message.latest_progress = lookups
             .details
             .progress

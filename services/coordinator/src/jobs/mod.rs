@@ -10,6 +10,7 @@ mod events;
 mod failure;
 mod lifecycle;
 pub mod placement;
+pub mod positions;
 pub mod queue;
 pub mod quota;
 mod runtime;
@@ -87,6 +88,8 @@ pub struct Jobs {
     runtime: Arc<Mutex<Runtime>>,
     /// Where report writers and pending decisions run (drained at shutdown).
     tasks: crate::tasks::Tasks,
+    /// The waiting trainings' positions, kept between reads.
+    positions: positions::PositionCache,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -110,6 +113,7 @@ impl Jobs {
             wake: Arc::new(Notify::new()),
             settings: Arc::new(settings),
             runtime: Arc::default(),
+            positions: Default::default(),
             tasks,
         }
     }
@@ -203,6 +207,21 @@ impl Jobs {
         let mut all = self.db.restarting_trainings().await?;
         all.extend(queued);
         Ok(all)
+    }
+
+    /// The waiting trainings' positions in the scheduling order (1 = placed
+    /// next), read again only after a state change (see [`positions`]).
+    pub async fn queue_positions(&self) -> Result<Arc<positions::QueuePositions>, DatabaseError> {
+        let epoch = self.db.events_bell().state_epoch();
+        self.positions
+            .get_or_refresh(epoch, || async move {
+                let waiting = self.waiting().await?;
+                Ok(positions::QueuePositions::new(
+                    epoch,
+                    waiting.iter().map(|t| t.id.as_str()),
+                ))
+            })
+            .await
     }
 
     /// How many QUEUED trainings `team` may have (its cap, else the default).

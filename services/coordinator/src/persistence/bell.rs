@@ -12,6 +12,18 @@ use tokio::sync::watch;
 thread_local! {
     /// Events written by the transaction running on this thread.
     static WRITTEN: RefCell<Vec<(String, i64)>> = const { RefCell::new(Vec::new()) };
+    /// Whether that transaction changed a training's state.
+    static STATE_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes that the current transaction changed a training's state.
+pub(super) fn note_state_change() {
+    STATE_CHANGED.with(|c| c.set(true));
+}
+
+/// Whether the transaction that just committed changed a training's state.
+pub(super) fn take_state_change() -> bool {
+    STATE_CHANGED.with(|c| c.replace(false))
 }
 
 /// Notes that the current transaction wrote event `seq` of `training_id`.
@@ -27,6 +39,7 @@ pub(super) fn take() -> Vec<(String, i64)> {
 /// Forgets the notes (a rollback, or before a new transaction).
 pub(super) fn discard() {
     WRITTEN.with(|w| w.borrow_mut().clear());
+    STATE_CHANGED.with(|c| c.set(false));
 }
 
 /// One watch channel per training someone is watching, holding the newest
@@ -34,6 +47,10 @@ pub(super) fn discard() {
 #[derive(Debug, Clone, Default)]
 pub struct EventBell {
     trainings: Arc<Mutex<HashMap<String, watch::Sender<i64>>>>,
+    /// Committed transactions that changed some training's state (created
+    /// one, placed, finished, restarted ...): what was read of the queue
+    /// before it changed is stale once this moves.
+    state_epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EventBell {
@@ -68,6 +85,17 @@ impl EventBell {
                 }
             }
         }
+    }
+
+    /// Counts a committed state change.
+    pub(super) fn ring_state_change(&self) {
+        self.state_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// How many committed transactions have changed a training's state.
+    pub fn state_epoch(&self) -> u64 {
+        self.state_epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Trainings with a live subscription (for tests and diagnostics).

@@ -218,13 +218,13 @@ impl Persistence {
                         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
                         tracing::debug!(op, attempt, elapsed_ms, ok = result.is_ok(), "db op");
                         // Committed events ring their watchers; a rollback's don't.
-                        let written = if result.is_ok() {
-                            bell::take()
+                        let (written, changed) = if result.is_ok() {
+                            (bell::take(), bell::take_state_change())
                         } else {
                             bell::discard();
-                            Vec::new()
+                            (Vec::new(), false)
                         };
-                        return Ok::<_, DatabaseError>((result, written));
+                        return Ok::<_, DatabaseError>((result, written, changed));
                     }
                 }
             }
@@ -232,10 +232,13 @@ impl Persistence {
         .await
         .map_err(|e| DatabaseError::Task(e.to_string()))
         .and_then(|run| run);
-        let ok = matches!(outcome, Ok((Ok(_), _)));
+        let ok = matches!(outcome, Ok((Ok(_), _, _)));
         self.metrics.record(op, started.elapsed(), ok);
-        let (result, written) = outcome?;
+        let (result, written, changed) = outcome?;
         self.bell.ring(written);
+        if changed {
+            self.bell.ring_state_change();
+        }
         result
     }
 

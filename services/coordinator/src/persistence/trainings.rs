@@ -159,6 +159,7 @@ fn insert_transition(
             at: to_db_time(at),
         })
         .execute(conn)?;
+    super::bell::note_state_change();
     append_event_in(
         conn,
         training_id,

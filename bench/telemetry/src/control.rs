@@ -1,0 +1,324 @@
+//! Benchmark (not a test): the control plane's create and read paths, loaded
+//! from outside by client processes. Starts a real coordinator (release,
+//! SQLite in a temp dir or a fresh PostgreSQL schema) with no agents, so
+//! every training stays QUEUED, then:
+//!
+//! 1. `--clients` processes each send `--creates` CreateTraining calls
+//!    (fresh request ids, `--in-flight` at a time on one connection):
+//!    creates per second and the latency's p50/p99;
+//! 2. the queue is filled to `--queued` trainings;
+//! 3. the processes each send `--reads` GetTraining calls (random queued
+//!    ids) and then ListTrainings first pages (50): p50/p99 of each.
+//!
+//! `cohort-bench-control --clients 4 --creates 2000 --queued 20000 [--database-url postgres://...]`
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use cohort_bench_telemetry::histogram::Histogram;
+use cohort_proto::v1::{self, training_service_client::TrainingServiceClient};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Client processes.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// CreateTraining calls per client in phase 1.
+    #[arg(long, default_value_t = 2000)]
+    creates: usize,
+    /// Calls each client keeps in flight.
+    #[arg(long, default_value_t = 8)]
+    in_flight: usize,
+    /// Queued trainings before the reads.
+    #[arg(long, default_value_t = 20_000)]
+    queued: usize,
+    /// GetTraining calls per client (then as many ListTrainings / 10).
+    #[arg(long, default_value_t = 1000)]
+    reads: usize,
+    /// PostgreSQL server (a fresh schema is made and dropped); default SQLite.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// The coordinator; default: cohort-coordinator next to this executable.
+    #[arg(long)]
+    coordinator_bin: Option<PathBuf>,
+    /// Internal: run as a client process (`create` or `read`) against URL.
+    #[arg(long, hide = true, requires = "url")]
+    worker: Option<String>,
+    #[arg(long, hide = true)]
+    url: Option<String>,
+    /// Internal: the worker's index (request ids and the random seed).
+    #[arg(long, hide = true, default_value_t = 0)]
+    index: usize,
+    /// Internal: how many calls the worker makes.
+    #[arg(long, hide = true, default_value_t = 0)]
+    count: usize,
+}
+
+/// A small queued job (1 GPU): the config of the integration tests' SAE.
+fn create_request(worker: usize, i: usize) -> anyhow::Result<v1::CreateTrainingRequest> {
+    let config = cohort_spec::TrainingConfig::from_toml(
+        "[model]\nd_in = 32\nd_sae = 128\n[optim]\nlearning_rate = 0.003\nbatch_size = 32\nsteps = 60\n\
+         [data.synthetic]\nnum_samples = 4096\nnum_features = 64\n[runtime]\ndevice = \"cpu\"\n",
+    )?;
+    Ok(v1::CreateTrainingRequest {
+        config: Some(v1::TrainingConfig::from(&config)),
+        gpus: Some(v1::GpuRequest {
+            selection: Some(v1::gpu_request::Selection::Count(1)),
+            queue: Some(true),
+        }),
+        request_id: format!("bench-{}-{worker}-{i}", std::process::id()),
+        ..Default::default()
+    })
+}
+
+/// Runs `count` calls of `call`, `in_flight` at a time; prints one line per
+/// call on stdout: what the call was (the tag it returns) and its latency in µs.
+async fn drive<F, Fut>(count: usize, in_flight: usize, call: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<&'static str>> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(in_flight.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let permit = permits.clone().acquire_owned().await?;
+        let fut = call(i);
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let result = fut.await;
+            drop(permit);
+            result.map(|tag| (tag, started.elapsed().as_micros() as u64))
+        });
+    }
+    let mut out = String::new();
+    while let Some(done) = tasks.join_next().await {
+        let (tag, us) = done??;
+        out.push_str(&format!("{tag} {us}\n"));
+    }
+    print!("{out}");
+    Ok(())
+}
+
+async fn worker(args: &Args, kind: &str) -> anyhow::Result<()> {
+    let url = args.url.clone().context("--url")?;
+    let channel = cohort_proto::channel(&url).await?;
+    let client = TrainingServiceClient::new(channel);
+    match kind {
+        "create" => {
+            let index = args.index;
+            drive(args.count, args.in_flight, |i| {
+                let mut client = client.clone();
+                let request = create_request(index, i);
+                async move {
+                    client.create_training(request?).await?;
+                    Ok("create")
+                }
+            })
+            .await
+        }
+        "read" => {
+            // The ids come on stdin, one per line.
+            let mut ids = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut ids)?;
+            let ids: Arc<Vec<String>> = Arc::new(ids.lines().map(str::to_string).collect());
+            let mut seed = args.index as u64 * 0x9E37_79B9_7F4A_7C15 + 1;
+            let mut picks = Vec::with_capacity(args.count);
+            for _ in 0..args.count {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                picks.push((seed % ids.len() as u64) as usize);
+            }
+            let gets = args.count;
+            drive(gets + gets / 10, args.in_flight, |i| {
+                let mut client = client.clone();
+                let get = (i < gets).then(|| ids[picks[i]].clone());
+                async move {
+                    match get {
+                        Some(id) => {
+                            client.get_training(v1::GetTrainingRequest { id }).await?;
+                            Ok("get")
+                        }
+                        None => {
+                            client
+                                .list_trainings(v1::ListTrainingsRequest {
+                                    page_size: 50,
+                                    ..Default::default()
+                                })
+                                .await?;
+                            Ok("list")
+                        }
+                    }
+                }
+            })
+            .await
+        }
+        other => bail!("unknown worker {other}"),
+    }
+}
+
+/// Runs `clients` worker processes of `kind` with `count` calls each;
+/// returns every call's tag and latency, and the wall time.
+async fn fan_out(
+    args: &Args,
+    url: &str,
+    kind: &str,
+    count: usize,
+    stdin: Option<&str>,
+) -> anyhow::Result<(Vec<(String, u64)>, Duration)> {
+    let exe = std::env::current_exe()?;
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for index in 0..args.clients {
+        let mut child = tokio::process::Command::new(&exe)
+            .args(["--worker", kind, "--url", url])
+            .args(["--index", &index.to_string(), "--count", &count.to_string()])
+            .args(["--in-flight", &args.in_flight.to_string()])
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .spawn()?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            let text = text.to_string();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = pipe.write_all(text.as_bytes()).await;
+            });
+        }
+        children.push(child);
+    }
+    let mut all = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().await?;
+        if !out.status.success() {
+            bail!("a {kind} worker failed ({})", out.status);
+        }
+        let text = String::from_utf8(out.stdout)?;
+        for line in text.lines() {
+            let (tag, us) = line.split_once(' ').context("a tagged latency")?;
+            all.push((tag.to_string(), us.parse()?));
+        }
+    }
+    Ok((all, started.elapsed()))
+}
+
+fn summary(latencies: impl IntoIterator<Item = u64>) -> (Histogram, String) {
+    let mut h = Histogram::default();
+    for l in latencies {
+        h.record(l);
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    let text = format!(
+        "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
+        ms(h.quantile(0.5)),
+        ms(h.quantile(0.99)),
+        ms(h.max()),
+        h.count()
+    );
+    (h, text)
+}
+
+async fn queued_ids(url: &str) -> anyhow::Result<Vec<String>> {
+    let mut client = TrainingServiceClient::new(cohort_proto::channel(url).await?);
+    let mut ids = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_trainings(v1::ListTrainingsRequest {
+                page_size: 1000,
+                page_token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        ids.extend(page.trainings.into_iter().map(|t| t.id));
+        if page.next_page_token.is_empty() {
+            return Ok(ids);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+async fn lead(args: &Args) -> anyhow::Result<()> {
+    let bin = match &args.coordinator_bin {
+        Some(b) => b.clone(),
+        None => cohort_bench_telemetry::coordinator::default_binary()?,
+    };
+    let extra = ["--max-queued-per-team".to_string(), "10000000".to_string()];
+    let coord = cohort_bench_telemetry::coordinator::Coordinator::spawn_with(
+        &bin,
+        args.database_url.as_deref(),
+        &extra,
+    )
+    .await?;
+    let url = coord.url.clone();
+    let db = if args.database_url.is_some() {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
+    println!(
+        "coordinator on {db}, no agents; {} client processes, {} calls in flight each",
+        args.clients, args.in_flight
+    );
+    let (creates, wall) = fan_out(args, &url, "create", args.creates, None).await?;
+    let n = creates.len();
+    let (_, text) = summary(creates.into_iter().map(|(_, us)| us));
+    println!(
+        "CreateTraining: {:.0} creates/s over {:.1} s; {text}",
+        n as f64 / wall.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    let have = n;
+    if args.queued > have {
+        let per = (args.queued - have).div_ceil(args.clients);
+        let (_, wall) = fan_out(args, &url, "create", per, None).await?;
+        println!(
+            "filled the queue with {} more in {:.1} s",
+            per * args.clients,
+            wall.as_secs_f64()
+        );
+    }
+    let ids = queued_ids(&url).await?;
+    println!("{} trainings queued", ids.len());
+    let (reads, _) = fan_out(args, &url, "read", args.reads, Some(&ids.join("\n"))).await?;
+    let of = |tag: &str| -> Vec<u64> {
+        reads
+            .iter()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, us)| *us)
+            .collect()
+    };
+    let (_, text) = summary(of("get"));
+    println!("GetTraining (a random queued training): {text}");
+    let (_, text) = summary(of("list"));
+    println!("ListTrainings (the first page of 50): {text}");
+    if let Some(pid) = coord.pid {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM"))
+            .unwrap_or("VmHWM: ?");
+        println!(
+            "coordinator peak RSS {}",
+            rss.trim_start_matches("VmHWM:").trim()
+        );
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.worker.clone() {
+        Some(kind) => worker(&args, &kind).await,
+        None => lead(&args).await,
+    }
+}
