@@ -20,7 +20,8 @@ pub const STOP_GRACE_DEFAULT: &str = "10s";
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cohort-agent", version, about)]
 pub struct Args {
-    /// The coordinator's gRPC endpoint.
+    /// The coordinator's gRPC endpoint, or several, comma-separated
+    /// (coordinators sharing PostgreSQL): any of them points to the leader.
     #[arg(long, env = "COHORT_COORDINATOR", default_value = COORDINATOR_DEFAULT)]
     pub coordinator: String,
 
@@ -76,6 +77,12 @@ pub struct Args {
     /// PEM CA of the coordinator's certificate (for an `https://` coordinator).
     #[arg(long, env = "COHORT_AGENT_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+
+    /// The name the coordinators' certificates carry, when it is not the
+    /// host of the URL dialled (a leader advertising its pod IP while its
+    /// certificate names the Service).
+    #[arg(long, env = "COHORT_AGENT_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
 
     /// PEM client certificate: the agent's identity (its DNS SAN, else its
     /// CN, must be the agent's --name). Re-read at every connection; SIGHUP

@@ -103,6 +103,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ca: args.tls_ca.clone(),
             cert: args.tls_cert.clone(),
             key: args.tls_key.clone(),
+            server_name: args.tls_server_name.clone(),
         },
     };
     tracing::info!(

@@ -1,5 +1,7 @@
 //! A coordinator on a fresh database plus simulated agents, on 127.0.0.1.
 
+mod peers;
+
 use crate::bins::{binaries, Binaries};
 use crate::db::{Backend, TestDatabase};
 use crate::poll::eventually;
@@ -45,6 +47,15 @@ pub struct ClusterOptions {
     pub env: Vec<(String, String)>,
     /// More flags of every agent (e.g. `--data-root DIR`).
     pub agent_args: Vec<String>,
+    /// More flags of every coordinator (e.g. `--lease-ttl 3s`).
+    pub coordinator_args: Vec<String>,
+    /// Start no agent in [`Cluster::start`] (the test starts them with
+    /// [`Cluster::start_agents`], e.g. once every coordinator is up); the
+    /// ranks' turn is taken all the same.
+    pub defer_agents: bool,
+    /// Coordinators reach PostgreSQL at this `host:port` (a proxy the test
+    /// can cut) instead of the server itself.
+    pub database_via: Option<String>,
 }
 
 impl ClusterOptions {
@@ -55,6 +66,9 @@ impl ClusterOptions {
             gpus_per_agent: 2,
             env: Vec::new(),
             agent_args: Vec::new(),
+            coordinator_args: Vec::new(),
+            defer_agents: false,
+            database_via: None,
         }
     }
 }
@@ -71,6 +85,8 @@ pub struct Cluster {
     pub port: u16,
     coordinator: Option<ChildProc>,
     coordinator_starts: usize,
+    /// More coordinators on the same database (PostgreSQL): 1, 2, ...
+    peers: Vec<peers::Peer>,
     agents: Vec<ChildProc>,
     db: TestDatabase,
     root: Option<tempfile::TempDir>,
@@ -106,19 +122,27 @@ impl Cluster {
             port: 0,
             coordinator: None,
             coordinator_starts: 0,
+            peers: Vec::new(),
             agents: Vec::new(),
             db,
             root: Some(root),
             _turn: turn,
         };
         cluster.start_coordinator_on_free_port().await;
-        for i in 0..cluster.options.agents {
-            cluster.start_agent(i);
-        }
-        if cluster.options.agents > 0 {
-            cluster.wait_for_gpus().await;
+        if !cluster.options.defer_agents {
+            cluster.start_agents().await;
         }
         cluster
+    }
+
+    /// Starts every agent and waits until the coordinator lists their GPUs.
+    pub async fn start_agents(&mut self) {
+        for i in 0..self.options.agents {
+            self.start_agent(i);
+        }
+        if self.options.agents > 0 {
+            self.wait_for_gpus().await;
+        }
     }
 
     /// The temp dir holding the data dir, agent work dirs, configs and logs.
@@ -163,15 +187,33 @@ impl Cluster {
 
     fn spawn_coordinator(&mut self) {
         self.coordinator_starts += 1;
-        let data_dir = self.root().join("coordinator");
-        let log = self.root().join("coordinator.log");
+        let process =
+            self.coordinator_process("coordinator", self.port, self.coordinator_starts, &[]);
+        self.coordinator = Some(process);
+    }
+
+    /// A coordinator process named `name` (its data dir and log) on `port`.
+    fn coordinator_process(
+        &self,
+        name: &str,
+        port: u16,
+        start: usize,
+        extra: &[String],
+    ) -> ChildProc {
+        let data_dir = self.root().join(name);
+        let log = self.root().join(format!("{name}.log"));
         let mut command = Command::new(&self.bins.coordinator);
         command
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(&data_dir)
-            .args(self.db.coordinator_args())
+            .args(
+                self.db
+                    .coordinator_args_via(self.options.database_via.as_deref()),
+            )
+            .args(&self.options.coordinator_args)
+            .args(extra)
             .env(MARK_VAR, &self.mark)
             .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
             .env("NO_COLOR", "1")
@@ -180,14 +222,12 @@ impl Cluster {
             .env_remove("COHORT_DATA_DIR")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .envs(self.options.env.iter().cloned());
-        let _ = std::fs::write(
-            &log,
-            format!("---- coordinator start #{} ----\n", self.coordinator_starts),
-        );
-        self.coordinator = Some(ChildProc::spawn("coordinator", command, &log));
+        let _ = std::fs::write(&log, format!("---- {name} start #{start} ----\n"));
+        ChildProc::spawn(name, command, &log)
     }
 
-    /// Polls grpc.health.v1 Check("") until SERVING.
+    /// Polls grpc.health.v1 Check of TrainingService until SERVING: up,
+    /// and leading (at once on SQLite; on PostgreSQL once elected).
     async fn wait_serving(&mut self) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + COORDINATOR_READY_TIMEOUT;
         let mut last = String::new();
@@ -195,7 +235,7 @@ impl Cluster {
             if let Some(status) = self.coordinator.as_mut().and_then(|c| c.try_exit()) {
                 return Err(format!("the coordinator exited ({status}) before serving"));
             }
-            match self.health("").await {
+            match self.health("cohort.v1.TrainingService").await {
                 Ok(ServingStatus::Serving) => return Ok(()),
                 Ok(other) => last = format!("{other:?}"),
                 Err(e) => last = e,
@@ -227,7 +267,7 @@ impl Cluster {
         let mut command = Command::new(&self.bins.agent);
         command
             .arg("--coordinator")
-            .arg(self.url())
+            .arg(self.coordinator_urls().join(","))
             .arg("--name")
             .arg(self.agent_name(i))
             .arg("--simulate-gpus")
@@ -511,6 +551,12 @@ impl Cluster {
             agent.kill();
         }
         self.kill_coordinator();
+        for peer in &mut self.peers {
+            if let Some(mut p) = peer.process.take() {
+                p.signal_group(Signal::SIGCONT);
+                p.kill();
+            }
+        }
         let left = self.rank_processes();
         if !left.is_empty() {
             eprintln!("killing rank processes left behind: {left:?}");

@@ -106,6 +106,25 @@ macro_rules! with_conn {
     };
 }
 
+/// The `host:port` of the PostgreSQL server the tests use.
+pub fn postgres_server() -> String {
+    let url =
+        std::env::var("COHORT_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
+    let rest = url.split_once('@').map_or(url.as_str(), |(_, r)| r);
+    let rest = rest.split_once("://").map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
+/// `url` with the `host:port` after its `@` replaced by `authority`.
+fn with_authority(url: &str, authority: &str) -> String {
+    let Some(at) = url.find('@') else {
+        return url.to_string();
+    };
+    let rest = &url[at + 1..];
+    let end = rest.find('/').unwrap_or(rest.len());
+    format!("{}{authority}{}", &url[..=at], &rest[end..])
+}
+
 /// Training ids are server-made uuids; anything else would be a test bug.
 fn quoted_id(id: &str) -> String {
     assert!(
@@ -151,8 +170,20 @@ impl TestDatabase {
 
     /// The coordinator flags selecting this database (besides `--data-dir`).
     pub fn coordinator_args(&self) -> Vec<String> {
+        self.coordinator_args_via(None)
+    }
+
+    /// [`TestDatabase::coordinator_args`], with PostgreSQL reached at
+    /// `authority` (`host:port`, e.g. a [`crate::proxy::Proxy`]) when given.
+    pub fn coordinator_args_via(&self, authority: Option<&str>) -> Vec<String> {
         match &self.postgres {
-            Some(pg) => vec!["--database-url".into(), pg.url.clone()],
+            Some(pg) => {
+                let url = match authority {
+                    Some(a) => with_authority(&pg.url, a),
+                    None => pg.url.clone(),
+                };
+                vec!["--database-url".into(), url]
+            }
             None => Vec::new(),
         }
     }

@@ -8,6 +8,7 @@
 //! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
 //! - [`poll`]: waiting for a condition with a deadline (never a bare sleep).
 //! - [`s3`]: moto's S3 server on 127.0.0.1 and test shards uploaded to it.
+//! - [`proxy`]: a TCP proxy to cut (PostgreSQL gone, from the coordinator's side).
 //! - [`procs`]: child processes in their own process groups, and a scan of
 //!   `/proc` for rank processes a test left behind.
 //! - [`status`]: asserting an error's code and ErrorInfo reason.
@@ -21,6 +22,7 @@ pub mod job;
 pub mod otlp;
 pub mod poll;
 pub mod procs;
+pub mod proxy;
 pub mod s3;
 pub mod secure;
 pub mod status;

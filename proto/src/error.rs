@@ -35,6 +35,9 @@ pub mod reason {
     pub const QUEUE_FULL: &str = "QUEUE_FULL";
     pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
     pub const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
+    /// A change sent to a standby coordinator (or during an election);
+    /// metadata `leader` is the leader's `--advertise` URL when one is known.
+    pub const NOT_LEADER: &str = "NOT_LEADER";
     pub const INTERNAL: &str = "INTERNAL";
 
     /// Every reason above (docs/api.md's table is checked against it).
@@ -61,6 +64,7 @@ pub mod reason {
         QUEUE_FULL,
         QUOTA_EXCEEDED,
         DATA_OUTSIDE_ROOTS,
+        NOT_LEADER,
         INTERNAL,
     ];
 }
@@ -110,6 +114,25 @@ pub fn invalid_config(err: &ConfigError, prefix: &str) -> Status {
 /// The `ErrorInfo.reason` a status carries, if any (for clients and tests).
 pub fn reason_of(status: &Status) -> Option<String> {
     status.get_details_error_info().map(|info| info.reason)
+}
+
+/// Where a NOT_LEADER refusal says the leader is (its `leader` metadata):
+/// what clients and agents follow. `None` for any other status, or while
+/// no coordinator leads.
+pub fn leader_of(status: &Status) -> Option<String> {
+    let info = status.get_details_error_info()?;
+    if info.reason != reason::NOT_LEADER {
+        return None;
+    }
+    info.metadata
+        .get("leader")
+        .filter(|l| !l.is_empty())
+        .cloned()
+}
+
+/// Whether a status is a NOT_LEADER refusal (a standby, or an election).
+pub fn is_not_leader(status: &Status) -> bool {
+    reason_of(status).as_deref() == Some(reason::NOT_LEADER)
 }
 
 /// The fields named by the `BadRequest` a status carries (empty if none).

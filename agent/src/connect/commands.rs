@@ -25,7 +25,8 @@ pub(super) async fn handle(
             stop_ranks(agent, stop);
             Vec::new()
         }
-        Some(In::ReadFile(_)) => unreachable!("the session serves ReadFile itself"),
+        // The session serves these itself, before commands reach here.
+        Some(In::ReadFile(_)) | Some(In::Ack(_)) => Vec::new(),
         Some(In::Registered(_)) => {
             tracing::warn!("ignoring a second Registered on the same session");
             Vec::new()

@@ -107,6 +107,8 @@ fn rank_event_of(key: &RankKey, kind: v1::rank_event::Kind) -> v1::RankEvent {
         attempt: key.attempt as i32,
         rank: key.rank as i32,
         time: Some(timestamp(SystemTime::now())),
+        // Numbered by the outbox when it is queued or sent.
+        delivery: 0,
         kind: Some(kind),
     }
 }

@@ -9,10 +9,12 @@ pub mod convert;
 mod files;
 mod outbox;
 mod session;
+mod targets;
 
 pub use backoff::Backoff;
 pub use outbox::{Outbox, OUTBOX_CAPACITY};
 pub use session::SessionError;
+pub use targets::Targets;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,13 +26,23 @@ use crate::probe::GpuInfo;
 use crate::supervisor::{RankEvent, RankEventKind, RankKey, Supervisor};
 use crate::telemetry::{self, SharedProbe};
 
+/// The pause before dialling the next coordinator of the list (or the
+/// leader a standby named).
+const FOLLOW_DELAY: Duration = Duration::from_millis(100);
+
+/// The pause before asking again when a coordinator answered UNAVAILABLE
+/// (a standby, an election, its database away): it is up, and takes the
+/// session as soon as it can.
+const ELECTION_RETRY: Duration = Duration::from_millis(500);
+
 /// Capacity of the supervisor's event channel.
 const EVENT_CHANNEL: usize = 1024;
 
 /// How the agent runs; built from the command line.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The coordinator's URL, e.g. `http://127.0.0.1:50051`.
+    /// The coordinators' URLs, comma-separated (a bootstrap list), e.g.
+    /// `http://127.0.0.1:50051`; see [`Targets`].
     pub coordinator: String,
     pub agent_name: String,
     pub host_name: String,
@@ -62,6 +74,9 @@ pub struct ClientTls {
     /// PEM client certificate and key (the agent's identity).
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+    /// The name to verify the coordinator's certificate against, when not
+    /// the URL's host.
+    pub server_name: Option<String>,
 }
 
 /// How the agent's run ended.
@@ -84,6 +99,8 @@ pub struct Agent {
     /// Notified on SIGHUP: the session ends and the next one reads the TLS
     /// files afresh.
     reload: std::sync::Arc<tokio::sync::Notify>,
+    /// Which coordinator to dial next, and the highest leader epoch seen.
+    targets: Targets,
 }
 
 /// Resolves once `shutdown` turns true (or its sender is gone).
@@ -95,7 +112,9 @@ impl Agent {
     pub fn new(config: AgentConfig, probe: SharedProbe, gpus: Vec<GpuInfo>) -> Self {
         let (tx, events) = mpsc::channel(EVENT_CHANNEL);
         let supervisor = Supervisor::new(tx, config.stop_grace);
+        let targets = Targets::new(&config.coordinator);
         Self {
+            targets,
             config,
             probe,
             gpus,
@@ -121,15 +140,31 @@ impl Agent {
             match session::run(&mut self, &mut shutdown).await {
                 Ok(()) => break,
                 Err((registered, error)) => {
+                    // Sent but not acknowledged: sent again next session.
+                    self.outbox.session_ended();
                     if registered {
                         backoff.reset();
                         failures = 0;
+                        self.targets.registered();
                     }
                     failures += 1;
-                    let delay = backoff.next_delay();
+                    // The next address (or the leader a standby named) is
+                    // dialled at once; a round that failed everywhere backs off.
+                    let delay = if self.targets.missed() {
+                        if error.coordinator_busy() {
+                            // A coordinator answered (a standby, an election,
+                            // its database away): ask again soon.
+                            backoff.reset();
+                            ELECTION_RETRY
+                        } else {
+                            backoff.next_delay()
+                        }
+                    } else {
+                        FOLLOW_DELAY
+                    };
                     if failures <= 3 || failures.is_power_of_two() {
                         tracing::warn!(
-                            coordinator = %self.config.coordinator,
+                            coordinators = %self.targets.describe(),
                             error = %error,
                             retry_in_ms = delay.as_millis() as u64,
                             failures,
@@ -190,7 +225,8 @@ impl Agent {
             }
             RankEventKind::Progress(_) => {}
         }
-        convert::rank_event(&event)
+        let event = convert::rank_event(&event);
+        self.outbox.number(event)
     }
 
     /// Tells the probe which pids now run on `gpu`.

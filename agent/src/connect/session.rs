@@ -21,10 +21,12 @@ const OUTBOUND_CAPACITY: usize = 256;
 /// How long dialling the coordinator may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 pings on the session's connection, and how long one may go unanswered.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Short, so a frozen leader (its host hung, its process stopped) is left
+/// within seconds for the coordinator that takes its lease.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(4);
 /// How long the coordinator has to answer Register.
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A status in words: its message and code, then what caused it (a TLS
 /// alert, a refused connection), which tonic keeps as the error's sources.
@@ -59,6 +61,17 @@ pub enum SessionError {
     Protocol(String),
     #[error("reconnecting to pick up reloaded TLS files (SIGHUP)")]
     Reload,
+    #[error("the coordinator leads at epoch {epoch}, but a newer leader (epoch {seen}) was seen: it was deposed")]
+    StaleLeader { epoch: u64, seen: u64 },
+}
+
+impl SessionError {
+    /// A coordinator answered, but cannot take the session now (a standby,
+    /// an election, or its database is away): ask again soon rather than
+    /// backing off as from a coordinator that is gone.
+    pub fn coordinator_busy(&self) -> bool {
+        matches!(self, SessionError::Refused(status) if status.code() == tonic::Code::Unavailable)
+    }
 }
 
 /// A session end: whether Register was answered, and why it ended.
@@ -69,7 +82,7 @@ pub(super) async fn run(
     agent: &mut Agent,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), Broken> {
-    let url = agent.config.coordinator.clone();
+    let url = agent.targets.pick();
     let channel = tokio::select! {
         channel = dial(&url, &agent.config.tls) => channel.map_err(|e| (false, SessionError::Connect(e)))?,
         _ = stopped(shutdown) => return Ok(()),
@@ -80,7 +93,17 @@ pub(super) async fn run(
         .await
         .map_err(|_| (false, SessionError::Closed))?;
     let response = tokio::select! {
-        response = client.connect(ReceiverStream::new(rx)) => response.map_err(|s| (false, SessionError::Refused(s)))?,
+        response = client.connect(ReceiverStream::new(rx)) => match response {
+            Ok(response) => response,
+            Err(status) => {
+                // A standby: dial the leader it names next.
+                if let Some(leader) = cohort_proto::error::leader_of(&status) {
+                    tracing::info!(standby = %url, leader = %leader, "following the coordinator to its leader");
+                    agent.targets.follow(leader);
+                }
+                return Err((false, SessionError::Refused(status)));
+            }
+        },
         _ = stopped(shutdown) => return Ok(()),
     };
     let mut inbound = response.into_inner();
@@ -88,6 +111,15 @@ pub(super) async fn run(
         first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message()) => registered(first).map_err(|e| (false, e))?,
         _ = stopped(shutdown) => return Ok(()),
     };
+    if let Err(seen) = agent.targets.accept_epoch(registered.leader_epoch) {
+        return Err((
+            false,
+            SessionError::StaleLeader {
+                epoch: registered.leader_epoch,
+                seen,
+            },
+        ));
+    }
     let heartbeat_every = convert::positive_duration(registered.heartbeat_interval.as_ref())
         .unwrap_or(agent.config.interval);
     let telemetry_every = convert::positive_duration(registered.telemetry_interval.as_ref())
@@ -95,6 +127,7 @@ pub(super) async fn run(
     tracing::info!(
         agent_id = %registered.agent_id,
         coordinator = %url,
+        leader_epoch = registered.leader_epoch,
         heartbeat_ms = heartbeat_every.as_millis() as u64,
         telemetry_ms = telemetry_every.as_millis() as u64,
         pending_events = agent.outbox.len(),
@@ -146,6 +179,9 @@ async fn tls_config(tls: &super::ClientTls) -> Result<tonic::transport::ClientTl
             return Err("an https:// coordinator needs --tls-ca (the CA of its certificate)".into())
         }
     }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
     if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
         let identity = Identity::from_pem(read(cert.clone()).await?, read(key.clone()).await?);
         config = config.identity(identity);
@@ -182,6 +218,7 @@ async fn serve(
                     agent.outbox.push(event);
                     return Err(SessionError::Closed);
                 }
+                agent.outbox.sent(event);
             }
             received = inbound.message() => match received {
                 Ok(Some(v1::CoordinatorMessage { message: Some(In::ReadFile(req)) })) => {
@@ -195,9 +232,17 @@ async fn serve(
                         }
                     });
                 }
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::Ack(ack)) })) => {
+                    agent.outbox.ack(ack.through);
+                }
                 Ok(Some(command)) => {
                     for event in commands::handle(agent, command).await {
-                        send(tx, Out::RankEvent(event)).await?;
+                        let event = agent.outbox.number(event);
+                        if tx.send(message(Out::RankEvent(event.clone()))).await.is_err() {
+                            agent.outbox.push(event);
+                            return Err(SessionError::Closed);
+                        }
+                        agent.outbox.sent(event);
                     }
                 }
                 Ok(None) => return Err(SessionError::Closed),
@@ -255,6 +300,7 @@ async fn flush_outbox(
             agent.outbox.restore(rest);
             return Err(SessionError::Closed);
         }
+        agent.outbox.sent(event);
     }
     Ok(())
 }

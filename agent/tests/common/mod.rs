@@ -69,6 +69,11 @@ impl Session {
     }
 
     pub async fn register(&mut self) -> v1::Register {
+        self.register_at_epoch(0).await
+    }
+
+    /// Answers Register as a leader at `epoch`.
+    pub async fn register_at_epoch(&mut self, epoch: u64) -> v1::Register {
         let register = match self.next().await.message {
             Some(Out::Register(r)) => r,
             other => panic!("expected Register first, got {other:?}"),
@@ -77,9 +82,22 @@ impl Session {
             agent_id: "agent-1".into(),
             heartbeat_interval: Some(millis(100)),
             telemetry_interval: Some(millis(100)),
+            leader_epoch: epoch,
         }))
         .await;
         register
+    }
+
+    /// Whether the agent ends the session within [`WAIT`] (its stream closes).
+    pub async fn ended_by_agent(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.inbound.recv()).await {
+                Ok(None) => return true,
+                Ok(Some(_)) => continue,
+                Err(_) => return false,
+            }
+        }
     }
 }
 
@@ -131,6 +149,44 @@ pub async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     rx
+}
+
+/// A standby coordinator: refuses every session with NOT_LEADER, naming
+/// `leader`.
+pub struct Standby {
+    pub leader: String,
+}
+
+#[tonic::async_trait]
+impl AgentService for Standby {
+    type ConnectStream = CoordinatorStream;
+
+    async fn connect(
+        &self,
+        _: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        Err(cohort_proto::error::status(
+            tonic::Code::Unavailable,
+            cohort_proto::error::reason::NOT_LEADER,
+            "a standby",
+            [("leader".to_string(), self.leader.clone())],
+        ))
+    }
+
+    async fn list_agents(
+        &self,
+        _: Request<v1::ListAgentsRequest>,
+    ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+}
+
+pub async fn serve_standby(listener: TcpListener, leader: String) {
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(AgentServiceServer::new(Standby { leader }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
 }
 
 pub async fn next_session(sessions: &mut mpsc::UnboundedReceiver<Session>) -> Session {

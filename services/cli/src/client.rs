@@ -40,15 +40,51 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// Dials the first coordinator of the list that answers (`url` may be a
+    /// comma-separated list: coordinators sharing PostgreSQL).
     pub async fn channel(&self) -> Result<Conn, CliError> {
         let credentials = Credentials::new(self.token.as_deref())?;
         let tls = match &self.ca_cert {
             Some(path) => Some(read_ca(path)?),
             None => None,
         };
-        let channel = connect(&self.url, self.connect_timeout, tls).await?;
-        Ok(InterceptedService::new(channel, credentials))
+        let mut unreachable = None;
+        for url in split_urls(&self.url) {
+            match connect(&url, self.connect_timeout, tls.clone()).await {
+                Ok(channel) => return Ok(InterceptedService::new(channel, credentials)),
+                Err(e @ CliError::Unreachable { .. }) => {
+                    tracing::debug!(%url, error = %e, "trying the next coordinator");
+                    unreachable = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(unreachable.unwrap_or_else(|| CliError::Usage("--coordinator names no address".into())))
     }
+
+    /// The same coordinator list with `leader` first: what a standby's
+    /// NOT_LEADER answer sends the command to.
+    pub fn led_by(&self, leader: &str) -> Coordinator {
+        let mut urls = vec![leader.to_string()];
+        urls.extend(
+            split_urls(&self.url)
+                .into_iter()
+                .filter(|u| normalize_url(u) != normalize_url(leader)),
+        );
+        Coordinator {
+            url: urls.join(","),
+            ..self.clone()
+        }
+    }
+}
+
+/// `a,b,c` as addresses (blanks dropped).
+pub fn split_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Adds `authorization: Bearer <token>` to every request, when there is a token.
@@ -174,6 +210,49 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("--ca-cert"), "{err}");
         assert_eq!(err.exit_code(), crate::errors::exit::USAGE);
+    }
+
+    #[test]
+    fn a_leader_goes_first_once() {
+        let c = Coordinator {
+            url: "a:1, http://b:2".into(),
+            ..Default::default()
+        };
+        assert_eq!(c.led_by("http://b:2").url, "http://b:2,a:1");
+        assert_eq!(c.led_by("http://c:3").url, "http://c:3,a:1,http://b:2");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_coordinator_of_a_list_is_skipped() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live_port = live.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(live);
+            let (_, health) = tonic_health::server::health_reporter();
+            let _ = tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let c = Coordinator {
+            url: format!("127.0.0.1:{dead},127.0.0.1:{live_port}"),
+            connect_timeout: Duration::from_secs(2),
+            ..Default::default()
+        };
+        assert!(c.channel().await.is_ok());
+        let none = Coordinator {
+            url: format!("127.0.0.1:{dead}"),
+            connect_timeout: Duration::from_secs(2),
+            ..Default::default()
+        };
+        assert!(matches!(
+            none.channel().await,
+            Err(CliError::Unreachable { .. })
+        ));
     }
 
     #[test]

@@ -33,10 +33,12 @@ use std::time::Duration;
 pub const COORDINATOR_DEFAULT: &str = "http://127.0.0.1:50051";
 
 /// Control data-parallel GPU training on a cohort coordinator.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "cohort", version, about, propagate_version = true)]
 pub struct Cli {
-    /// The coordinator's gRPC address (`http://host:port`; `host:port` means http).
+    /// The coordinator's gRPC address (`http://host:port`; `host:port` means
+    /// http), or several, comma-separated: the first that answers is used,
+    /// and a standby's answer sends the command on to the leader.
     #[arg(
         long,
         global = true,
@@ -73,7 +75,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// List every GPU of every agent: memory, utilization, temperature, holder,
     /// health. Subcommands recommend GPUs, check a selection, estimate memory.
@@ -116,13 +118,37 @@ pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} must be a positive number of seconds"))
 }
 
+/// How many NOT_LEADER answers a command follows to the leader they name.
+const MAX_FOLLOWS: usize = 2;
+
+/// Runs the command; a standby's NOT_LEADER answer (which changed nothing)
+/// sends it again to the leader the answer names.
 async fn run(cli: Cli) -> Result<(), CliError> {
-    let coordinator = &client::Coordinator {
-        url: cli.coordinator,
+    let mut coordinator = client::Coordinator {
+        url: cli.coordinator.clone(),
         connect_timeout: cli.connect_timeout,
-        token: cli.token,
-        ca_cert: cli.ca_cert,
+        token: cli.token.clone(),
+        ca_cert: cli.ca_cert.clone(),
     };
+    let mut follows = 0;
+    loop {
+        match run_on(&coordinator, cli.clone()).await {
+            Err(CliError::Rpc(status)) if follows < MAX_FOLLOWS => {
+                match cohort_proto::error::leader_of(&status) {
+                    Some(leader) => {
+                        tracing::info!(%leader, "a standby answered: sending the command to the leader");
+                        coordinator = coordinator.led_by(&leader);
+                        follows += 1;
+                    }
+                    None => return Err(CliError::Rpc(status)),
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn run_on(coordinator: &client::Coordinator, cli: Cli) -> Result<(), CliError> {
     let out = cli.output;
     match cli.command {
         Command::Gpus(args) => commands::gpus::run(coordinator, args, out).await,

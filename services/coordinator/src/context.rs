@@ -29,6 +29,10 @@ pub struct Context {
     /// Who may call what (`--auth`, `--agent-ca`); the layer and the admin
     /// service use it.
     pub auth: std::sync::Arc<crate::auth::Authenticator>,
+    /// Whether this coordinator leads (always, on SQLite).
+    pub leadership: crate::leader::Leadership,
+    /// How a standby forwards changes to the leader (off by default).
+    pub forwarder: std::sync::Arc<crate::leader::forward::Forwarder>,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -55,8 +59,22 @@ impl Context {
             watchers: Default::default(),
             refusals: Default::default(),
             tasks,
+            leadership: Default::default(),
+            forwarder: Default::default(),
             stopping,
         }
+    }
+
+    /// Lead only when elected (coordinators sharing PostgreSQL).
+    pub fn with_leadership(mut self, leadership: crate::leader::Leadership) -> Self {
+        self.leadership = leadership;
+        self
+    }
+
+    /// Forward changes that reach this coordinator as a standby.
+    pub fn with_forwarding(mut self, settings: crate::leader::forward::ForwardSettings) -> Self {
+        self.forwarder = std::sync::Arc::new(crate::leader::forward::Forwarder::new(settings));
+        self
     }
 
     /// Evaluate alerts with these thresholds instead of the defaults.

@@ -26,6 +26,7 @@ pub mod fleet;
 pub mod history;
 pub mod instruments;
 pub mod jobs;
+pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod persistence;

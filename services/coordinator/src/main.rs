@@ -5,7 +5,11 @@ use anyhow::Context as _;
 use clap::Parser;
 use cohort_coordinator::context::Context;
 use cohort_coordinator::jobs::JobSettings;
+use cohort_coordinator::leader::forward::ForwardSettings;
+use cohort_coordinator::leader::{Elector, Leadership, LeaseSettings};
+use cohort_coordinator::persistence::lease::Fence;
 use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use cohort_coordinator::server::ServerError;
 use cohort_observe::{Observability, ObservabilityArgs};
 use cohort_spec::duration::parse_duration;
 use std::net::SocketAddr;
@@ -82,6 +86,31 @@ struct Args {
     /// Kubernetes' gRPC probes, which cannot speak TLS); off when unset.
     #[arg(long, env = "COHORT_HEALTH_LISTEN", value_name = "ADDR")]
     health_listen: Option<SocketAddr>,
+    /// The URL other coordinators send clients and agents to while this one
+    /// leads (PostgreSQL); default: http(s)://<--listen> unless that is a
+    /// wildcard address.
+    #[arg(long, env = "COHORT_ADVERTISE", value_name = "URL")]
+    advertise: Option<String>,
+    /// How long the leader lease lasts unrenewed (PostgreSQL): a dead
+    /// leader's standbys take over after at most this plus --lease-renew.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "COHORT_LEASE_TTL")]
+    lease_ttl: Duration,
+    /// Answer changes sent to a standby with NOT_LEADER and the leader's URL
+    /// instead of forwarding them to the leader.
+    #[arg(long, env = "COHORT_NO_FORWARD")]
+    no_forward: bool,
+    /// PEM CA of the other coordinators' certificates, for forwarding to an
+    /// https:// leader (default: the CA of this one's --tls-cert chain is
+    /// not guessed: without it, changes to a standby get NOT_LEADER).
+    #[arg(long, env = "COHORT_PEER_CA", value_name = "FILE")]
+    peer_ca: Option<PathBuf>,
+    /// The name the other coordinators' certificates carry, when it is not
+    /// the host of their --advertise URL (e.g. the Service's DNS name).
+    #[arg(long, env = "COHORT_PEER_TLS_NAME", value_name = "NAME")]
+    peer_tls_name: Option<String>,
+    /// How often the leader renews its lease and standbys try to take it.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, env = "COHORT_LEASE_RENEW")]
+    lease_renew: Duration,
     #[command(flatten)]
     security: cohort_coordinator::auth::flags::SecurityFlags,
     /// GPUs a team without a quota of its own may hold at once (default: unlimited).
@@ -133,7 +162,35 @@ async fn main() -> anyhow::Result<()> {
     let observability = Observability::init("cohort-coordinator", &args.observability)?;
     let result = serve(args).await;
     observability.shutdown().await;
+    if let Some(ServerError::Deposed { .. }) = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<ServerError>())
+    {
+        // Not a crash: the supervisor starts it again and it stands by.
+        eprintln!("cohort-coordinator: {}", result.as_ref().unwrap_err());
+        std::process::exit(EXIT_DEPOSED);
+    }
     result
+}
+
+/// The exit status of a coordinator that lost the leader lease (EX_TEMPFAIL).
+const EXIT_DEPOSED: i32 = 75;
+
+/// The URL to advertise: `--advertise`, or the listen address when it names
+/// one host.
+fn advertise_url(args: &Args, tls: bool) -> anyhow::Result<String> {
+    if let Some(url) = &args.advertise {
+        return Ok(url.clone());
+    }
+    if args.listen.ip().is_unspecified() {
+        anyhow::bail!(
+            "--listen {} names no single address: give --advertise URL (where other coordinators send clients and agents)",
+            args.listen
+        );
+    }
+    let scheme = if tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{}", args.listen))
 }
 
 fn database(data_dir: &std::path::Path, url: Option<&str>) -> DatabaseTarget {
@@ -184,9 +241,40 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    let elected = matches!(target, DatabaseTarget::Postgres(_));
     let db = Persistence::open(target)
         .await
         .context("opening the database")?;
+    // On PostgreSQL coordinators elect a leader; every write passes the fence.
+    let mut forward = ForwardSettings::default();
+    let (db, election) = if elected {
+        let settings = LeaseSettings {
+            ttl: args.lease_ttl,
+            renew: args.lease_renew,
+            holder: uuid::Uuid::new_v4().to_string(),
+            advertise: advertise_url(&args, security.tls.is_some())?,
+        };
+        settings.validate().map_err(anyhow::Error::msg)?;
+        forward = ForwardSettings {
+            enabled: !args.no_forward,
+            me: settings.advertise.clone(),
+            peer_ca: match &args.peer_ca {
+                Some(path) => Some(
+                    tokio::fs::read(path)
+                        .await
+                        .with_context(|| format!("reading --peer-ca {}", path.display()))?,
+                ),
+                None => None,
+            },
+            peer_tls_name: args.peer_tls_name.clone(),
+        };
+        let fence = std::sync::Arc::new(Fence::default());
+        let leadership = Leadership::elected();
+        let elector = Elector::start(db.clone(), fence.clone(), settings, leadership.clone());
+        (db.fenced(fence), Some((leadership, elector)))
+    } else {
+        (db, None)
+    };
     let history = cohort_coordinator::history::HistorySettings {
         raw_retention: args.metrics_raw_retention,
         rollup_retention: args.metrics_rollup_retention,
@@ -223,7 +311,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         ..JobSettings::default()
     };
+    let leadership = election
+        .as_ref()
+        .map(|(l, _)| l.clone())
+        .unwrap_or_else(Leadership::alone);
     let ctx = Context::with_settings(db, settings)
+        .with_leadership(leadership)
+        .with_forwarding(forward)
         .with_history(history)
         .with_alert_settings(args.alerts.settings())
         .with_auth(cohort_coordinator::auth::AuthSettings {
@@ -256,8 +350,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    cohort_coordinator::server::run_with_health(listener, probes, ctx, shutdown_signal())
-        .await
-        .context("serving")?;
+    let served =
+        cohort_coordinator::server::run_with_health(listener, probes, ctx, shutdown_signal()).await;
+    if let Some((_, elector)) = election {
+        if served.is_ok() {
+            elector.stop().await;
+        }
+    }
+    served?;
     Ok(())
 }

@@ -27,6 +27,10 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// Another coordinator took the leader lease: this one stopped serving
+    /// (its supervisor starts it again, as a standby).
+    #[error("deposed: another coordinator leads now{}", leader.as_deref().map(|l| format!(" ({l})")).unwrap_or_default())]
+    Deposed { leader: Option<String> },
 }
 
 /// Where the server listens: plaintext (loopback, or `--insecure`) or TLS.
@@ -86,11 +90,16 @@ pub async fn run_with_health(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let background = crate::background::Background::start(&ctx).await;
+    // The leader's work starts now, or once this coordinator is elected.
+    let leading = crate::leader::Leading::start(&ctx, health.clone()).await;
 
     let streams = ctx.clone();
+    let leadership = ctx.leadership.clone();
     let shutdown = async move {
-        shutdown.await;
+        tokio::select! {
+            _ = shutdown => {}
+            _ = leadership.deposed() => {}
+        }
         streams.stop_streams();
     };
     if let Some(probes) = health_listener {
@@ -108,9 +117,12 @@ pub async fn run_with_health(
         });
     }
     let auth = crate::auth::AuthLayer::new(ctx.auth.clone());
+    let gate = crate::leader::gate::GateLayer::new(ctx.leadership.clone(), ctx.forwarder.clone());
     let stopping = crate::context::stopped(ctx.stopping());
+    let leadership = ctx.leadership.clone();
     let router = tonic::transport::Server::builder()
         .layer(cohort_observe::grpc::GrpcTraceLayer::new())
+        .layer(gate)
         .layer(auth)
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -134,7 +146,11 @@ pub async fn run_with_health(
                 .await?
         }
     }
-    background.stop().await;
+    if let crate::leader::Role::Deposed { leader } = leadership.role() {
+        leading.abandon();
+        return Err(ServerError::Deposed { leader });
+    }
+    leading.stop().await;
     tracing::info!("gRPC server stopped");
     Ok(())
 }

@@ -33,6 +33,11 @@ impl Tasks {
         self.token.is_cancelled()
     }
 
+    /// Tells every task to stop, without waiting for them.
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+
     /// Cancels, then waits up to `deadline` for every task; returns how many
     /// were still running when it gave up.
     pub async fn drain(&self, deadline: Duration) -> usize {

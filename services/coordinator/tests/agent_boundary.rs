@@ -71,6 +71,7 @@ impl TestAgent {
             attempt,
             rank: 0,
             time: None,
+            delivery: 0,
             kind: Some(kind),
         }))
         .await;

@@ -3,42 +3,12 @@
 mod common;
 
 use chrono::Utc;
-use cohort_coordinator::model::{EventPayload, GpuRequest, GpuSelection, JobState, RankState};
+use cohort_coordinator::model::{EventPayload, GpuSelection, JobState, RankState};
 use cohort_coordinator::persistence::events::append_event_in;
-use cohort_coordinator::persistence::{
-    DatabaseError, ListTrainings, NewTraining, Persistence, TrainingCursor,
-};
+use cohort_coordinator::persistence::{DatabaseError, ListTrainings, Persistence, TrainingCursor};
 use cohort_spec::progress::{Progress, ProgressLine};
-use cohort_spec::TrainingConfig;
 
-const CONFIG: &str = r#"
-[model]
-d_in = 16
-[optim]
-batch_size = 8
-steps = 20
-[data.synthetic]
-num_samples = 256
-"#;
-
-fn new_training(request_id: Option<&str>) -> NewTraining {
-    NewTraining {
-        request_id: request_id.map(str::to_string),
-        display_name: "demo".into(),
-        config: TrainingConfig::from_toml(CONFIG).unwrap(),
-        gpu_request: GpuRequest {
-            selection: GpuSelection::Count { count: 2 },
-            queue: true,
-        },
-        priority: 0,
-        max_restarts: 3,
-        trace_context: None,
-        team: String::new(),
-        creator: "anonymous".into(),
-        audit: None,
-        max_queued: None,
-    }
-}
+use common::new_training;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_apply_once_and_reopen() {

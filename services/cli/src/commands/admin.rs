@@ -11,7 +11,7 @@ use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
 use serde_json::Value;
 use std::time::Duration;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum AdminCommand {
     /// Create, list and revoke API tokens.
     #[command(subcommand)]
@@ -21,7 +21,7 @@ pub enum AdminCommand {
     Quota(QuotaCommand),
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum TokenCommand {
     /// Create a token; its secret is printed once, on the last line.
     Create(TokenCreateArgs),
@@ -41,7 +41,7 @@ pub enum TokenCommand {
     },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TokenCreateArgs {
     /// The team the token acts for.
     #[arg(long)]
@@ -76,7 +76,7 @@ impl From<RoleArg> for v1::Role {
     }
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum QuotaCommand {
     /// Set a team's limits. It replaces them: a limit left out is lifted
     /// (no GPU quota; the coordinator's default queue cap).

@@ -36,7 +36,7 @@ impl From<SeverityArg> for cohort_proto::v1::AlertSeverity {
     }
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AlertsArgs {
     #[command(subcommand)]
     pub command: Option<AlertsCommand>,
@@ -45,7 +45,7 @@ pub struct AlertsArgs {
 }
 
 /// `cohort alerts` without a subcommand.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AlertsListArgs {
     /// Also the alerts resolved within `--since`.
     #[arg(long)]
@@ -63,14 +63,14 @@ pub struct AlertsListArgs {
     pub filter: MetricsFilterArgs,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum AlertsCommand {
     /// Follow alerts as they are raised and resolved (overheating, ECC errors,
     /// lost agents, hung trainings).
     Watch(AlertsWatchArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AlertsWatchArgs {
     /// Only alerts at least this severe.
     #[arg(long, value_enum)]

@@ -11,13 +11,13 @@ use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum AuditCommand {
     /// The audit trail; a team admin sees its own team's.
     List(AuditListArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AuditListArgs {
     /// Only events about this team's objects or by its members.
     #[arg(long)]

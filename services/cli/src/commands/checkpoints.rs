@@ -15,7 +15,7 @@ use serde_json::Value;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct CheckpointsArgs {
     /// The training id (to list its checkpoints).
     #[arg(required = true)]
@@ -24,7 +24,7 @@ pub struct CheckpointsArgs {
     pub command: Option<CheckpointsCommand>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum CheckpointsCommand {
     /// Download a checkpoint's files into a directory: natively
     /// (manifest.json, state.safetensors) or for SAELens (cfg.json,
@@ -32,7 +32,7 @@ pub enum CheckpointsCommand {
     Download(DownloadArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct DownloadArgs {
     /// The training id.
     pub id: String,

@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::path::PathBuf;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GpusArgs {
     /// Only the GPUs of this agent (its id).
     #[arg(long, value_name = "AGENT_ID")]
@@ -31,7 +31,7 @@ pub struct GpusArgs {
     pub command: Option<GpusCommand>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum GpusCommand {
     /// Recommend free GPUs for a training config or a memory need, best first.
     Recommend {

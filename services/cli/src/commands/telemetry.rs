@@ -20,7 +20,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 use std::time::SystemTime;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum TelemetryCommand {
     /// A live table of GPU metrics (in `-o json`, one JSON object per update).
     Watch(TelemetryWatchArgs),
@@ -54,7 +54,7 @@ pub struct MetricsFilterArgs {
     pub job: Option<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TelemetryWatchArgs {
     /// Per GPU or one summary.
     #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
@@ -66,7 +66,7 @@ pub struct TelemetryWatchArgs {
     pub count: Option<u64>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TelemetryQueryArgs {
     /// Per GPU or one summary per bucket.
     #[arg(long, value_enum, default_value_t = ViewArg::PerGpu)]
@@ -81,7 +81,7 @@ pub struct TelemetryQueryArgs {
     pub step: Option<Duration>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct TelemetryHistoryArgs {
     #[command(flatten)]
     pub filter: MetricsFilterArgs,

@@ -114,7 +114,16 @@ fn from_database(err: DatabaseError) -> Status {
                 ("training_id".to_string(), existing),
             ],
         ),
-        err @ (DatabaseError::Connect(_) | DatabaseError::Pool(_) | DatabaseError::Task(_)) => {
+        err @ (DatabaseError::NotLeader | DatabaseError::Deposed { .. }) => {
+            tracing::warn!(error = %err, "a change reached a coordinator that does not lead");
+            status(
+                Code::Unavailable,
+                reason::NOT_LEADER,
+                format!("{err}: retry on the leader"),
+                [],
+            )
+        }
+        err if err.is_unavailable() => {
             tracing::error!(error = %err, "database unavailable");
             status(
                 Code::Unavailable,

@@ -17,6 +17,8 @@ pub enum AgentCommand {
         grace: Duration,
         reason: String,
     },
+    /// The agent's rank events through this delivery number are stored.
+    Ack { through: u64 },
     /// Read up to `length` bytes of `path` from `offset` (0: only its size).
     ReadFile {
         request_id: u64,

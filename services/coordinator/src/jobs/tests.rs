@@ -126,6 +126,7 @@ impl Harness {
             attempt,
             rank,
             time: None,
+            delivery: 0,
             kind: Some(kind),
         };
         self.jobs

@@ -39,6 +39,13 @@ pub enum DatabaseError {
     Logical(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A write on a standby coordinator (it does not lead).
+    #[error("this coordinator does not lead; changes go to the leader")]
+    NotLeader,
+    /// The lease moved on: another coordinator leads since this one's
+    /// epoch; the write was refused in its own transaction.
+    #[error("this coordinator was deposed (its epoch {epoch} is over); changes go to the leader")]
+    Deposed { epoch: i64 },
     #[error("database task failed: {0}")]
     Task(String),
 }
@@ -56,6 +63,20 @@ impl DatabaseError {
                     || info.message().contains("database is locked")
                     || info.message().contains("database is busy")
             }
+            _ => false,
+        }
+    }
+
+    /// The database could not be reached (or the connection broke): worth
+    /// trying again later, unlike a failed query.
+    pub fn is_unavailable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            DatabaseError::Connect(_) | DatabaseError::Pool(_) | DatabaseError::Task(_) => true,
+            DatabaseError::Query(Error::DatabaseError(kind, _)) => matches!(
+                kind,
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand
+            ),
             _ => false,
         }
     }

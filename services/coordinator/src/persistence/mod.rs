@@ -20,6 +20,7 @@ pub mod events;
 pub mod exclusive;
 pub mod fleet;
 pub mod gpu_metrics;
+pub mod lease;
 pub mod measure;
 pub mod placements;
 pub mod quotas;
@@ -59,7 +60,7 @@ impl Default for PersistenceOptions {
     fn default() -> Self {
         Self {
             max_connections: None,
-            checkout_timeout: Duration::from_secs(10),
+            checkout_timeout: Duration::from_secs(5),
             startup_timeout: Duration::from_secs(30),
             max_attempts: 5,
         }
@@ -76,6 +77,8 @@ pub struct Persistence {
     bell: EventBell,
     /// Latency and errors per named operation.
     metrics: OpMetrics,
+    /// Set on PostgreSQL coordinators that elect a leader: writes pass it.
+    fence: Option<std::sync::Arc<lease::Fence>>,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -155,6 +158,7 @@ impl Persistence {
             max_attempts: options.max_attempts.max(1),
             bell: EventBell::default(),
             metrics: OpMetrics::default(),
+            fence: None,
         })
     }
 
@@ -180,6 +184,17 @@ impl Persistence {
         self.run(op, Mode::Write, f).await
     }
 
+    /// [`Persistence::transaction`] without the leader fence: the lease
+    /// itself, and audit rows of refused calls, which any coordinator of
+    /// the database may append.
+    pub(crate) async fn unfenced<T, F>(&self, op: &'static str, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
+    {
+        self.run(op, Mode::Unfenced, f).await
+    }
+
     /// Runs `f`, which only reads, as one transaction (a deferred one on
     /// SQLite: readers don't wait for the writer in WAL mode), like
     /// [`Persistence::transaction`] otherwise.
@@ -199,13 +214,26 @@ impl Persistence {
         let pool = self.pool.clone();
         let max_attempts = self.max_attempts;
         let started = Instant::now();
+        // A fenced write goes on only as the leader, at the epoch it has now.
+        let fence = match (&self.fence, mode) {
+            (Some(fence), Mode::Write) => match fence.state() {
+                lease::FenceState::Leading { holder, epoch } => Some((holder, epoch)),
+                lease::FenceState::Standby => return Err(DatabaseError::NotLeader),
+            },
+            _ => None,
+        };
         let outcome = tokio::task::spawn_blocking(move || {
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
                 bell::discard();
                 let result = match mode {
-                    Mode::Write => connection::write_transaction(&mut conn, |c| f(c)),
+                    Mode::Write | Mode::Unfenced => connection::write_transaction(&mut conn, |c| {
+                        if let Some((holder, epoch)) = &fence {
+                            lease::check_in(c, holder, *epoch)?;
+                        }
+                        f(c)
+                    }),
                     Mode::Read => conn.transaction(|c| f(c)),
                 };
                 match result {
@@ -257,5 +285,7 @@ impl Persistence {
 #[derive(Debug, Clone, Copy)]
 enum Mode {
     Write,
+    /// A write that needs no leadership (see [`Persistence::unfenced`]).
+    Unfenced,
     Read,
 }

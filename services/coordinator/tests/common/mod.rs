@@ -6,7 +6,9 @@
 
 pub mod server;
 
-use cohort_coordinator::persistence::{DatabaseTarget, Persistence};
+use cohort_coordinator::model::{GpuRequest, GpuSelection};
+use cohort_coordinator::persistence::{DatabaseTarget, NewTraining, Persistence};
+use cohort_spec::TrainingConfig;
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 
@@ -82,6 +84,47 @@ pub async fn postgres() -> TestDb {
         db,
         _cleanup: cleanup,
     }
+}
+
+const CONFIG: &str = r#"
+[model]
+d_in = 16
+[optim]
+batch_size = 8
+steps = 20
+[data.synthetic]
+num_samples = 256
+"#;
+
+/// A small 2-GPU training to create, queued when the GPUs are busy.
+pub fn new_training(request_id: Option<&str>) -> NewTraining {
+    NewTraining {
+        request_id: request_id.map(str::to_string),
+        display_name: "demo".into(),
+        config: TrainingConfig::from_toml(CONFIG).expect("the test config"),
+        gpu_request: GpuRequest {
+            selection: GpuSelection::Count { count: 2 },
+            queue: true,
+        },
+        priority: 0,
+        max_restarts: 3,
+        trace_context: None,
+        team: String::new(),
+        creator: "anonymous".into(),
+        audit: None,
+        max_queued: None,
+    }
+}
+
+/// How many trainings the database holds.
+pub async fn training_count(db: &TestDb) -> i64 {
+    db.db
+        .count_trainings_by_state()
+        .await
+        .expect("counting trainings")
+        .iter()
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// Both backends, each fresh.

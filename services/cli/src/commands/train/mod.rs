@@ -21,7 +21,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum TrainCommand {
     /// Submit a training (a TOML or JSON config file, and/or config flags); prints its id.
     Submit(Box<SubmitArgs>),
@@ -57,7 +57,7 @@ pub enum TrainCommand {
     },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {
     /// The training config (`.json` is read as JSON, anything else as TOML);
     /// without it, the config flags below describe the whole config.
@@ -108,7 +108,7 @@ pub enum StateArg {
     Cancelled,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ListArgs {
     /// Only trainings in this state (repeat or comma-separate for several).
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -124,7 +124,7 @@ pub struct ListArgs {
     pub all: bool,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct WatchArgs {
     /// The training id.
     pub id: String,

@@ -133,6 +133,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 grace_period: prost_types::Duration::try_from(grace).ok(),
                 reason,
             }),
+            AgentCommand::Ack { through } => Message::Ack(v1::Ack { through }),
             AgentCommand::ReadFile {
                 request_id,
                 path,
@@ -218,6 +219,7 @@ mod tests {
             attempt: 1,
             rank: 0,
             time: None,
+            delivery: 0,
             kind: Some(v1::rank_event::Kind::Exited(v1::RankExited {
                 status: Some(v1::rank_exited::Status::Signal(9)),
                 stderr_tail: "x".into(),

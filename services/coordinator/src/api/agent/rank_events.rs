@@ -55,10 +55,25 @@ async fn owns(session: &mut Session, event: &RankReport) -> Result<bool, Databas
     Ok(owned)
 }
 
-pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) {
+/// What became of a rank event: the agent may forget it (stored, or
+/// refused for good), or must send it again to a coordinator that can store
+/// it (this one does not lead, or lost its database).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Delivery {
+    Done,
+    Retry,
+}
+
+/// Whether a failure to store is this coordinator's (send the event again
+/// elsewhere, later) rather than the event's.
+fn retry_elsewhere(e: &DatabaseError) -> bool {
+    e.is_unavailable() || matches!(e, DatabaseError::NotLeader | DatabaseError::Deposed { .. })
+}
+
+pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) -> Delivery {
     let Ok(report) = RankReport::try_from(event) else {
         tracing::debug!(agent_id = %session.agent_id, "ignoring a rank event without a kind");
-        return;
+        return Delivery::Done;
     };
     let (training_id, attempt, rank) = (report.training_id.clone(), report.attempt, report.rank);
     match owns(session, &report).await {
@@ -71,19 +86,31 @@ pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) {
                 .fetch_add(1, Ordering::Relaxed);
             let detail = format!("rank {rank} of {training_id} attempt {attempt}");
             session.refused("rank event", &detail);
-            return;
+            return Delivery::Done;
         }
         Err(e) => {
             tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot check a rank event's owner");
-            return;
+            return if retry_elsewhere(&e) {
+                Delivery::Retry
+            } else {
+                Delivery::Done
+            };
         }
     }
-    if let Err(e) = session
+    match session
         .ctx
         .jobs
         .on_rank_event(&session.agent_id, report)
         .await
     {
-        tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");
+        Ok(()) => Delivery::Done,
+        Err(e) if retry_elsewhere(&e) => {
+            tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event here: the agent sends it again");
+            Delivery::Retry
+        }
+        Err(e) => {
+            tracing::warn!(agent_id = %session.agent_id, training_id = %training_id, rank, error = %e, "cannot record a rank event");
+            Delivery::Done
+        }
     }
 }

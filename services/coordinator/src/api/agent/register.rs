@@ -169,6 +169,7 @@ pub(super) async fn accept(
                 agent_id: agent_id.clone(),
                 heartbeat_interval: prost_types::Duration::try_from(HEARTBEAT_INTERVAL).ok(),
                 telemetry_interval: prost_types::Duration::try_from(TELEMETRY_INTERVAL).ok(),
+                leader_epoch: u64::try_from(ctx.leadership.epoch()).unwrap_or(0),
             },
         )),
     };

@@ -3,8 +3,9 @@
 //! telemetry, [`rank_events`](super::rank_events) for its ranks, the relay
 //! for file chunks); then the agent leaves the live fleet.
 
-use super::rank_events::OwnedRanks;
+use super::rank_events::{Delivery, OwnedRanks};
 use crate::context::Context;
+use crate::fleet::AgentCommand;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use tonic::Streaming;
@@ -57,7 +58,21 @@ pub(super) async fn serve(
             Some(Message::Heartbeat(_)) | None => {}
             Some(Message::Telemetry(t)) => super::samples::on_telemetry(&mut session, t),
             Some(Message::RankEvent(event)) => {
-                super::rank_events::on_rank_event(&mut session, event).await
+                let delivery = event.delivery;
+                match super::rank_events::on_rank_event(&mut session, event).await {
+                    Delivery::Done if delivery > 0 => {
+                        // Not waited for: a later ack covers a dropped one.
+                        let ack = AgentCommand::Ack { through: delivery };
+                        session.ctx.fleet.send(&session.agent_id, ack);
+                    }
+                    Delivery::Done => {}
+                    Delivery::Retry => {
+                        // The agent keeps what was not acknowledged and sends
+                        // it again in its next session (to the leader).
+                        tracing::warn!(agent_id = %session.agent_id, "ending the agent's session: its events cannot be stored here");
+                        break;
+                    }
+                }
             }
             Some(Message::FileChunk(data)) => session
                 .ctx

@@ -1,0 +1,119 @@
+//! Which coordinator leads. On SQLite a coordinator leads alone (the file
+//! lock keeps a second one out); on PostgreSQL coordinators elect one
+//! through a lease row ([`crate::persistence::lease`]) and the others stand
+//! by, serving reads from the database and pointing changes at the leader.
+//!
+//! [`Leadership`] is the role as every part of the server sees it;
+//! [`elector`] moves it; [`gate`] refuses changes on a standby; [`Leading`]
+//! starts the leader's work (scheduler, runner, alerts, history) when the
+//! role becomes leader.
+
+pub mod elector;
+pub mod forward;
+pub mod gate;
+mod leading;
+
+pub use elector::{Elector, LeaseSettings};
+pub use leading::Leading;
+
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// This coordinator's part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// It leads, at this fencing epoch (0 when it leads alone, on SQLite).
+    Leader { epoch: i64 },
+    /// Another coordinator leads (its `--advertise` URL, when its lease is
+    /// live), or none does yet.
+    Standby { leader: Option<String> },
+    /// It led, and another coordinator took the lease: it stops.
+    Deposed { leader: Option<String> },
+}
+
+impl Role {
+    /// The leader's URL to send a client to, when this one does not lead.
+    pub fn leader_hint(&self) -> Option<&str> {
+        match self {
+            Role::Leader { .. } => None,
+            Role::Standby { leader } | Role::Deposed { leader } => leader.as_deref(),
+        }
+    }
+}
+
+/// The role, shared. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    role: Arc<watch::Sender<Role>>,
+    elected: bool,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Self::alone()
+    }
+}
+
+impl Leadership {
+    /// Leads from the start, alone (SQLite; tests).
+    pub fn alone() -> Self {
+        Self {
+            role: Arc::new(watch::channel(Role::Leader { epoch: 0 }).0),
+            elected: false,
+        }
+    }
+
+    /// Stands by until an [`Elector`] wins the lease.
+    pub fn elected() -> Self {
+        Self {
+            role: Arc::new(watch::channel(Role::Standby { leader: None }).0),
+            elected: true,
+        }
+    }
+
+    /// Whether an election decides (PostgreSQL), rather than leading alone.
+    pub fn is_elected(&self) -> bool {
+        self.elected
+    }
+
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(*self.role.borrow(), Role::Leader { .. })
+    }
+
+    /// The fencing epoch this coordinator leads at (0 when it does not).
+    pub fn epoch(&self) -> i64 {
+        match *self.role.borrow() {
+            Role::Leader { epoch } => epoch,
+            _ => 0,
+        }
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    /// Moves the role; watchers are told only of a change.
+    pub(crate) fn set(&self, role: Role) {
+        self.role.send_if_modified(|current| {
+            let changed = *current != role;
+            *current = role;
+            changed
+        });
+    }
+
+    /// Resolves once this coordinator has been deposed.
+    pub async fn deposed(&self) {
+        let mut rx = self.role.subscribe();
+        if rx
+            .wait_for(|r| matches!(r, Role::Deposed { .. }))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+}
