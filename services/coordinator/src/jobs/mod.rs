@@ -213,12 +213,26 @@ impl Jobs {
     /// next), read again only after a state change (see [`positions`]).
     pub async fn queue_positions(&self) -> Result<Arc<positions::QueuePositions>, DatabaseError> {
         let epoch = self.db.events_bell().state_epoch();
+        let (db, policy) = (self.db.clone(), self.settings.queue.clone());
         self.positions
-            .get_or_refresh(epoch, || async move {
-                let waiting = self.waiting().await?;
+            .get_or_refresh(epoch, move || async move {
+                // The order of `waiting`, from the keys alone.
+                let (mut restarting, mut queued): (Vec<_>, Vec<_>) = db
+                    .waiting_keys()
+                    .await?
+                    .into_iter()
+                    .partition(|k| k.restarting);
+                // As `restarting_trainings` reads them: priority, then age.
+                restarting.sort_by(|a, b| {
+                    b.priority
+                        .cmp(&a.priority)
+                        .then(a.create_time.cmp(&b.create_time))
+                        .then(a.id.cmp(&b.id))
+                });
+                policy.order(&mut queued, chrono::Utc::now());
                 Ok(positions::QueuePositions::new(
                     epoch,
-                    waiting.iter().map(|t| t.id.as_str()),
+                    restarting.iter().chain(&queued).map(|k| k.id.as_str()),
                 ))
             })
             .await

@@ -10,8 +10,40 @@
 //! GPUs it needs drain instead of being taken again.
 
 use crate::model::Training;
+use crate::persistence::waiting::WaitingKey;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
+
+/// What the order looks at: a whole training, or its key alone.
+pub trait Waiting {
+    fn id(&self) -> &str;
+    fn priority(&self) -> i32;
+    fn create_time(&self) -> DateTime<Utc>;
+}
+
+impl Waiting for Training {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn create_time(&self) -> DateTime<Utc> {
+        self.create_time
+    }
+}
+
+impl Waiting for WaitingKey {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn create_time(&self) -> DateTime<Utc> {
+        self.create_time
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct QueuePolicy {
@@ -31,19 +63,19 @@ impl Default for QueuePolicy {
 }
 
 impl QueuePolicy {
-    pub fn effective_priority(&self, t: &Training, now: DateTime<Utc>) -> i64 {
-        let waited = (now - t.create_time).to_std().unwrap_or_default();
+    pub fn effective_priority(&self, t: &impl Waiting, now: DateTime<Utc>) -> i64 {
+        let waited = (now - t.create_time()).to_std().unwrap_or_default();
         let steps = waited.as_secs() / self.aging.as_secs().max(1);
-        i64::from(t.priority) + steps as i64
+        i64::from(t.priority()) + steps as i64
     }
 
-    /// Sort waiting trainings into scheduling order.
-    pub fn order(&self, trainings: &mut [Training], now: DateTime<Utc>) {
+    /// Sort waiting trainings (or their keys) into scheduling order.
+    pub fn order<T: Waiting>(&self, trainings: &mut [T], now: DateTime<Utc>) {
         trainings.sort_by(|a, b| {
             self.effective_priority(b, now)
                 .cmp(&self.effective_priority(a, now))
-                .then(a.create_time.cmp(&b.create_time))
-                .then(a.id.cmp(&b.id))
+                .then(a.create_time().cmp(&b.create_time()))
+                .then(a.id().cmp(b.id()))
         });
     }
 

@@ -29,6 +29,7 @@ mod rows;
 pub mod schema;
 pub mod tokens;
 pub mod trainings;
+pub mod waiting;
 
 pub use bell::EventBell;
 pub use checkpoints::CheckpointRecord;
