@@ -93,6 +93,24 @@ pub struct Cluster {
     _turn: Option<MutexGuard<'static, ()>>,
 }
 
+/// How many GPUs the coordinator at `url` lists as connected (GPUs of
+/// agents not (yet) connected are listed OFFLINE).
+pub async fn live_gpus(url: &str) -> Result<usize, String> {
+    let channel = cohort_proto::channel(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let gpus = GpuServiceClient::new(channel)
+        .list_gpus(v1::ListGpusRequest::default())
+        .await
+        .map_err(|s| format!("ListGpus: {s:?}"))?
+        .into_inner()
+        .gpus;
+    Ok(gpus
+        .iter()
+        .filter(|g| g.availability() != v1::GpuAvailability::Offline)
+        .count())
+}
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
     listener.local_addr().expect("local addr").port()
@@ -306,20 +324,7 @@ impl Cluster {
         let check = || {
             let url = url.clone();
             async move {
-                let channel = cohort_proto::channel(&url)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let gpus = GpuServiceClient::new(channel)
-                    .list_gpus(v1::ListGpusRequest::default())
-                    .await
-                    .map_err(|s| format!("ListGpus: {s:?}"))?
-                    .into_inner()
-                    .gpus;
-                // GPUs of agents not (yet) connected are listed OFFLINE
-                let live = gpus
-                    .iter()
-                    .filter(|g| g.availability() != v1::GpuAvailability::Offline)
-                    .count();
+                let live = live_gpus(&url).await?;
                 if live >= want {
                     Ok(())
                 } else {

@@ -346,20 +346,7 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
         "the agent to join the new leader",
         Duration::from_secs(30),
         || async {
-            let gpus = v1::gpu_service_client::GpuServiceClient::new(
-                cohort_proto::channel(&url)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-            .list_gpus(v1::ListGpusRequest::default())
-            .await
-            .map_err(|s| format!("{s:?}"))?
-            .into_inner()
-            .gpus;
-            let live = gpus
-                .iter()
-                .filter(|g| g.availability() != v1::GpuAvailability::Offline)
-                .count();
+            let live = cohort_integration_tests::cluster::live_gpus(&url).await?;
             (live == 2).then_some(()).ok_or(format!("{live} GPUs live"))
         },
     )

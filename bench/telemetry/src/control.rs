@@ -14,6 +14,7 @@
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use cohort_bench_telemetry::agents;
 use cohort_bench_telemetry::histogram::Histogram;
 use cohort_proto::v1::{self, training_service_client::TrainingServiceClient};
 use std::path::PathBuf;
@@ -39,6 +40,14 @@ struct Args {
     /// GetTraining calls per client (then as many ListTrainings / 10).
     #[arg(long, default_value_t = 1000)]
     reads: usize,
+    /// Simulated agents (8 GPUs each) connected before the creates: the
+    /// scheduler then plans against their GPUs (the first trainings take
+    /// them and stay SCHEDULED; no rank ever runs).
+    #[arg(long, default_value_t = 0)]
+    agents: usize,
+    /// GPUs each created training asks for.
+    #[arg(long, default_value_t = 1)]
+    gpus_per_training: u32,
     /// PostgreSQL server (a fresh schema is made and dropped); default SQLite.
     #[arg(long)]
     database_url: Option<String>,
@@ -58,8 +67,8 @@ struct Args {
     count: usize,
 }
 
-/// A small queued job (1 GPU): the config of the integration tests' SAE.
-fn create_request(worker: usize, i: usize) -> anyhow::Result<v1::CreateTrainingRequest> {
+/// A small queued job of `gpus` GPUs: the config of the integration tests' SAE.
+fn create_request(worker: usize, i: usize, gpus: u32) -> anyhow::Result<v1::CreateTrainingRequest> {
     let config = cohort_spec::TrainingConfig::from_toml(
         "[model]\nd_in = 32\nd_sae = 128\n[optim]\nlearning_rate = 0.003\nbatch_size = 32\nsteps = 60\n\
          [data.synthetic]\nnum_samples = 4096\nnum_features = 64\n[runtime]\ndevice = \"cpu\"\n",
@@ -67,7 +76,7 @@ fn create_request(worker: usize, i: usize) -> anyhow::Result<v1::CreateTrainingR
     Ok(v1::CreateTrainingRequest {
         config: Some(v1::TrainingConfig::from(&config)),
         gpus: Some(v1::GpuRequest {
-            selection: Some(v1::gpu_request::Selection::Count(1)),
+            selection: Some(v1::gpu_request::Selection::Count(i32::try_from(gpus)?)),
             queue: Some(true),
         }),
         request_id: format!("bench-{}-{worker}-{i}", std::process::id()),
@@ -109,10 +118,10 @@ async fn worker(args: &Args, kind: &str) -> anyhow::Result<()> {
     let client = TrainingServiceClient::new(channel);
     match kind {
         "create" => {
-            let index = args.index;
+            let (index, gpus) = (args.index, args.gpus_per_training);
             drive(args.count, args.in_flight, |i| {
                 let mut client = client.clone();
-                let request = create_request(index, i);
+                let request = create_request(index, i, gpus);
                 async move {
                     client.create_training(request?).await?;
                     Ok("create")
@@ -178,6 +187,7 @@ async fn fan_out(
             .args(["--worker", kind, "--url", url])
             .args(["--index", &index.to_string(), "--count", &count.to_string()])
             .args(["--in-flight", &args.in_flight.to_string()])
+            .args(["--gpus-per-training", &args.gpus_per_training.to_string()])
             .stdin(if stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -238,7 +248,12 @@ async fn queued_ids(url: &str) -> anyhow::Result<Vec<String>> {
             })
             .await?
             .into_inner();
-        ids.extend(page.trainings.into_iter().map(|t| t.id));
+        ids.extend(
+            page.trainings
+                .into_iter()
+                .filter(|t| t.state() == v1::training::State::Queued)
+                .map(|t| t.id),
+        );
         if page.next_page_token.is_empty() {
             return Ok(ids);
         }
@@ -264,9 +279,14 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
     } else {
         "SQLite"
     };
+    let _agents = connect_agents(&url, args.agents).await?;
     println!(
-        "coordinator on {db}, no agents; {} client processes, {} calls in flight each",
-        args.clients, args.in_flight
+        "coordinator on {db}, {} simulated agents ({} GPUs), {} GPU(s) per training; {} client processes, {} calls in flight each",
+        args.agents,
+        args.agents * agents::GPUS_PER_AGENT,
+        args.gpus_per_training,
+        args.clients,
+        args.in_flight
     );
     let (creates, wall) = fan_out(args, &url, "create", args.creates, None).await?;
     let n = creates.len();
@@ -288,6 +308,9 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
     }
     let ids = queued_ids(&url).await?;
     println!("{} trainings queued", ids.len());
+    if let Some(metrics) = coord.metrics {
+        report_passes(metrics, ids.len()).await?;
+    }
     let (reads, _) = fan_out(args, &url, "read", args.reads, Some(&ids.join("\n"))).await?;
     let of = |tag: &str| -> Vec<u64> {
         reads
@@ -311,6 +334,73 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
             rss.trim_start_matches("VmHWM:").trim()
         );
     }
+    Ok(())
+}
+
+/// Connects `n` simulated agents, 32 at a time, and keeps them
+/// heartbeating (with telemetry) until the returned tasks are dropped.
+async fn connect_agents(url: &str, n: usize) -> anyhow::Result<tokio::task::JoinSet<()>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    if n == 0 {
+        return Ok(tasks);
+    }
+    let started = Instant::now();
+    let prefix = format!("bench-{}", std::process::id());
+    let gate = Arc::new(Semaphore::new(32));
+    let mut connecting = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (url, prefix, gate) = (url.to_string(), prefix.clone(), gate.clone());
+        connecting.spawn(async move {
+            let _turn = gate.acquire_owned().await?;
+            agents::connect(&url, &prefix, i).await
+        });
+    }
+    let far = tokio::time::Instant::now() + Duration::from_secs(24 * 3600);
+    let window = cohort_bench_telemetry::window::Window {
+        from_ms: 0,
+        to_ms: 0,
+    };
+    let sent = Arc::new(agents::Sent::default());
+    while let Some(agent) = connecting.join_next().await {
+        let agent = agent??;
+        tasks.spawn(agent.run(n, tokio::time::Instant::now(), far, window, sent.clone()));
+    }
+    println!(
+        "{n} simulated agents registered in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(tasks)
+}
+
+/// The scheduler's figures once the queue is full: waits (up to 3 min)
+/// for passes over most of the `waiting` trainings (placements still under
+/// way shorten the queue a little), then prints five of them, 1 s apart,
+/// and the slowest pass since start.
+async fn report_passes(metrics: std::net::SocketAddr, waiting: usize) -> anyhow::Result<()> {
+    use cohort_bench_telemetry::coordinator::metric;
+    let settle = Instant::now();
+    let mut passes = Vec::new();
+    let mut seen = f64::NAN;
+    while passes.len() < 5 && settle.elapsed() < Duration::from_secs(180) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let looked_at = metric(metrics, "cohort_scheduler_pass_trainings").await?;
+        let last = metric(metrics, "cohort_scheduler_pass_seconds").await? * 1e3;
+        // A new pass (another duration) over the whole queue.
+        if looked_at >= 0.9 * waiting as f64 && last != seen {
+            passes.push((looked_at, last));
+            seen = last;
+        }
+    }
+    let max = metric(metrics, "cohort_scheduler_pass_max_seconds").await? * 1e3;
+    let shown: Vec<String> = passes
+        .iter()
+        .map(|(n, ms)| format!("{ms:.1} ms over {n:.0}"))
+        .collect();
+    println!(
+        "scheduler passes over the full queue (sampled 1 s apart, {:.0} s after it was full): {}; slowest since start {max:.1} ms",
+        settle.elapsed().as_secs_f64(),
+        if shown.is_empty() { "none seen".to_string() } else { shown.join(", ") }
+    );
     Ok(())
 }
 

@@ -195,8 +195,16 @@ impl Drop for Coordinator {
 }
 
 /// `cohort_telemetry_samples_ingested_total` from the coordinator's
-/// Prometheus endpoint (a plain HTTP/1.1 GET; the endpoint closes the connection).
+/// Prometheus endpoint.
 pub async fn samples_ingested(metrics: SocketAddr) -> anyhow::Result<u64> {
+    metric(metrics, "cohort_telemetry_samples_ingested_total")
+        .await
+        .map(|v| v as u64)
+}
+
+/// One unlabelled series `name` from the coordinator's Prometheus endpoint
+/// (a plain HTTP/1.1 GET; the endpoint closes the connection).
+pub async fn metric(metrics: SocketAddr, name: &str) -> anyhow::Result<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(metrics).await?;
     stream
@@ -204,11 +212,11 @@ pub async fn samples_ingested(metrics: SocketAddr) -> anyhow::Result<u64> {
         .await?;
     let mut body = String::new();
     stream.read_to_string(&mut body).await?;
+    let prefix = format!("{name} ");
     body.lines()
-        .find_map(|l| l.strip_prefix("cohort_telemetry_samples_ingested_total "))
-        .context("no cohort_telemetry_samples_ingested_total in /metrics")?
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .with_context(|| format!("no {name} in /metrics"))?
         .trim()
         .parse::<f64>()
-        .map(|v| v as u64)
-        .context("parsing cohort_telemetry_samples_ingested_total")
+        .with_context(|| format!("parsing {name}"))
 }

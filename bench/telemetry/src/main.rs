@@ -5,15 +5,13 @@
 //!
 //! `cohort-bench-telemetry --agents 1000 --watchers 100 --duration 30s [--database-url postgres://...]`
 
-mod agents;
 mod procstat;
 mod report;
 mod watchers;
-mod window;
 
 use anyhow::Context as _;
 use clap::Parser;
-use cohort_bench_telemetry::{coordinator, histogram, store};
+use cohort_bench_telemetry::{agents, coordinator, histogram, store, window};
 use cohort_spec::duration::parse_duration;
 use coordinator::Coordinator;
 use std::net::SocketAddr;

@@ -295,6 +295,32 @@ impl Fleet {
         all
     }
 
+    /// `f` of every connected GPU (by agent name, then index) with its
+    /// agent, holder and latest sample, under one look at the fleet and
+    /// without copying agents: what a scheduling pass reads of 8,000 GPUs.
+    pub fn map_gpus<T>(
+        &self,
+        mut f: impl FnMut(&LiveAgent, &GpuRecord, Option<&Hold>, Option<&GpuSample>) -> T,
+    ) -> Vec<T> {
+        let state = self.lock();
+        let mut agents: Vec<&LiveAgent> = state.agents.values().collect();
+        agents.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut out = Vec::with_capacity(agents.iter().map(|a| a.gpus.len()).sum());
+        for agent in agents {
+            let mut gpus: Vec<&GpuRecord> = agent.gpus.iter().collect();
+            gpus.sort_by_key(|g| g.index);
+            for gpu in gpus {
+                out.push(f(
+                    agent,
+                    gpu,
+                    state.holds.get(&gpu.uuid),
+                    state.latest.get(&gpu.uuid),
+                ));
+            }
+        }
+        out
+    }
+
     /// Marks GPUs held by a training's attempt (all of them, atomically).
     /// Fails, holding nothing, if any of them is already held by another training.
     pub fn hold(&self, holds: Vec<(String, Hold)>) -> Result<(), String> {

@@ -9,6 +9,7 @@ mod commands;
 mod events;
 mod failure;
 mod lifecycle;
+pub mod passes;
 pub mod placement;
 pub mod positions;
 pub mod queue;
@@ -25,9 +26,10 @@ pub use tracker::StragglerChange;
 use crate::fleet::{Fleet, Hold};
 use crate::model::{GpuRequest, JobState, RunningRank, Training};
 use crate::persistence::{DatabaseError, Persistence};
-use placement::FleetView;
+use placement::{FleetView, Unplaceable};
 use queue::QueuePolicy;
 use runtime::{Outcome, Runtime};
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,6 +92,8 @@ pub struct Jobs {
     tasks: crate::tasks::Tasks,
     /// The waiting trainings' positions, kept between reads.
     positions: positions::PositionCache,
+    /// What the scheduling passes cost.
+    passes: passes::PassStats,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -114,8 +118,14 @@ impl Jobs {
             settings: Arc::new(settings),
             runtime: Arc::default(),
             positions: Default::default(),
+            passes: Default::default(),
             tasks,
         }
+    }
+
+    /// What the last scheduling pass cost (and the slowest so far).
+    pub fn pass_figures(&self) -> passes::PassFigures {
+        self.passes.figures()
     }
 
     fn rt(&self) -> std::sync::MutexGuard<'_, Runtime> {
@@ -245,43 +255,60 @@ impl Jobs {
 
     /// One look at the waiting trainings: place what fits, in order; refresh
     /// the pending reason of what doesn't.
+    ///
+    /// The fleet is looked at once and again only after a placement took
+    /// GPUs; a first placement that failed is not planned again for a
+    /// training asking the same (same selection, same memory need) until
+    /// then; pending reasons that changed are written together at the end,
+    /// in one transaction. So a pass over a long queue that cannot move
+    /// costs a plan per distinct request, not per training.
     pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
+        let started = std::time::Instant::now();
         let now = chrono::Utc::now();
         let mut reserved = false;
         let mut quotas = quota::QuotaBook::load(&self.db, self.settings.quotas).await?;
-        for training in self.waiting().await? {
+        let waiting = self.waiting().await?;
+        let looked_at = waiting.len();
+        let mut view: Option<FleetView> = None;
+        let mut failed: HashMap<(String, u64), Unplaceable> = HashMap::new();
+        let mut reasons: Vec<(String, String)> = Vec::new();
+        for training in waiting {
             if training.state == JobState::Restarting && !self.torn_down(&training).await? {
                 continue; // the old gang is not verified gone yet
             }
             if reserved {
                 let reason = "WAITING_FOR_RESERVATION: an older training that has waited long is placed first";
                 if training.state == JobState::Queued && training.state_reason != reason {
-                    self.db.set_pending_reason(&training.id, reason).await?;
+                    reasons.push((training.id.clone(), reason.to_string()));
                 }
                 continue;
             }
-            let avoid = self
-                .rt()
-                .avoid
-                .get(&training.id)
-                .cloned()
-                .unwrap_or_default();
-            let leader = if training.attempt > 0 {
-                self.db.checkpoint_agent(&training.id).await?
-            } else {
-                None
-            };
+            let fleet = view.get_or_insert_with(|| FleetView::of(&self.fleet));
             // First placements follow the recommender; restarts keep rank 0 on
             // the checkpoint's host and avoid the faulty GPU.
             let plan = if training.attempt == 0 {
-                self.plan_first(&training.gpu_request, &training.config)
+                use crate::selection::{estimate, EstimateInput};
+                let need = estimate(&EstimateInput::from_config(&training.config)).total;
+                let key = (format!("{:?}", training.gpu_request.selection), need);
+                match failed.get(&key) {
+                    Some(why) => Err(why.clone()),
+                    None => {
+                        let plan = placement::plan_first(fleet, &training.gpu_request, need);
+                        if let Err(why) = &plan {
+                            failed.insert(key, why.clone());
+                        }
+                        plan
+                    }
+                }
             } else {
-                placement::plan_restart(
-                    &FleetView::of(&self.fleet),
-                    &training.gpu_request,
-                    &avoid,
-                    leader.as_deref(),
-                )
+                let avoid = self
+                    .rt()
+                    .avoid
+                    .get(&training.id)
+                    .cloned()
+                    .unwrap_or_default();
+                let leader = self.db.checkpoint_agent(&training.id).await?;
+                placement::plan_restart(fleet, &training.gpu_request, &avoid, leader.as_deref())
             };
             // A first placement must fit its team's quota (a restart takes
             // back GPUs it was already granted); over it, the training waits
@@ -294,14 +321,17 @@ impl Jobs {
             };
             if let Some(reason) = over {
                 if training.state_reason != reason {
-                    self.db.set_pending_reason(&training.id, &reason).await?;
+                    reasons.push((training.id.clone(), reason));
                 }
                 continue;
             }
             match plan {
                 Ok(slots) => {
                     quotas.take(&training.team, slots.len());
-                    self.start(&training, slots).await?
+                    self.start(&training, slots).await?;
+                    // GPUs were taken: look again, plan again.
+                    view = None;
+                    failed.clear();
                 }
                 Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
                     let reason = format!("cannot be placed and queueing is off: {why}");
@@ -317,7 +347,7 @@ impl Jobs {
                         )
                         .await?;
                     } else if training.state_reason != reason {
-                        self.db.set_pending_reason(&training.id, &reason).await?;
+                        reasons.push((training.id.clone(), reason));
                     }
                     if training.state == JobState::Queued
                         && self.settings.queue.reserves(&training, now)
@@ -327,6 +357,11 @@ impl Jobs {
                 }
             }
         }
+        let rewritten = reasons.len();
+        if !reasons.is_empty() {
+            self.db.set_pending_reasons(reasons).await?;
+        }
+        self.passes.record(started.elapsed(), looked_at, rewritten);
         Ok(())
     }
 

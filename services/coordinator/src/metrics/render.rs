@@ -259,6 +259,8 @@ pub async fn render(ctx: &Context) -> String {
         .series
         .push((String::new(), watch.lag_notices as f64));
 
+    let [pass_last, pass_max, pass_looked_at] = scheduler_families(ctx);
+
     let mut out = String::new();
     for family in [
         &util,
@@ -283,11 +285,41 @@ pub async fn render(ctx: &Context) -> String {
         &refused_events,
         &watchers,
         &lag_notices,
+        &pass_last,
+        &pass_max,
+        &pass_looked_at,
     ] {
         family.write(&mut out);
     }
     write_db_operations(&mut out, &ctx.db.op_metrics().snapshot());
     out
+}
+
+/// What the scheduling passes cost: the last one, the slowest one, and how
+/// many waiting trainings the last one looked at.
+fn scheduler_families(ctx: &Context) -> [Family; 3] {
+    let pass = ctx.jobs.pass_figures();
+    let mut last = Family::new(
+        "cohort_scheduler_pass_seconds",
+        "gauge",
+        "How long the last scheduling pass took.",
+    );
+    last.series.push((String::new(), pass.last.as_secs_f64()));
+    let mut max = Family::new(
+        "cohort_scheduler_pass_max_seconds",
+        "gauge",
+        "The slowest scheduling pass since the coordinator started.",
+    );
+    max.series.push((String::new(), pass.max.as_secs_f64()));
+    let mut looked_at = Family::new(
+        "cohort_scheduler_pass_trainings",
+        "gauge",
+        "Waiting trainings the last scheduling pass looked at.",
+    );
+    looked_at
+        .series
+        .push((String::new(), pass.looked_at as f64));
+    [last, max, looked_at]
 }
 
 /// The database's per-operation latency histogram and error counter.

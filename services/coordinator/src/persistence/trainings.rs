@@ -452,21 +452,23 @@ impl Persistence {
         .await
     }
 
-    /// Updates a QUEUED training's pending reason without a state change.
-    pub async fn set_pending_reason(
+    /// Updates QUEUED trainings' pending reasons without a state change, in
+    /// one transaction (a scheduling pass's changed reasons); a training no
+    /// longer QUEUED is left alone.
+    pub async fn set_pending_reasons(
         &self,
-        training_id: &str,
-        reason: &str,
+        reasons: Vec<(String, String)>,
     ) -> Result<(), DatabaseError> {
-        let (id, reason) = (training_id.to_string(), reason.to_string());
-        self.transaction("set_pending_reason", move |c| {
-            diesel::update(
-                trainings::table
-                    .filter(trainings::id.eq(&id))
-                    .filter(trainings::state.eq(JobState::Queued.as_str())),
-            )
-            .set(trainings::state_reason.eq(&reason))
-            .execute(c)?;
+        self.transaction("set_pending_reasons", move |c| {
+            for (id, reason) in &reasons {
+                diesel::update(
+                    trainings::table
+                        .filter(trainings::id.eq(id))
+                        .filter(trainings::state.eq(JobState::Queued.as_str())),
+                )
+                .set(trainings::state_reason.eq(reason))
+                .execute(c)?;
+            }
             Ok(())
         })
         .await

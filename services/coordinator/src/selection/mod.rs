@@ -16,14 +16,7 @@ pub use validate::{validate, Problem};
 
 /// Every connected GPU as a selection candidate (the live fleet's view).
 pub fn candidates(fleet: &crate::fleet::Fleet) -> Vec<Candidate> {
-    fleet
-        .all_gpus()
-        .into_iter()
-        .map(|(agent, info)| {
-            let latest = fleet.latest(&info.uuid);
-            Candidate::new(&agent, &info, fleet.holder(&info.uuid), latest.as_ref())
-        })
-        .collect()
+    fleet.map_gpus(|agent, info, hold, latest| Candidate::new(agent, info, hold.cloned(), latest))
 }
 
 /// Bytes as GiB with two decimals, for messages.
