@@ -18,8 +18,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// How long the coordinator gets to answer health checks after it starts.
 pub const COORDINATOR_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -267,14 +265,7 @@ impl Cluster {
 
     /// grpc.health.v1 Check of `service` ("" for the whole server).
     pub async fn health(&self, service: &str) -> Result<ServingStatus, String> {
-        let channel = self.try_channel().await.map_err(|e| e.to_string())?;
-        let response = HealthClient::new(channel)
-            .check(HealthCheckRequest {
-                service: service.to_string(),
-            })
-            .await
-            .map_err(|s| format!("{s:?}"))?;
-        Ok(response.into_inner().status())
+        self.health_at(0, service).await
     }
 
     /// Starts agent `i` with `--simulate-gpus` and its own work dir.
@@ -393,12 +384,7 @@ impl Cluster {
 
     /// GetTraining, panicking on error.
     pub async fn get_training(&self, id: &str) -> v1::Training {
-        self.training()
-            .await
-            .get_training(v1::GetTrainingRequest { id: id.to_string() })
-            .await
-            .unwrap_or_else(|s| panic!("GetTraining {id}: {s:?}"))
-            .into_inner()
+        self.get_training_at(&self.url(), id).await
     }
 
     /// Polls GetTraining until the training is in `state`; panics if it
@@ -449,13 +435,7 @@ impl Cluster {
 
     /// Runs the `cohort` CLI against this coordinator: `cohort --coordinator URL <args>`.
     pub async fn cli(&self, args: &[&str]) -> Output {
-        let mut command = tokio::process::Command::new(&self.bins.cli);
-        command
-            .arg("--coordinator")
-            .arg(self.url())
-            .args(args)
-            .env_remove("COHORT_COORDINATOR");
-        procs::output_within(&mut command, CLI_TIMEOUT, &format!("cohort {args:?}")).await
+        self.cli_at(&self.url(), args).await
     }
 
     /// Runs the CLI and panics unless it exits 0; returns its stdout.

@@ -31,19 +31,19 @@ impl GpuApi {
     /// `who` may see it: every GPU, but another team's training holding one
     /// is not named (unless `who` is a cluster-admin).
     fn snapshot(&self, who: &Principal) -> Vec<(Candidate, v1::Gpu)> {
-        let fleet = &self.ctx.fleet;
-        fleet
-            .all_gpus()
-            .into_iter()
-            .map(|(agent, info)| {
-                let hold = fleet.holder(&info.uuid).map(|h| {
+        // Copied under one look at the fleet; the rest is done outside it.
+        let gpus = self.ctx.fleet.map_gpus(|agent, info, hold, latest| {
+            (agent.clone(), info.clone(), hold.cloned(), latest.cloned())
+        });
+        gpus.into_iter()
+            .map(|(agent, info, hold, latest)| {
+                let hold = hold.map(|h| {
                     if who.sees_team(&h.team) {
                         h
                     } else {
                         h.redacted()
                     }
                 });
-                let latest = fleet.latest(&info.uuid);
                 let candidate = Candidate::new(&agent, &info, hold.clone(), latest.as_ref());
                 let availability = match candidate.unsuitable(0) {
                     None => v1::GpuAvailability::Available,

@@ -283,21 +283,9 @@ impl Fleet {
         free
     }
 
-    /// Every connected GPU, with its agent.
-    pub fn all_gpus(&self) -> Vec<(LiveAgent, GpuRecord)> {
-        let state = self.lock();
-        let mut all: Vec<(LiveAgent, GpuRecord)> = state
-            .agents
-            .values()
-            .flat_map(|a| a.gpus.iter().map(move |g| (a.clone(), g.clone())))
-            .collect();
-        all.sort_by(|a, b| (&a.0.name, a.1.index).cmp(&(&b.0.name, b.1.index)));
-        all
-    }
-
     /// `f` of every connected GPU (by agent name, then index) with its
     /// agent, holder and latest sample, under one look at the fleet and
-    /// without copying agents: what a scheduling pass reads of 8,000 GPUs.
+    /// without copying agents (a scheduling pass reads 8,000 GPUs so).
     pub fn map_gpus<T>(
         &self,
         mut f: impl FnMut(&LiveAgent, &GpuRecord, Option<&Hold>, Option<&GpuSample>) -> T,

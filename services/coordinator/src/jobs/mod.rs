@@ -104,6 +104,12 @@ impl std::fmt::Debug for Jobs {
 
 pub use placement::Plan;
 
+/// The memory a first placement needs per GPU, from the training's config.
+fn memory_need(config: &cohort_spec::TrainingConfig) -> u64 {
+    use crate::selection::{estimate, EstimateInput};
+    estimate(&EstimateInput::from_config(config)).total
+}
+
 impl Jobs {
     pub fn new(
         db: Persistence,
@@ -204,9 +210,7 @@ impl Jobs {
     /// Where a new training would go right now, without placing it (see
     /// [`placement::plan_first`]).
     pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::TrainingConfig) -> Plan {
-        use crate::selection::{estimate, EstimateInput};
-        let need = estimate(&EstimateInput::from_config(config)).total;
-        placement::plan_first(&FleetView::of(&self.fleet), request, need)
+        placement::plan_first(&FleetView::of(&self.fleet), request, memory_need(config))
     }
 
     /// Waiting trainings in scheduling order: restarts first, then the queue
@@ -215,6 +219,7 @@ impl Jobs {
         let mut queued = self.db.queued_trainings().await?;
         self.settings.queue.order(&mut queued, chrono::Utc::now());
         let mut all = self.db.restarting_trainings().await?;
+        queue::order_restarting(&mut all);
         all.extend(queued);
         Ok(all)
     }
@@ -232,13 +237,7 @@ impl Jobs {
                     .await?
                     .into_iter()
                     .partition(|k| k.restarting);
-                // As `restarting_trainings` reads them: priority, then age.
-                restarting.sort_by(|a, b| {
-                    b.priority
-                        .cmp(&a.priority)
-                        .then(a.create_time.cmp(&b.create_time))
-                        .then(a.id.cmp(&b.id))
-                });
+                queue::order_restarting(&mut restarting);
                 policy.order(&mut queued, chrono::Utc::now());
                 Ok(positions::QueuePositions::new(
                     epoch,
@@ -287,8 +286,7 @@ impl Jobs {
             // First placements follow the recommender; restarts keep rank 0 on
             // the checkpoint's host and avoid the faulty GPU.
             let plan = if training.attempt == 0 {
-                use crate::selection::{estimate, EstimateInput};
-                let need = estimate(&EstimateInput::from_config(&training.config)).total;
+                let need = memory_need(&training.config);
                 let key = (format!("{:?}", training.gpu_request.selection), need);
                 match failed.get(&key) {
                     Some(why) => Err(why.clone()),

@@ -45,6 +45,17 @@ impl Waiting for WaitingKey {
     }
 }
 
+/// Restarting trainings go first, among themselves by priority (higher
+/// first), then age, then id: no aging, they have waited once already.
+pub fn order_restarting<T: Waiting>(trainings: &mut [T]) {
+    trainings.sort_by(|a, b| {
+        b.priority()
+            .cmp(&a.priority())
+            .then(a.create_time().cmp(&b.create_time()))
+            .then(a.id().cmp(b.id()))
+    });
+}
+
 #[derive(Debug, Clone)]
 pub struct QueuePolicy {
     /// One priority step gained per this much waiting.

@@ -112,15 +112,14 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        let role = self.leadership.role();
-        let path = request.uri().path().to_string();
-        if matches!(role, super::Role::Leader { .. }) || served_by_standby(&path) {
+        if self.leadership.is_leader() || served_by_standby(request.uri().path()) {
             // The clone that was polled ready serves this call.
             let clone = self.inner.clone();
             let mut inner = std::mem::replace(&mut self.inner, clone);
             return Box::pin(inner.call(request));
         }
-        let leader = role.leader_hint().map(str::to_string);
+        let path = request.uri().path().to_string();
+        let leader = self.leadership.role().leader_hint().map(str::to_string);
         let forwarded_already = request.headers().contains_key(FORWARDED_HEADER);
         let channel = match &leader {
             Some(url) if !forwarded_already && !NEVER_FORWARDED.contains(&path.as_str()) => {
