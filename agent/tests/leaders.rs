@@ -1,6 +1,7 @@
 //! The agent among several coordinators: a standby's NOT_LEADER answer sends
 //! it to the leader; a session of an older leader epoch than one already
-//! seen is refused; rank events the coordinator did not acknowledge are sent
+//! seen is refused, and so is a message carrying an older epoch than its
+//! session's; rank events the coordinator did not acknowledge are sent
 //! again, first, in the next session.
 
 mod common;
@@ -44,6 +45,24 @@ async fn a_standby_sends_the_agent_to_the_leader_and_older_leaders_are_refused()
     let mut newer = next_session(&mut sessions).await;
     newer.register_at_epoch(6).await;
     newer
+        .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
+        .await;
+    // Its commands carry its epoch and are obeyed; one that carries an
+    // older epoch than the session's is refused and the session ends.
+    newer.send(In::Ack(v1::Ack { through: 0 })).await;
+    newer
+        .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
+        .await;
+    newer
+        .send_at_epoch(In::Ack(v1::Ack { through: 0 }), 5)
+        .await;
+    assert!(
+        newer.ended_by_agent().await,
+        "the agent ends a session whose message carries an older epoch"
+    );
+    let mut again = next_session(&mut sessions).await;
+    again.register_at_epoch(6).await;
+    again
         .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
         .await;
     stop.send(true).unwrap();

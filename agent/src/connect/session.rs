@@ -133,16 +133,14 @@ pub(super) async fn run(
         pending_events = agent.outbox.len(),
         "registered with the coordinator"
     );
-    serve(
-        agent,
-        &tx,
-        &mut inbound,
-        shutdown,
-        heartbeat_every,
-        telemetry_every,
-    )
-    .await
-    .map_err(|e| (true, e))
+    let cadence = Cadence {
+        heartbeat: heartbeat_every,
+        telemetry: telemetry_every,
+        epoch: registered.leader_epoch,
+    };
+    serve(agent, &tx, &mut inbound, shutdown, cadence)
+        .await
+        .map_err(|e| (true, e))
 }
 
 /// Opens the channel (TLS for `https://`, with the files read now).
@@ -189,15 +187,22 @@ async fn tls_config(tls: &super::ClientTls) -> Result<tonic::transport::ClientTl
     Ok(config)
 }
 
+/// What a registered session keeps to: its intervals and its leader's epoch.
+struct Cadence {
+    heartbeat: Duration,
+    telemetry: Duration,
+    epoch: u64,
+}
+
 /// The registered session's loop.
 async fn serve(
     agent: &mut Agent,
     tx: &mpsc::Sender<v1::AgentMessage>,
     inbound: &mut Streaming<v1::CoordinatorMessage>,
     shutdown: &mut watch::Receiver<bool>,
-    heartbeat_every: Duration,
-    telemetry_every: Duration,
+    cadence: Cadence,
 ) -> Result<(), SessionError> {
+    let (heartbeat_every, telemetry_every) = (cadence.heartbeat, cadence.telemetry);
     flush_outbox(agent, tx).await?;
     let mut heartbeat = tokio::time::interval(heartbeat_every);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -221,7 +226,12 @@ async fn serve(
                 agent.outbox.sent(event);
             }
             received = inbound.message() => match received {
-                Ok(Some(v1::CoordinatorMessage { message: Some(In::ReadFile(req)) })) => {
+                // A message of an older leader than this session's: refused,
+                // and the session with it ends.
+                Ok(Some(m)) if m.leader_epoch < cadence.epoch => {
+                    return Err(SessionError::StaleLeader { epoch: m.leader_epoch, seen: cadence.epoch });
+                }
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::ReadFile(req)), .. })) => {
                     // File I/O off the loop; the answer goes out when ready.
                     let (tx, work_dir) = (tx.clone(), agent.config.work_dir.clone());
                     tokio::spawn(async move {
@@ -232,7 +242,7 @@ async fn serve(
                         }
                     });
                 }
-                Ok(Some(v1::CoordinatorMessage { message: Some(In::Ack(ack)) })) => {
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::Ack(ack)), .. })) => {
                     agent.outbox.ack(ack.through);
                 }
                 Ok(Some(command)) => {
@@ -317,6 +327,7 @@ fn registered(
         Ok(Ok(None)) => Err(SessionError::Closed),
         Ok(Ok(Some(v1::CoordinatorMessage {
             message: Some(In::Registered(registered)),
+            ..
         }))) => Ok(registered),
         Ok(Ok(Some(other))) => Err(SessionError::Protocol(format!(
             "expected Registered first, got {:?}",

@@ -30,6 +30,8 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub struct Session {
     pub inbound: mpsc::UnboundedReceiver<v1::AgentMessage>,
     pub outbound: mpsc::Sender<Result<v1::CoordinatorMessage, Status>>,
+    /// The leader epoch its messages carry (the one it registered the agent at).
+    pub epoch: u64,
 }
 
 impl Session {
@@ -60,9 +62,15 @@ impl Session {
     }
 
     pub async fn send(&self, message: In) {
+        self.send_at_epoch(message, self.epoch).await
+    }
+
+    /// Sends `message` as a leader at `epoch`.
+    pub async fn send_at_epoch(&self, message: In, epoch: u64) {
         self.outbound
             .send(Ok(v1::CoordinatorMessage {
                 message: Some(message),
+                leader_epoch: epoch,
             }))
             .await
             .unwrap();
@@ -78,6 +86,7 @@ impl Session {
             Some(Out::Register(r)) => r,
             other => panic!("expected Register first, got {other:?}"),
         };
+        self.epoch = epoch;
         self.send(In::Registered(v1::Registered {
             agent_id: "agent-1".into(),
             heartbeat_interval: Some(millis(100)),
@@ -128,6 +137,7 @@ impl AgentService for FakeCoordinator {
         let _ = self.sessions.send(Session {
             inbound: in_rx,
             outbound: out_tx,
+            epoch: 0,
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(out_rx))))
     }

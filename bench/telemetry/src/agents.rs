@@ -88,6 +88,7 @@ pub async fn connect(url: &str, prefix: &str, index: usize) -> anyhow::Result<Re
     match inbound.message().await? {
         Some(v1::CoordinatorMessage {
             message: Some(v1::coordinator_message::Message::Registered(_)),
+            ..
         }) => {}
         other => bail!("agent {name}: expected Registered, got {other:?}"),
     }

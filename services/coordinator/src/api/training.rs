@@ -261,13 +261,7 @@ impl TrainingService for TrainingApi {
         new.trace_context =
             cohort_observe::propagation::traceparent(&tracing::Span::current().context());
         self.check_placeable(&new).await?;
-        new.max_queued = Some(
-            self.ctx
-                .jobs
-                .queue_cap(&new.team)
-                .await
-                .map_err(ApiError::from)?,
-        );
+        new.max_queued = Some(self.ctx.jobs.default_queue_cap());
         let created = self
             .ctx
             .db

@@ -338,8 +338,12 @@ impl Jobs {
     /// Whether every rank of a RESTARTING training's last attempt is verified
     /// gone: its exit was reported, or its agent is lost. Ranks unconfirmed
     /// past the teardown deadline are marked LOST.
-    pub(super) async fn torn_down(&self, training: &Training) -> Result<bool, DatabaseError> {
-        let ranks = self.db.ranks(&training.id, training.attempt).await?;
+    pub(super) async fn torn_down(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<bool, DatabaseError> {
+        let ranks = self.db.ranks(training_id, attempt).await?;
         let gone = |r: &crate::model::RankRecord| {
             r.exit_code.is_some()
                 || r.signal.is_some()
@@ -355,14 +359,16 @@ impl Jobs {
         let since = *self
             .rt()
             .teardown_since
-            .entry(training.id.clone())
+            .entry(training_id.to_string())
             .or_insert_with(tokio::time::Instant::now);
         let deadline = self.settings.stop_grace + self.settings.agent_timeout;
         if since.elapsed() > deadline {
-            tracing::warn!(training_id = %training.id, attempt = training.attempt, "ranks not confirmed gone in time: marked lost");
-            self.db
-                .mark_unconfirmed_lost(&training.id, training.attempt)
-                .await?;
+            tracing::warn!(
+                training_id,
+                attempt,
+                "ranks not confirmed gone in time: marked lost"
+            );
+            self.db.mark_unconfirmed_lost(training_id, attempt).await?;
             return Ok(true);
         }
         Ok(false)

@@ -9,6 +9,7 @@ mod commands;
 mod events;
 mod failure;
 mod lifecycle;
+mod needs;
 pub mod passes;
 pub mod placement;
 pub mod positions;
@@ -24,7 +25,8 @@ pub use quota::QuotaDefaults;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
-use crate::model::{GpuRequest, JobState, RunningRank, Training};
+use crate::model::{GpuRequest, GpuSelection, JobState, RunningRank, Training};
+use crate::persistence::waiting::WaitingTraining;
 use crate::persistence::{DatabaseError, Persistence};
 use placement::{FleetView, Unplaceable};
 use queue::QueuePolicy;
@@ -80,6 +82,9 @@ impl Default for JobSettings {
     }
 }
 
+/// The longest a kicked scheduling pass waits after the last one (see [`Jobs::run`]).
+const MAX_REST: Duration = Duration::from_millis(500);
+
 /// Shared by the services; cheap to clone.
 #[derive(Clone)]
 pub struct Jobs {
@@ -94,6 +99,8 @@ pub struct Jobs {
     positions: positions::PositionCache,
     /// What the scheduling passes cost.
     passes: passes::PassStats,
+    /// What each waiting training's first placement needs.
+    needs: needs::MemoryNeeds,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -125,6 +132,7 @@ impl Jobs {
             runtime: Arc::default(),
             positions: Default::default(),
             passes: Default::default(),
+            needs: Default::default(),
             tasks,
         }
     }
@@ -190,18 +198,29 @@ impl Jobs {
     }
 
     /// The scheduling loop and watchdog; returns when `shutdown` resolves.
+    ///
+    /// A pass looks at the whole queue, so passes kicked back to back (a
+    /// burst of creates) would take a core at a long queue: after a pass,
+    /// the next one waits at least twice as long as it took (at most
+    /// [`MAX_REST`]), which keeps the passes to a third of a core.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
+            let began = Instant::now();
             if let Err(e) = self.watchdog_pass().await {
                 tracing::warn!(error = %e, "watchdog pass failed");
             }
             if let Err(e) = self.schedule_pass().await {
                 tracing::warn!(error = %e, "scheduling pass failed");
             }
+            let rested = Instant::now() + (began.elapsed() * 2).min(MAX_REST);
             tokio::select! {
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(self.settings.schedule_interval) => {}
+                _ = &mut shutdown => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(rested) => {}
                 _ = &mut shutdown => return,
             }
         }
@@ -213,13 +232,17 @@ impl Jobs {
         placement::plan_first(&FleetView::of(&self.fleet), request, memory_need(config))
     }
 
-    /// Waiting trainings in scheduling order: restarts first, then the queue
-    /// (see [`queue`] for the order and the anti-starvation rule).
-    pub async fn waiting(&self) -> Result<Vec<Training>, DatabaseError> {
-        let mut queued = self.db.queued_trainings().await?;
-        self.settings.queue.order(&mut queued, chrono::Utc::now());
-        let mut all = self.db.restarting_trainings().await?;
+    /// The waiting trainings in scheduling order: RESTARTING ones first
+    /// (see [`queue::order_restarting`]), then QUEUED ones by the queue policy.
+    pub async fn waiting(&self) -> Result<Vec<WaitingTraining>, DatabaseError> {
+        let (mut all, mut queued): (Vec<_>, Vec<_>) = self
+            .db
+            .waiting_trainings()
+            .await?
+            .into_iter()
+            .partition(|t| t.state == JobState::Restarting);
         queue::order_restarting(&mut all);
+        self.settings.queue.order(&mut queued, chrono::Utc::now());
         all.extend(queued);
         Ok(all)
     }
@@ -247,9 +270,9 @@ impl Jobs {
             .await
     }
 
-    /// How many QUEUED trainings `team` may have (its cap, else the default).
-    pub async fn queue_cap(&self, team: &str) -> Result<i64, DatabaseError> {
-        quota::queue_cap(&self.db, self.settings.quotas, team).await
+    /// How many QUEUED trainings a team without a cap of its own may have.
+    pub fn default_queue_cap(&self) -> i64 {
+        i64::from(self.settings.quotas.max_queued)
     }
 
     /// One look at the waiting trainings: place what fits, in order; refresh
@@ -267,12 +290,15 @@ impl Jobs {
         let mut reserved = false;
         let mut quotas = quota::QuotaBook::load(&self.db, self.settings.quotas).await?;
         let waiting = self.waiting().await?;
+        self.needs.refresh(&self.db, &waiting).await?;
         let looked_at = waiting.len();
         let mut view: Option<FleetView> = None;
-        let mut failed: HashMap<(String, u64), Unplaceable> = HashMap::new();
+        let mut failed: HashMap<(GpuSelection, u64), Unplaceable> = HashMap::new();
         let mut reasons: Vec<(String, String)> = Vec::new();
         for training in waiting {
-            if training.state == JobState::Restarting && !self.torn_down(&training).await? {
+            if training.state == JobState::Restarting
+                && !self.torn_down(&training.id, training.attempt).await?
+            {
                 continue; // the old gang is not verified gone yet
             }
             if reserved {
@@ -286,8 +312,10 @@ impl Jobs {
             // First placements follow the recommender; restarts keep rank 0 on
             // the checkpoint's host and avoid the faulty GPU.
             let plan = if training.attempt == 0 {
-                let need = memory_need(&training.config);
-                let key = (format!("{:?}", training.gpu_request.selection), need);
+                let Some(need) = self.needs.get(&training.id) else {
+                    continue; // gone since the pass began
+                };
+                let key = (training.gpu_request.selection.clone(), need);
                 match failed.get(&key) {
                     Some(why) => Err(why.clone()),
                     None => {
@@ -325,6 +353,13 @@ impl Jobs {
             }
             match plan {
                 Ok(slots) => {
+                    // The whole training (its config) only for the one placed.
+                    let Some(training) = self.db.get_training(&training.id).await? else {
+                        continue;
+                    };
+                    if !matches!(training.state, JobState::Queued | JobState::Restarting) {
+                        continue; // cancelled since the pass began
+                    }
                     quotas.take(&training.team, slots.len());
                     self.start(&training, slots).await?;
                     // GPUs were taken: look again, plan again.

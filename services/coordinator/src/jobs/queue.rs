@@ -10,7 +10,7 @@
 //! GPUs it needs drain instead of being taken again.
 
 use crate::model::Training;
-use crate::persistence::waiting::WaitingKey;
+use crate::persistence::waiting::{WaitingKey, WaitingTraining};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -22,6 +22,18 @@ pub trait Waiting {
 }
 
 impl Waiting for Training {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn create_time(&self) -> DateTime<Utc> {
+        self.create_time
+    }
+}
+
+impl Waiting for WaitingTraining {
     fn id(&self) -> &str {
         &self.id
     }
@@ -91,8 +103,8 @@ impl QueuePolicy {
     }
 
     /// Whether `head` (which does not fit) now reserves the GPUs it waits for.
-    pub fn reserves(&self, head: &Training, now: DateTime<Utc>) -> bool {
-        (now - head.create_time).to_std().unwrap_or_default() >= self.reserve_after
+    pub fn reserves<T: Waiting>(&self, head: &T, now: DateTime<Utc>) -> bool {
+        (now - head.create_time()).to_std().unwrap_or_default() >= self.reserve_after
     }
 }
 

@@ -80,16 +80,6 @@ impl QuotaBook {
     }
 }
 
-/// The QUEUED cap of `team`: its own, else the default.
-pub async fn queue_cap(
-    db: &Persistence,
-    defaults: QuotaDefaults,
-    team: &str,
-) -> Result<i64, DatabaseError> {
-    let own = db.quota(team).await?.and_then(|q| q.max_queued);
-    Ok(own.map_or(i64::from(defaults.max_queued), i64::from))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@ use cohort_proto::v1;
 use serde::{Deserialize, Serialize};
 
 /// How the GPUs are chosen.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum GpuSelection {
     /// As many free GPUs as fit, at most `max_gpus` (0: no bound).

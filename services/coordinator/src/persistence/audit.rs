@@ -1,6 +1,7 @@
 //! The audit log: every change (written in the change's own transaction, so
 //! a change whose row can't be written does not happen) and every denial.
 
+use super::connection::on_backend;
 use super::rows::{from_db_time, now, to_db_time};
 use super::schema::audit_events;
 use super::{DatabaseError, DbConnection, Persistence};
@@ -48,19 +49,37 @@ pub fn insert_in(
     entry: &AuditEntry,
     at: DateTime<Utc>,
 ) -> Result<(), DatabaseError> {
-    diesel::insert_into(audit_events::table)
-        .values((
-            audit_events::time.eq(to_db_time(at)),
-            audit_events::actor_kind.eq(&entry.actor_kind),
-            audit_events::actor.eq(&entry.actor),
-            audit_events::actor_team.eq(&entry.actor_team),
-            audit_events::method.eq(&entry.method),
-            audit_events::target.eq(&entry.target),
-            audit_events::target_team.eq(&entry.target_team),
-            audit_events::code.eq(&entry.code),
-            audit_events::detail.eq(&entry.detail),
-        ))
-        .execute(conn)?;
+    insert_all_in(conn, std::slice::from_ref(entry), at)
+}
+
+/// Writes `entries`, all at `at`, with one statement inside the caller's transaction.
+pub fn insert_all_in(
+    conn: &mut DbConnection,
+    entries: &[AuditEntry],
+    at: DateTime<Utc>,
+) -> Result<(), DatabaseError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<_> = entries
+        .iter()
+        .map(|entry| {
+            (
+                audit_events::time.eq(to_db_time(at)),
+                audit_events::actor_kind.eq(&entry.actor_kind),
+                audit_events::actor.eq(&entry.actor),
+                audit_events::actor_team.eq(&entry.actor_team),
+                audit_events::method.eq(&entry.method),
+                audit_events::target.eq(&entry.target),
+                audit_events::target_team.eq(&entry.target_team),
+                audit_events::code.eq(&entry.code),
+                audit_events::detail.eq(&entry.detail),
+            )
+        })
+        .collect();
+    on_backend!(conn, |c| diesel::insert_into(audit_events::table)
+        .values(&rows)
+        .execute(c))?;
     Ok(())
 }
 

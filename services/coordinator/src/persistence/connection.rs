@@ -18,12 +18,30 @@ const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrati
 /// How long a SQLite connection waits for another writer before "database is locked".
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How much of an SQLite file its connections read through a memory map
+/// instead of copying each page with a read call (a scheduling pass reads
+/// every waiting training's row).
+const SQLITE_MMAP_BYTES: u64 = 1 << 30;
+
 /// A connection to either backend; every query is written once against it.
 #[derive(diesel::MultiConnection)]
 pub enum DbConnection {
     Pg(PgConnection),
     Sqlite(SqliteConnection),
 }
+
+/// Runs `$body` with `$c` bound to the backend's own connection: for
+/// statements the multi-backend connection cannot build, such as multi-row
+/// inserts (each backend type-checks `$body` on its own).
+macro_rules! on_backend {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::persistence::DbConnection::Pg($c) => $body,
+            $crate::persistence::DbConnection::Sqlite($c) => $body,
+        }
+    };
+}
+pub(crate) use on_backend;
 
 /// Which database to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +95,10 @@ impl DatabaseTarget {
                 // lock that concurrently opening connections must wait for.
                 let pragmas = format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; \
-                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
-                    SQLITE_BUSY_TIMEOUT.as_millis()
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                     PRAGMA mmap_size = {};",
+                    SQLITE_BUSY_TIMEOUT.as_millis(),
+                    SQLITE_MMAP_BYTES
                 );
                 conn.batch_execute(&pragmas)
                     .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;

@@ -21,40 +21,39 @@ pub struct TrainingDetails {
 
 impl Persistence {
     /// The details of `trainings`: one query for all their ranks, one
-    /// indexed look-up per training for its newest progress, all in one
-    /// read transaction.
+    /// indexed look-up per placed training for its newest progress, all in
+    /// one read transaction.
     pub async fn training_details(
         &self,
         trainings: &[&Training],
     ) -> Result<TrainingDetails, DatabaseError> {
-        let wanted: Vec<(String, i32)> = trainings
+        // Ranks and progress come from placements: a training never placed
+        // has neither, and a page of those reads nothing.
+        let placed: HashMap<String, i32> = trainings
             .iter()
+            .filter(|t| t.attempt > 0)
             .map(|t| (t.id.clone(), t.attempt))
             .collect();
+        if placed.is_empty() {
+            return Ok(TrainingDetails::default());
+        }
         self.read("training_details", move |c| {
             let mut details = TrainingDetails::default();
-            let placed: HashMap<&str, i32> = wanted
-                .iter()
-                .filter(|(_, attempt)| *attempt > 0)
-                .map(|(id, attempt)| (id.as_str(), *attempt))
-                .collect();
-            if !placed.is_empty() {
-                let ids: Vec<&str> = placed.keys().copied().collect();
-                for row in ranks::table
-                    .filter(ranks::training_id.eq_any(&ids))
-                    .order((ranks::training_id.asc(), ranks::rank.asc()))
-                    .load::<RankRow>(c)?
-                {
-                    if placed.get(row.training_id.as_str()) == Some(&row.attempt) {
-                        details
-                            .ranks
-                            .entry(row.training_id.clone())
-                            .or_default()
-                            .push(RankRecord::try_from(row)?);
-                    }
+            let ids: Vec<&str> = placed.keys().map(String::as_str).collect();
+            for row in ranks::table
+                .filter(ranks::training_id.eq_any(&ids))
+                .order((ranks::training_id.asc(), ranks::rank.asc()))
+                .load::<RankRow>(c)?
+            {
+                if placed.get(&row.training_id) == Some(&row.attempt) {
+                    details
+                        .ranks
+                        .entry(row.training_id.clone())
+                        .or_default()
+                        .push(RankRecord::try_from(row)?);
                 }
             }
-            for (id, _) in &wanted {
+            for id in placed.keys() {
                 if let Some(event) = latest_progress_in(c, id)? {
                     details.progress.insert(id.clone(), event);
                 }

@@ -89,4 +89,76 @@ impl DatabaseError {
             DatabaseError::Query(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _))
         )
     }
+
+    /// Shared by every create of a batch that failed with it: this
+    /// coordinator does not lead, or the database is out of reach. (Other
+    /// failures may be one create's doing: its batch is written again one
+    /// by one.)
+    pub fn is_shared(&self) -> bool {
+        matches!(
+            self,
+            DatabaseError::NotLeader | DatabaseError::Deposed { .. }
+        ) || self.is_unavailable()
+    }
+
+    /// An error that reads and classifies like this one (diesel's errors
+    /// cannot be cloned), for answering several callers with one failure.
+    pub fn replica(&self) -> DatabaseError {
+        use diesel::result::Error;
+        match self {
+            DatabaseError::NotLeader => DatabaseError::NotLeader,
+            DatabaseError::Deposed { epoch } => DatabaseError::Deposed { epoch: *epoch },
+            DatabaseError::Connect(m) => DatabaseError::Connect(m.clone()),
+            DatabaseError::Pool(m) => DatabaseError::Pool(m.clone()),
+            DatabaseError::Query(Error::DatabaseError(kind, info)) => DatabaseError::Query(
+                Error::DatabaseError(*kind, Box::new(info.message().to_string())),
+            ),
+            other => DatabaseError::Task(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DatabaseError;
+    use diesel::result::{DatabaseErrorKind, Error};
+
+    fn query(kind: DatabaseErrorKind, message: &str) -> DatabaseError {
+        DatabaseError::Query(Error::DatabaseError(kind, Box::new(message.to_string())))
+    }
+
+    #[test]
+    fn a_batch_wide_failure_is_copied_with_its_class_and_message() {
+        let shared = [
+            DatabaseError::NotLeader,
+            DatabaseError::Deposed { epoch: 3 },
+            DatabaseError::Pool("timed out waiting for connection".into()),
+            query(
+                DatabaseErrorKind::ClosedConnection,
+                "server closed the connection",
+            ),
+        ];
+        for e in shared {
+            let copy = e.replica();
+            assert!(e.is_shared() && copy.is_shared(), "{e}");
+            assert_eq!(copy.to_string(), e.to_string());
+            assert_eq!(copy.is_unavailable(), e.is_unavailable(), "{e}");
+        }
+        assert!(matches!(
+            DatabaseError::Deposed { epoch: 3 }.replica(),
+            DatabaseError::Deposed { epoch: 3 }
+        ));
+        // One create's own failures are not shared: its batch is written one by one.
+        let own = [
+            query(DatabaseErrorKind::UniqueViolation, "duplicate key"),
+            DatabaseError::QueueFull {
+                team: "nlp".into(),
+                queued: 5,
+            },
+            DatabaseError::Corrupt("bad json".into()),
+        ];
+        for e in own {
+            assert!(!e.is_shared(), "{e}");
+        }
+    }
 }

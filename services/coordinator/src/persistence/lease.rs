@@ -188,6 +188,7 @@ impl Persistence {
     /// This handle, with every write passing `fence` first.
     pub fn fenced(mut self, fence: Arc<Fence>) -> Self {
         self.fence = Some(fence);
-        self
+        // Creates go through a worker of their own, which must pass the fence too.
+        self.detached()
     }
 }

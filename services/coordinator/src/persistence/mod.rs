@@ -14,6 +14,7 @@ pub mod audit;
 mod bell;
 pub mod checkpoints;
 mod connection;
+mod creates;
 pub mod details;
 mod error;
 pub mod events;
@@ -34,10 +35,11 @@ pub mod waiting;
 pub use bell::EventBell;
 pub use checkpoints::CheckpointRecord;
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
+pub use creates::{Created, NewTraining, MAX_BATCH as MAX_CREATE_BATCH};
 pub use error::DatabaseError;
 pub use fleet::AgentRegistration;
 pub use measure::{OpMetrics, OpStats};
-pub use trainings::{Created, ListTrainings, NewTraining, TrainingCursor};
+pub use trainings::{ListTrainings, TrainingCursor};
 
 use connection::ConnectionManager;
 use diesel::r2d2::Pool;
@@ -80,6 +82,8 @@ pub struct Persistence {
     metrics: OpMetrics,
     /// Set on PostgreSQL coordinators that elect a leader: writes pass it.
     fence: Option<std::sync::Arc<lease::Fence>>,
+    /// The group commit of CreateTraining, started by the first create.
+    creates: std::sync::Arc<std::sync::OnceLock<creates::CreateQueue>>,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -160,7 +164,18 @@ impl Persistence {
             bell: EventBell::default(),
             metrics: OpMetrics::default(),
             fence: None,
+            creates: Default::default(),
         })
+    }
+
+    /// This handle with a create queue of its own (started by its first
+    /// create): what a create worker holds, so that dropping every other
+    /// handle closes the queue and ends the worker.
+    fn detached(&self) -> Self {
+        Self {
+            creates: Default::default(),
+            ..self.clone()
+        }
     }
 
     /// Which database this is.

@@ -20,7 +20,7 @@ pub fn from_db_time(t: NaiveDateTime) -> DateTime<Utc> {
     t.and_utc()
 }
 
-fn parse_state(s: &str) -> Result<JobState, DatabaseError> {
+pub(super) fn parse_state(s: &str) -> Result<JobState, DatabaseError> {
     s.parse()
         .map_err(|e| DatabaseError::Corrupt(format!("trainings.state: {e}")))
 }
@@ -84,7 +84,7 @@ impl TryFrom<TrainingRow> for Training {
             trace_context: row.trace_context,
             request_id: row
                 .request_id
-                .map(|key| super::trainings::client_request_id(&row.team, key)),
+                .map(|key| super::creates::client_request_id(&row.team, key)),
             team: row.team,
             creator: row.creator,
         })

@@ -6,84 +6,9 @@ use super::events::append_event_in;
 use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
 use super::schema::{state_transitions, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{
-    AuditEntry, EventPayload, GpuRequest, JobState, StateChange, StateTransition, Training,
-};
+use crate::model::{AuditEntry, EventPayload, JobState, StateChange, StateTransition, Training};
 use chrono::{DateTime, Utc};
-use cohort_spec::TrainingConfig;
 use diesel::prelude::*;
-
-/// What CreateTraining persists.
-#[derive(Debug, Clone)]
-pub struct NewTraining {
-    /// Idempotency key: a second create with the same key returns the first training.
-    pub request_id: Option<String>,
-    pub display_name: String,
-    pub config: TrainingConfig,
-    pub gpu_request: GpuRequest,
-    pub priority: i32,
-    pub max_restarts: i32,
-    /// The creating call's W3C traceparent, when traced.
-    pub trace_context: Option<String>,
-    /// The team it belongs to and who creates it.
-    pub team: String,
-    pub creator: String,
-    /// The audit row of the create, written in its transaction.
-    pub audit: Option<AuditEntry>,
-    /// Refuse ([`DatabaseError::QueueFull`]) when the team already has this
-    /// many QUEUED trainings; `None`: no cap.
-    pub max_queued: Option<i64>,
-}
-
-/// QueueFull when `team` has `cap` QUEUED trainings already. On PostgreSQL
-/// a per-team advisory lock (held to the end of the transaction) makes
-/// concurrent creates count one after the other; SQLite's writers are
-/// serial already.
-fn check_queue_cap(conn: &mut DbConnection, team: &str, cap: i64) -> Result<(), DatabaseError> {
-    if let DbConnection::Pg(pg) = conn {
-        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind::<diesel::sql_types::Text, _>(format!("cohort-queue/{team}"))
-            .execute(pg)?;
-    }
-    let queued: i64 = trainings::table
-        .filter(trainings::team.eq(team))
-        .filter(trainings::state.eq(JobState::Queued.as_str()))
-        .count()
-        .get_result(conn)?;
-    if queued >= cap {
-        return Err(DatabaseError::QueueFull {
-            team: team.to_string(),
-            queued,
-        });
-    }
-    Ok(())
-}
-
-/// How a client's request_id is stored: under its team, so teams never see
-/// each other's keys (team "" keeps the key as given).
-pub(crate) fn request_key(team: &str, request_id: &str) -> String {
-    if team.is_empty() {
-        request_id.to_string()
-    } else {
-        format!("{team}/{request_id}")
-    }
-}
-
-/// The client's request_id of a stored key.
-pub(crate) fn client_request_id(team: &str, key: String) -> String {
-    match key.strip_prefix(team).and_then(|k| k.strip_prefix('/')) {
-        Some(id) if !team.is_empty() => id.to_string(),
-        _ => key,
-    }
-}
-
-/// The result of [`Persistence::create_training`].
-#[derive(Debug, Clone)]
-pub struct Created {
-    pub training: Training,
-    /// False when the request_id matched an existing training (nothing written).
-    pub created: bool,
-}
 
 /// Position after which the next page of trainings starts (newest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,10 +39,6 @@ pub struct ListTrainings {
     pub team: Option<String>,
 }
 
-fn new_training_id() -> String {
-    format!("trn-{}", uuid::Uuid::new_v4().simple())
-}
-
 pub(crate) fn load_training(
     conn: &mut DbConnection,
     training_id: &str,
@@ -129,17 +50,6 @@ pub(crate) fn load_training(
         .optional()?
         .map(Training::try_from)
         .transpose()
-}
-
-fn find_by_request_id(
-    conn: &mut DbConnection,
-    request_id: &str,
-) -> Result<Option<TrainingRow>, DatabaseError> {
-    Ok(trainings::table
-        .filter(trainings::request_id.eq(request_id))
-        .select(TrainingRow::as_select())
-        .first(conn)
-        .optional()?)
 }
 
 fn insert_transition(
@@ -168,89 +78,6 @@ fn insert_transition(
         at,
     )?;
     Ok(())
-}
-
-fn create_in(conn: &mut DbConnection, new: &NewTraining) -> Result<Created, DatabaseError> {
-    let config_json = new.config.to_json();
-    let gpu_request_json = serde_json::to_string(&new.gpu_request).expect("gpu request serialises");
-    let key = new
-        .request_id
-        .as_deref()
-        .map(|id| request_key(&new.team, id));
-    if let Some(key) = &key {
-        let request_id = new.request_id.clone().unwrap_or_default();
-        if let Some(row) = find_by_request_id(conn, key)? {
-            let same = row.config_json == config_json
-                && row.gpu_request_json == gpu_request_json
-                && row.priority == new.priority
-                && row.max_restarts == new.max_restarts
-                && row.display_name == new.display_name;
-            if !same {
-                return Err(DatabaseError::RequestIdConflict {
-                    request_id,
-                    existing: row.id,
-                });
-            }
-            return Ok(Created {
-                training: row.try_into()?,
-                created: false,
-            });
-        }
-    }
-    if let Some(cap) = new.max_queued {
-        check_queue_cap(conn, &new.team, cap)?;
-    }
-    let at = now();
-    let row = TrainingRow {
-        id: new_training_id(),
-        request_id: key,
-        display_name: new.display_name.clone(),
-        config_json,
-        gpu_request_json,
-        state: JobState::Queued.as_str().to_string(),
-        state_reason: "waiting to be scheduled".to_string(),
-        world_size: 0,
-        distributed: false,
-        priority: new.priority,
-        attempt: 0,
-        restart_count: 0,
-        max_restarts: new.max_restarts,
-        master_addr: None,
-        master_port: None,
-        last_event_seq: 0,
-        create_time: to_db_time(at),
-        update_time: to_db_time(at),
-        start_time: None,
-        end_time: None,
-        trace_context: new.trace_context.clone(),
-        team: new.team.clone(),
-        creator: new.creator.clone(),
-    };
-    diesel::insert_into(trainings::table)
-        .values(&row)
-        .execute(conn)?;
-    let change = StateChange {
-        from: None,
-        to: JobState::Queued,
-        reason: "created".to_string(),
-    };
-    insert_transition(conn, &row.id, 0, &change, at)?;
-    if let Some(audit) = &new.audit {
-        super::audit::insert_in(
-            conn,
-            &AuditEntry {
-                target: row.id.clone(),
-                ..audit.clone()
-            },
-            at,
-        )?;
-    }
-    let training = load_training(conn, &row.id)?
-        .ok_or_else(|| DatabaseError::TrainingNotFound(row.id.clone()))?;
-    Ok(Created {
-        training,
-        created: true,
-    })
 }
 
 /// Moves a training to `to` inside the caller's transaction: refuses an
@@ -335,47 +162,7 @@ fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training
         .collect()
 }
 
-/// Trainings in `state` by priority (higher first), then age.
-fn trainings_in_state(
-    conn: &mut DbConnection,
-    state: JobState,
-) -> Result<Vec<Training>, DatabaseError> {
-    trainings::table
-        .filter(trainings::state.eq(state.as_str()))
-        .order((
-            trainings::priority.desc(),
-            trainings::create_time.asc(),
-            trainings::id.asc(),
-        ))
-        .select(TrainingRow::as_select())
-        .load(conn)?
-        .into_iter()
-        .map(Training::try_from)
-        .collect()
-}
-
 impl Persistence {
-    /// Creates a QUEUED training with its first transition and event, or, when
-    /// `request_id` names an existing training with the same config and GPU
-    /// request, returns that one (`created: false`). The same request_id with
-    /// a different request is [`DatabaseError::RequestIdConflict`].
-    pub async fn create_training(&self, new: NewTraining) -> Result<Created, DatabaseError> {
-        let first = {
-            let new = new.clone();
-            self.transaction("create_training", move |c| create_in(c, &new))
-                .await
-        };
-        match first {
-            // A concurrent create with the same request_id won the race: the
-            // second run finds its training.
-            Err(e) if e.is_unique_violation() && new.request_id.is_some() => {
-                self.transaction("create_training", move |c| create_in(c, &new))
-                    .await
-            }
-            other => other,
-        }
-    }
-
     /// One training, if it exists.
     pub async fn get_training(&self, training_id: &str) -> Result<Option<Training>, DatabaseError> {
         let id = training_id.to_string();
@@ -444,14 +231,6 @@ impl Persistence {
         .await
     }
 
-    /// QUEUED trainings by priority (higher first), then age.
-    pub async fn queued_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
-        self.read("queued_trainings", |c| {
-            trainings_in_state(c, JobState::Queued)
-        })
-        .await
-    }
-
     /// Updates QUEUED trainings' pending reasons without a state change, in
     /// one transaction (a scheduling pass's changed reasons); a training no
     /// longer QUEUED is left alone.
@@ -470,14 +249,6 @@ impl Persistence {
                 .execute(c)?;
             }
             Ok(())
-        })
-        .await
-    }
-
-    /// RESTARTING trainings by priority (higher first), then age.
-    pub async fn restarting_trainings(&self) -> Result<Vec<Training>, DatabaseError> {
-        self.read("restarting_trainings", |c| {
-            trainings_in_state(c, JobState::Restarting)
         })
         .await
     }

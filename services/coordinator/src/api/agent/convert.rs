@@ -148,6 +148,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
         };
         v1::CoordinatorMessage {
             message: Some(message),
+            leader_epoch: 0,
         }
     }
 }

@@ -53,7 +53,20 @@ impl AgentService for AgentApi {
             _ => None,
         };
         let accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
-        let commands = ReceiverStream::new(accepted.commands).map(v1::CoordinatorMessage::from);
+        // Every command carries the epoch it is sent under; none goes out
+        // once this coordinator no longer leads (the session ends instead).
+        let leadership = ctx.leadership.clone();
+        let commands = ReceiverStream::new(accepted.commands).map_while(move |command| {
+            let crate::leader::Role::Leader { epoch } = leadership.role() else {
+                tracing::warn!(
+                    "no longer leading: ending an agent session instead of sending it a command"
+                );
+                return None;
+            };
+            let mut message = v1::CoordinatorMessage::from(command);
+            message.leader_epoch = u64::try_from(epoch).unwrap_or(0);
+            Some(message)
+        });
         let stream = tokio_stream::once(accepted.registered).chain(commands);
         Ok(Response::new(ctx.until_stopping(stream.map(Ok))))
     }

@@ -163,15 +163,17 @@ pub(super) async fn accept(
         .await
         .map_err(ApiError::from)?;
     let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
+    let leader_epoch = u64::try_from(ctx.leadership.epoch()).unwrap_or(0);
     let registered = v1::CoordinatorMessage {
         message: Some(v1::coordinator_message::Message::Registered(
             v1::Registered {
                 agent_id: agent_id.clone(),
                 heartbeat_interval: prost_types::Duration::try_from(HEARTBEAT_INTERVAL).ok(),
                 telemetry_interval: prost_types::Duration::try_from(TELEMETRY_INTERVAL).ok(),
-                leader_epoch: u64::try_from(ctx.leadership.epoch()).unwrap_or(0),
+                leader_epoch,
             },
         )),
+        leader_epoch,
     };
     let session = ctx.fleet.connect(LiveAgent {
         id: agent_id.clone(),

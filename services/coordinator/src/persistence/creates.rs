@@ -1,0 +1,409 @@
+//! What CreateTraining writes, and its group commit.
+//!
+//! Concurrent creates queue for one worker, which writes everything that
+//! waits (up to [`MAX_BATCH`]) as one transaction: one look-up of the
+//! batch's request ids, one queue count per team, and one multi-row insert
+//! each of trainings, transitions, events and audit rows. So a burst costs
+//! a handful of statements and one commit instead of a dozen statements and
+//! a commit per create. A create refused on its own merits (request id
+//! conflict, full queue) writes nothing and the others go on; a batch that
+//! fails as a whole is answered with the same error when the database is
+//! out of reach or this coordinator does not lead, and otherwise written
+//! again one create per transaction, so each caller gets its own outcome.
+
+use super::connection::on_backend;
+use super::rows::{now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
+use super::schema::{state_transitions, team_quotas, training_events, trainings};
+use super::{DatabaseError, DbConnection, Persistence};
+use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, StateChange, Training};
+use cohort_spec::TrainingConfig;
+use diesel::prelude::*;
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// The most creates one transaction writes.
+pub const MAX_BATCH: usize = 256;
+/// Creates that may wait for the worker before callers wait to hand theirs over.
+const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
+
+/// What CreateTraining persists.
+#[derive(Debug, Clone)]
+pub struct NewTraining {
+    /// Idempotency key: a second create with the same key returns the first training.
+    pub request_id: Option<String>,
+    pub display_name: String,
+    pub config: TrainingConfig,
+    pub gpu_request: GpuRequest,
+    pub priority: i32,
+    pub max_restarts: i32,
+    /// The creating call's W3C traceparent, when traced.
+    pub trace_context: Option<String>,
+    /// The team it belongs to and who creates it.
+    pub team: String,
+    pub creator: String,
+    /// The audit row of the create, written in its transaction.
+    pub audit: Option<AuditEntry>,
+    /// Refuse ([`DatabaseError::QueueFull`]) when the team already has its
+    /// cap of QUEUED trainings: its own (`team_quotas.max_queued`), else
+    /// this default; `None`: no cap.
+    pub max_queued: Option<i64>,
+}
+
+/// The result of [`Persistence::create_training`].
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub training: Training,
+    /// False when the request_id matched an existing training (nothing written).
+    pub created: bool,
+}
+
+/// How a client's request_id is stored: under its team, so teams never see
+/// each other's keys (team "" keeps the key as given).
+pub(crate) fn request_key(team: &str, request_id: &str) -> String {
+    if team.is_empty() {
+        request_id.to_string()
+    } else {
+        format!("{team}/{request_id}")
+    }
+}
+
+/// The client's request_id of a stored key.
+pub(crate) fn client_request_id(team: &str, key: String) -> String {
+    match key.strip_prefix(team).and_then(|k| k.strip_prefix('/')) {
+        Some(id) if !team.is_empty() => id.to_string(),
+        _ => key,
+    }
+}
+
+fn new_training_id() -> String {
+    format!("trn-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A team's QUEUED trainings and its cap, as the batch goes on.
+struct TeamQueue {
+    queued: i64,
+    cap: i64,
+}
+
+impl TeamQueue {
+    /// On PostgreSQL a per-team advisory lock (held to the end of the
+    /// transaction) makes concurrent writers count one after the other;
+    /// SQLite's writers are serial already.
+    fn load(conn: &mut DbConnection, team: &str, default: i64) -> Result<Self, DatabaseError> {
+        if let DbConnection::Pg(pg) = conn {
+            diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind::<diesel::sql_types::Text, _>(format!("cohort-queue/{team}"))
+                .execute(pg)?;
+        }
+        let own: Option<Option<i32>> = team_quotas::table
+            .find(team)
+            .select(team_quotas::max_queued)
+            .first(conn)
+            .optional()?;
+        let queued = trainings::table
+            .filter(trainings::team.eq(team))
+            .filter(trainings::state.eq(JobState::Queued.as_str()))
+            .count()
+            .get_result(conn)?;
+        Ok(Self {
+            queued,
+            cap: own.flatten().map_or(default, i64::from),
+        })
+    }
+}
+
+/// The stored trainings of the batch's request ids, by key.
+fn stored_by_key(
+    conn: &mut DbConnection,
+    batch: &[NewTraining],
+) -> Result<HashMap<String, TrainingRow>, DatabaseError> {
+    let keys: Vec<String> = batch
+        .iter()
+        .filter_map(|n| n.request_id.as_deref().map(|id| request_key(&n.team, id)))
+        .collect();
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    Ok(trainings::table
+        .filter(trainings::request_id.eq_any(&keys))
+        .select(TrainingRow::as_select())
+        .load(conn)?
+        .into_iter()
+        .filter_map(|row| row.request_id.clone().map(|key| (key, row)))
+        .collect())
+}
+
+/// A replay of `row` for `new`, or the conflict when the request differs.
+fn replay(
+    row: &TrainingRow,
+    new: &NewTraining,
+    config_json: &str,
+    gpu_request_json: &str,
+) -> Result<Created, DatabaseError> {
+    let same = row.config_json == config_json
+        && row.gpu_request_json == gpu_request_json
+        && row.priority == new.priority
+        && row.max_restarts == new.max_restarts
+        && row.display_name == new.display_name;
+    if !same {
+        return Err(DatabaseError::RequestIdConflict {
+            request_id: new.request_id.clone().unwrap_or_default(),
+            existing: row.id.clone(),
+        });
+    }
+    Ok(Created {
+        training: row.clone().try_into()?,
+        created: false,
+    })
+}
+
+fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> TrainingRow {
+    let at = to_db_time(now());
+    TrainingRow {
+        id: new_training_id(),
+        request_id: key,
+        display_name: new.display_name.clone(),
+        config_json,
+        gpu_request_json: serde_json::to_string(&new.gpu_request).expect("gpu request serialises"),
+        state: JobState::Queued.as_str().to_string(),
+        state_reason: "waiting to be scheduled".to_string(),
+        world_size: 0,
+        distributed: false,
+        priority: new.priority,
+        attempt: 0,
+        restart_count: 0,
+        max_restarts: new.max_restarts,
+        master_addr: None,
+        master_port: None,
+        // The "created" state change below is its first event.
+        last_event_seq: 1,
+        create_time: at,
+        update_time: at,
+        start_time: None,
+        end_time: None,
+        trace_context: new.trace_context.clone(),
+        team: new.team.clone(),
+        creator: new.creator.clone(),
+    }
+}
+
+/// Writes `batch` inside the caller's transaction and returns one outcome
+/// per create, in order: a new QUEUED training with its first transition,
+/// event and audit row; the stored training of a replayed request_id; or
+/// the refusal of this create alone (it wrote nothing).
+pub(super) fn create_batch_in(
+    conn: &mut DbConnection,
+    batch: &[NewTraining],
+) -> Result<Vec<Result<Created, DatabaseError>>, DatabaseError> {
+    let mut stored = stored_by_key(conn, batch)?;
+    let mut queues: HashMap<&str, TeamQueue> = HashMap::new();
+    let mut rows: Vec<TrainingRow> = Vec::new();
+    let mut audits: Vec<AuditEntry> = Vec::new();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for new in batch {
+        let config_json = new.config.to_json();
+        let key = new
+            .request_id
+            .as_deref()
+            .map(|id| request_key(&new.team, id));
+        if let Some(row) = key.as_ref().and_then(|k| stored.get(k)) {
+            let gpu_request_json =
+                serde_json::to_string(&new.gpu_request).expect("gpu request serialises");
+            outcomes.push(replay(row, new, &config_json, &gpu_request_json));
+            continue;
+        }
+        if let Some(default) = new.max_queued {
+            let queue = match queues.entry(new.team.as_str()) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(TeamQueue::load(conn, &new.team, default)?),
+            };
+            if queue.queued >= queue.cap {
+                outcomes.push(Err(DatabaseError::QueueFull {
+                    team: new.team.clone(),
+                    queued: queue.queued,
+                }));
+                continue;
+            }
+            queue.queued += 1;
+        }
+        let row = queued_row(new, key.clone(), config_json);
+        if let Some(audit) = &new.audit {
+            audits.push(AuditEntry {
+                target: row.id.clone(),
+                ..audit.clone()
+            });
+        }
+        outcomes.push(Ok(Created {
+            training: row.clone().try_into()?,
+            created: true,
+        }));
+        if let Some(key) = key {
+            stored.insert(key, row.clone());
+        }
+        rows.push(row);
+    }
+    insert_queued(conn, &rows)?;
+    super::audit::insert_all_in(conn, &audits, now())?;
+    Ok(outcomes)
+}
+
+/// The rows of new QUEUED trainings, each with its "created" transition and
+/// that transition's event (sequence number 1).
+fn insert_queued(conn: &mut DbConnection, rows: &[TrainingRow]) -> Result<(), DatabaseError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let change = EventPayload::StateChange(StateChange {
+        from: None,
+        to: JobState::Queued,
+        reason: "created".to_string(),
+    });
+    let (kind, payload_json) = (change.kind(), change.to_json());
+    on_backend!(conn, |c| diesel::insert_into(trainings::table)
+        .values(rows)
+        .execute(c))?;
+    let transitions: Vec<NewTransitionRow> = rows
+        .iter()
+        .map(|row| NewTransitionRow {
+            training_id: &row.id,
+            attempt: 0,
+            from_state: None,
+            to_state: JobState::Queued.as_str(),
+            reason: "created",
+            at: row.create_time,
+        })
+        .collect();
+    on_backend!(conn, |c| diesel::insert_into(state_transitions::table)
+        .values(&transitions)
+        .execute(c))?;
+    let events: Vec<EventRow> = rows
+        .iter()
+        .map(|row| EventRow {
+            training_id: row.id.clone(),
+            seq: 1,
+            attempt: 0,
+            kind: kind.clone(),
+            payload_json: payload_json.clone(),
+            event_time: row.create_time,
+        })
+        .collect();
+    on_backend!(conn, |c| diesel::insert_into(training_events::table)
+        .values(&events)
+        .execute(c))?;
+    for row in rows {
+        super::bell::note(&row.id, 1);
+    }
+    super::bell::note_state_change();
+    Ok(())
+}
+
+/// A create waiting for the worker, and where its outcome goes.
+struct Pending {
+    new: NewTraining,
+    reply: oneshot::Sender<Result<Created, DatabaseError>>,
+}
+
+/// The queue of creates in front of the worker that writes them.
+#[derive(Debug)]
+pub(super) struct CreateQueue {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl CreateQueue {
+    /// Starts the worker on the current runtime. It ends when the queue is
+    /// dropped, so `db` must not hold this queue (see [`Persistence::detached`]).
+    pub(super) fn start(db: Persistence) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        tokio::spawn(work(db, rx));
+        Self { tx }
+    }
+
+    /// Hands `new` to the worker and waits for its outcome.
+    pub(super) async fn submit(&self, new: NewTraining) -> Result<Created, DatabaseError> {
+        let (reply, outcome) = oneshot::channel();
+        self.tx
+            .send(Pending { new, reply })
+            .await
+            .map_err(|_| DatabaseError::Task("the create queue is closed".into()))?;
+        outcome
+            .await
+            .map_err(|_| DatabaseError::Task("the create worker ended".into()))?
+    }
+}
+
+async fn work(db: Persistence, mut rx: mpsc::Receiver<Pending>) {
+    let mut waiting = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut waiting, MAX_BATCH).await > 0 {
+        let batch = std::mem::take(&mut waiting);
+        tracing::debug!(creates = batch.len(), "writing a batch of creates");
+        write(&db, batch).await;
+    }
+}
+
+/// Writes one batch and answers each of its callers.
+async fn write(db: &Persistence, batch: Vec<Pending>) {
+    if batch.len() == 1 {
+        let Pending { new, reply } = batch.into_iter().next().expect("one create");
+        let _ = reply.send(create_one(db, new).await);
+        return;
+    }
+    let news: Arc<Vec<NewTraining>> = Arc::new(batch.iter().map(|p| p.new.clone()).collect());
+    let written = db
+        .transaction("create_trainings", move |c| create_batch_in(c, &news))
+        .await;
+    match written {
+        Ok(outcomes) => {
+            for (pending, outcome) in batch.into_iter().zip(outcomes) {
+                let _ = pending.reply.send(outcome);
+            }
+        }
+        Err(e) if e.is_shared() => {
+            for pending in batch {
+                let _ = pending.reply.send(Err(e.replica()));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, creates = batch.len(), "a batch of creates failed; writing them one by one");
+            for Pending { new, reply } in batch {
+                let _ = reply.send(create_one(db, new).await);
+            }
+        }
+    }
+}
+
+/// One create in its own transaction. A concurrent create with the same
+/// request_id (another coordinator's, or a batch that failed) that won the
+/// race makes the insert a unique violation: the second run finds its training.
+async fn create_one(db: &Persistence, new: NewTraining) -> Result<Created, DatabaseError> {
+    let retry = new.request_id.is_some();
+    let news = Arc::new(vec![new]);
+    let run = || {
+        let batch = news.clone();
+        async move {
+            db.transaction("create_training", move |c| create_batch_in(c, &batch))
+                .await?
+                .pop()
+                .ok_or_else(|| DatabaseError::Logical("a create without an outcome".into()))?
+        }
+    };
+    match run().await {
+        Err(e) if e.is_unique_violation() && retry => run().await,
+        outcome => outcome,
+    }
+}
+
+impl Persistence {
+    /// Creates a QUEUED training with its first transition and event, or, when
+    /// `request_id` names an existing training with the same config and GPU
+    /// request, returns that one (`created: false`). The same request_id with
+    /// a different request is [`DatabaseError::RequestIdConflict`].
+    /// Concurrent creates are committed together (see the module).
+    pub async fn create_training(&self, new: NewTraining) -> Result<Created, DatabaseError> {
+        self.creates
+            .get_or_init(|| CreateQueue::start(self.detached()))
+            .submit(new)
+            .await
+    }
+}

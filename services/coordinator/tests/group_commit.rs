@@ -1,0 +1,172 @@
+//! CreateTraining's group commit against real databases (SQLite and
+//! PostgreSQL): a burst of concurrent creates is written in few
+//! transactions, and every caller still gets the outcome its own create
+//! would have had alone.
+
+mod common;
+
+use cohort_coordinator::model::{AuditEntry, EventPayload, GpuSelection, JobState};
+use cohort_coordinator::persistence::audit::AuditQuery;
+use cohort_coordinator::persistence::quotas::TeamQuota;
+use cohort_coordinator::persistence::{Created, DatabaseError, NewTraining};
+use common::new_training;
+use std::collections::HashSet;
+
+fn audited(team: &str, request_id: Option<String>) -> NewTraining {
+    NewTraining {
+        team: team.into(),
+        creator: format!("{team}/dev"),
+        audit: Some(AuditEntry {
+            actor_kind: "token".into(),
+            actor: format!("{team}/dev"),
+            actor_team: team.into(),
+            method: "cohort.v1.TrainingService/CreateTraining".into(),
+            target: String::new(),
+            target_team: team.into(),
+            code: "OK".into(),
+            detail: String::new(),
+        }),
+        max_queued: Some(1000),
+        ..new_training(request_id.as_deref())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
+    for t in common::databases().await {
+        // vision may have 5 QUEUED (its own cap over the default of 1000).
+        t.db.set_quota(
+            TeamQuota {
+                team: "vision".into(),
+                gpus: None,
+                max_queued: Some(5),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+        let stored =
+            t.db.create_training(audited("nlp", Some("pre".into())))
+                .await
+                .unwrap();
+        let mut conflicting = audited("nlp", Some("pre".into()));
+        conflicting.gpu_request.selection = GpuSelection::Count { count: 8 };
+
+        let mut burst: Vec<(&str, NewTraining)> = Vec::new();
+        burst.extend((0..40).map(|i| ("nlp", audited("nlp", Some(format!("nlp-{i}"))))));
+        burst.extend((0..20).map(|_| ("vision", audited("vision", None))));
+        burst.extend((0..10).map(|_| ("dup", audited("nlp", Some("dup".into())))));
+        burst.extend((0..5).map(|_| ("conflict", conflicting.clone())));
+        burst.extend((0..5).map(|_| ("replay", audited("nlp", Some("pre".into())))));
+        let calls = burst.len() as u64;
+        let before = t.db.op_metrics().total();
+        let tasks: Vec<_> = burst
+            .into_iter()
+            .map(|(kind, new)| {
+                let db = t.db.clone();
+                tokio::spawn(async move { (kind, db.create_training(new).await) })
+            })
+            .collect();
+        let mut outcomes: Vec<(&str, Result<Created, DatabaseError>)> = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        let of = |kind: &'static str| {
+            outcomes
+                .iter()
+                .filter(move |(k, _)| *k == kind)
+                .map(|(_, o)| o)
+        };
+
+        // Every distinct create made its own training.
+        let nlp: Vec<&Created> = of("nlp").map(|o| o.as_ref().unwrap()).collect();
+        assert!(nlp.iter().all(|c| c.created), "{}", t.name);
+        let ids: HashSet<&str> = nlp.iter().map(|c| c.training.id.as_str()).collect();
+        assert_eq!(ids.len(), 40, "{}", t.name);
+        // The team's cap held across the batch: 5 queued, 15 refused.
+        let vision: Vec<_> = of("vision").collect();
+        let queued = vision.iter().filter(|o| o.is_ok()).count();
+        let full = vision
+            .iter()
+            .filter(|o| matches!(o, Err(DatabaseError::QueueFull { team, queued: 5 }) if team == "vision"))
+            .count();
+        assert_eq!((queued, full), (5, 15), "{}: {vision:?}", t.name);
+        // One request_id, one training, created once.
+        let dups: Vec<&Created> = of("dup").map(|o| o.as_ref().unwrap()).collect();
+        let dup_ids: HashSet<&str> = dups.iter().map(|c| c.training.id.as_str()).collect();
+        assert_eq!(dup_ids.len(), 1, "{}", t.name);
+        assert_eq!(dups.iter().filter(|c| c.created).count(), 1, "{}", t.name);
+        // A stored key: replayed as it is, or refused when the request differs.
+        for o in of("replay") {
+            let c = o.as_ref().unwrap();
+            assert!(
+                !c.created && c.training.id == stored.training.id,
+                "{}",
+                t.name
+            );
+        }
+        for o in of("conflict") {
+            assert!(
+                matches!(o, Err(DatabaseError::RequestIdConflict { existing, .. }) if *existing == stored.training.id),
+                "{}: {o:?}",
+                t.name
+            );
+        }
+        // Fewer transactions than calls: creates were committed together.
+        let transactions = t.db.op_metrics().total() - before;
+        assert!(
+            transactions < calls,
+            "{}: {transactions} transactions for {calls} creates",
+            t.name
+        );
+
+        // Each new training is whole: its row, the first transition, event 1, its audit row.
+        let audit =
+            t.db.audit_events(AuditQuery {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let audited_ids: HashSet<&str> = audit.iter().map(|r| r.entry.target.as_str()).collect();
+        let created: Vec<&Created> = outcomes
+            .iter()
+            .filter_map(|(_, o)| o.as_ref().ok())
+            .filter(|c| c.created)
+            .collect();
+        assert_eq!(created.len(), 40 + 5 + 1, "{}", t.name);
+        assert_eq!(
+            audit.len(),
+            created.len() + 1,
+            "{}: one row per create",
+            t.name
+        );
+        for c in created {
+            let id = &c.training.id;
+            let got = t.db.get_training(id).await.unwrap().unwrap();
+            assert_eq!(got, c.training, "{}", t.name);
+            assert_eq!((got.state, got.last_event_seq), (JobState::Queued, 1));
+            let transitions = t.db.transitions(id).await.unwrap();
+            assert_eq!(transitions.len(), 1, "{}", t.name);
+            assert_eq!(transitions[0].to, JobState::Queued);
+            let events = t.db.events_after(id, 0, 10).await.unwrap();
+            assert_eq!(events.len(), 1, "{}", t.name);
+            assert!(
+                matches!(&events[0].payload, EventPayload::StateChange(s) if s.to == JobState::Queued),
+                "{}",
+                t.name
+            );
+            assert!(
+                audited_ids.contains(id.as_str()),
+                "{}: no audit row for {id}",
+                t.name
+            );
+        }
+        assert_eq!(
+            common::training_count(&t).await,
+            40 + 5 + 1 + 1,
+            "{}",
+            t.name
+        );
+    }
+}
