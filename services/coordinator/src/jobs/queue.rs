@@ -21,41 +21,24 @@ pub trait Waiting {
     fn create_time(&self) -> DateTime<Utc>;
 }
 
-impl Waiting for Training {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn create_time(&self) -> DateTime<Utc> {
-        self.create_time
-    }
+/// Waiting by the fields of the same names.
+macro_rules! waiting_by_fields {
+    ($($t:ty),*) => {$(
+        impl Waiting for $t {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn priority(&self) -> i32 {
+                self.priority
+            }
+            fn create_time(&self) -> DateTime<Utc> {
+                self.create_time
+            }
+        }
+    )*};
 }
 
-impl Waiting for WaitingTraining {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn create_time(&self) -> DateTime<Utc> {
-        self.create_time
-    }
-}
-
-impl Waiting for WaitingKey {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn create_time(&self) -> DateTime<Utc> {
-        self.create_time
-    }
-}
+waiting_by_fields!(Training, WaitingTraining, WaitingKey);
 
 /// Restarting trainings go first, among themselves by priority (higher
 /// first), then age, then id: no aging, they have waited once already.
