@@ -12,11 +12,10 @@ impl Jobs {
     async fn master_port(&self, host: &str) -> Result<u16, DatabaseError> {
         let used: HashSet<u16> = self
             .db
-            .active_placements()
+            .master_ports_in_use(host)
             .await?
             .into_iter()
-            .filter(|(t, _)| t.master_addr.as_deref() == Some(host))
-            .filter_map(|(t, _)| t.master_port.and_then(|p| u16::try_from(p).ok()))
+            .filter_map(|p| u16::try_from(p).ok())
             .collect();
         let range = self.settings.master_ports.clone();
         let span = u64::from(*range.end() - *range.start()) + 1;

@@ -443,3 +443,22 @@ async fn a_run_that_finished_on_a_nan_loss_does_not_succeed() {
         failed.state_reason
     );
 }
+
+/// Trainings whose rank 0 share a host get MASTER_PORTs no placed training
+/// there uses: four trainings, four ports in the range, all taken once.
+#[tokio::test]
+async fn trainings_on_one_host_get_distinct_master_ports() {
+    let h = Harness::new(JobSettings {
+        master_ports: 29500..=29503,
+        ..Default::default()
+    })
+    .await;
+    let mut agent = h.agent("host-a", 4).await;
+    for _ in 0..4 {
+        h.create(1, 0).await;
+    }
+    h.jobs.schedule_pass().await.unwrap();
+    let mut ports: Vec<u16> = (0..4).map(|_| agent.started().master_port).collect();
+    ports.sort_unstable();
+    assert_eq!(ports, vec![29500, 29501, 29502, 29503]);
+}

@@ -73,6 +73,26 @@ impl Persistence {
         .await
     }
 
+    /// The rendezvous ports of the trainings whose current attempt holds
+    /// GPUs (SCHEDULED or RUNNING) with rank 0 on `host`.
+    pub async fn master_ports_in_use(&self, host: &str) -> Result<Vec<i32>, DatabaseError> {
+        let host = host.to_string();
+        self.read("master_ports_in_use", move |c| {
+            Ok(trainings::table
+                .filter(
+                    trainings::state
+                        .eq_any([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
+                )
+                .filter(trainings::master_addr.eq(&host))
+                .select(trainings::master_port)
+                .load::<Option<i32>>(c)?
+                .into_iter()
+                .flatten()
+                .collect())
+        })
+        .await
+    }
+
     /// Trainings whose current attempt holds GPUs (SCHEDULED or RUNNING), with
     /// that attempt's ranks: what the coordinator re-adopts after a restart.
     pub async fn active_placements(
