@@ -227,8 +227,9 @@ async fn serve(
             }
             received = inbound.message() => match received {
                 // A message of an older leader than this session's: refused,
-                // and the session with it ends.
-                Ok(Some(m)) if m.leader_epoch < cadence.epoch => {
+                // and the session with it ends. (0: a coordinator that leads
+                // alone, or one from before messages carried the epoch.)
+                Ok(Some(m)) if m.leader_epoch != 0 && m.leader_epoch < cadence.epoch => {
                     return Err(SessionError::StaleLeader { epoch: m.leader_epoch, seen: cadence.epoch });
                 }
                 Ok(Some(v1::CoordinatorMessage { message: Some(In::ReadFile(req)), .. })) => {

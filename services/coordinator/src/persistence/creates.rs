@@ -214,19 +214,24 @@ pub(super) fn create_batch_in(
             outcomes.push(replay(row, new, &config_json, &gpu_request_json));
             continue;
         }
-        if let Some(default) = new.max_queued {
-            let queue = match queues.entry(new.team.as_str()) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => e.insert(TeamQueue::load(conn, &new.team, default)?),
-            };
-            if queue.queued >= queue.cap {
-                outcomes.push(Err(DatabaseError::QueueFull {
-                    team: new.team.clone(),
-                    queued: queue.queued,
-                }));
-                continue;
+        match (new.max_queued, queues.entry(new.team.as_str())) {
+            (Some(default), entry) => {
+                let queue = match entry {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(TeamQueue::load(conn, &new.team, default)?),
+                };
+                if queue.queued >= queue.cap {
+                    outcomes.push(Err(DatabaseError::QueueFull {
+                        team: new.team.clone(),
+                        queued: queue.queued,
+                    }));
+                    continue;
+                }
+                queue.queued += 1;
             }
-            queue.queued += 1;
+            // Uncapped, but it counts against the team's capped creates after it.
+            (None, Entry::Occupied(mut e)) => e.get_mut().queued += 1,
+            (None, Entry::Vacant(_)) => {}
         }
         let row = queued_row(new, key.clone(), config_json);
         if let Some(audit) = &new.audit {

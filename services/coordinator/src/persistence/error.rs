@@ -91,14 +91,21 @@ impl DatabaseError {
     }
 
     /// Shared by every create of a batch that failed with it: this
-    /// coordinator does not lead, or the database is out of reach. (Other
-    /// failures may be one create's doing: its batch is written again one
-    /// by one.)
+    /// coordinator does not lead, the database is out of reach, or it stayed
+    /// busy through every attempt. (Other failures may be one create's
+    /// doing: its batch is written again one by one.)
     pub fn is_shared(&self) -> bool {
-        matches!(
-            self,
-            DatabaseError::NotLeader | DatabaseError::Deposed { .. }
-        ) || self.is_unavailable()
+        match self {
+            DatabaseError::NotLeader
+            | DatabaseError::Deposed { .. }
+            | DatabaseError::Connect(_)
+            | DatabaseError::Pool(_) => true,
+            // A panic in one create's work is that create's.
+            DatabaseError::Task(_) => false,
+            // Still busy or conflicting after every attempt: so would each
+            // create alone be, after as long again.
+            _ => self.is_unavailable() || self.is_retryable(),
+        }
     }
 
     /// An error that reads and classifies like this one (diesel's errors
@@ -110,6 +117,8 @@ impl DatabaseError {
             DatabaseError::Deposed { epoch } => DatabaseError::Deposed { epoch: *epoch },
             DatabaseError::Connect(m) => DatabaseError::Connect(m.clone()),
             DatabaseError::Pool(m) => DatabaseError::Pool(m.clone()),
+            DatabaseError::Task(m) => DatabaseError::Task(m.clone()),
+            DatabaseError::Conflict(m) => DatabaseError::Conflict(m.clone()),
             DatabaseError::Query(Error::DatabaseError(kind, info)) => DatabaseError::Query(
                 Error::DatabaseError(*kind, Box::new(info.message().to_string())),
             ),
@@ -156,7 +165,10 @@ mod tests {
                 queued: 5,
             },
             DatabaseError::Corrupt("bad json".into()),
+            DatabaseError::Task("task panicked".into()),
         ];
+        let task = DatabaseError::Task("task panicked".into());
+        assert_eq!(task.replica().to_string(), task.to_string());
         for e in own {
             assert!(!e.is_shared(), "{e}");
         }
