@@ -232,19 +232,10 @@ impl Jobs {
         placement::plan_first(&FleetView::of(&self.fleet), request, memory_need(config))
     }
 
-    /// The waiting trainings in scheduling order: RESTARTING ones first
-    /// (see [`queue::order_restarting`]), then QUEUED ones by the queue policy.
+    /// The waiting trainings in scheduling order (see [`QueuePolicy::schedule`]).
     pub async fn waiting(&self) -> Result<Vec<WaitingTraining>, DatabaseError> {
-        let (mut all, mut queued): (Vec<_>, Vec<_>) = self
-            .db
-            .waiting_trainings()
-            .await?
-            .into_iter()
-            .partition(|t| t.state == JobState::Restarting);
-        queue::order_restarting(&mut all);
-        self.settings.queue.order(&mut queued, chrono::Utc::now());
-        all.extend(queued);
-        Ok(all)
+        let waiting = self.db.waiting_trainings().await?;
+        Ok(self.settings.queue.schedule(waiting, chrono::Utc::now()))
     }
 
     /// The waiting trainings' positions in the scheduling order (1 = placed
@@ -255,16 +246,10 @@ impl Jobs {
         self.positions
             .get_or_refresh(epoch, move || async move {
                 // The order of `waiting`, from the keys alone.
-                let (mut restarting, mut queued): (Vec<_>, Vec<_>) = db
-                    .waiting_keys()
-                    .await?
-                    .into_iter()
-                    .partition(|k| k.restarting);
-                queue::order_restarting(&mut restarting);
-                policy.order(&mut queued, chrono::Utc::now());
+                let order = policy.schedule(db.waiting_keys().await?, chrono::Utc::now());
                 Ok(positions::QueuePositions::new(
                     epoch,
-                    restarting.iter().chain(&queued).map(|k| k.id.as_str()),
+                    order.iter().map(|k| k.id.as_str()),
                 ))
             })
             .await

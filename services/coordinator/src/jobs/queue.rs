@@ -9,7 +9,7 @@
 //! `reserve_after`: then nothing behind it is placed until it fits, so the
 //! GPUs it needs drain instead of being taken again.
 
-use crate::model::Training;
+use crate::model::{JobState, Training};
 use crate::persistence::waiting::{WaitingKey, WaitingTraining};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -19,6 +19,8 @@ pub trait Waiting {
     fn id(&self) -> &str;
     fn priority(&self) -> i32;
     fn create_time(&self) -> DateTime<Utc>;
+    /// RESTARTING (placed before every QUEUED one), else QUEUED.
+    fn restarting(&self) -> bool;
 }
 
 /// Waiting by the fields of the same names.
@@ -33,6 +35,9 @@ macro_rules! waiting_by_fields {
             }
             fn create_time(&self) -> DateTime<Utc> {
                 self.create_time
+            }
+            fn restarting(&self) -> bool {
+                self.state == JobState::Restarting
             }
         }
     )*};
@@ -75,6 +80,17 @@ impl QueuePolicy {
         i64::from(t.priority()) + steps as i64
     }
 
+    /// Waiting trainings (or their keys) in scheduling order: RESTARTING ones
+    /// first (see [`order_restarting`]), then QUEUED ones (see [`Self::order`]).
+    pub fn schedule<T: Waiting>(&self, waiting: Vec<T>, now: DateTime<Utc>) -> Vec<T> {
+        let (mut all, mut queued): (Vec<T>, Vec<T>) =
+            waiting.into_iter().partition(Waiting::restarting);
+        order_restarting(&mut all);
+        self.order(&mut queued, now);
+        all.extend(queued);
+        all
+    }
+
     /// Sort waiting trainings (or their keys) into scheduling order.
     pub fn order<T: Waiting>(&self, trainings: &mut [T], now: DateTime<Utc>) {
         trainings.sort_by(|a, b| {
@@ -94,7 +110,7 @@ impl QueuePolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{GpuRequest, JobState};
+    use crate::model::GpuRequest;
 
     fn training(id: &str, priority: i32, age_min: i64, now: DateTime<Utc>) -> Training {
         let config = cohort_spec::TrainingConfig::from_toml(

@@ -259,7 +259,7 @@ pub async fn render(ctx: &Context) -> String {
         .series
         .push((String::new(), watch.lag_notices as f64));
 
-    let [pass_last, pass_max, pass_looked_at] = scheduler_families(ctx);
+    let [pass_last, pass_max, pass_looked_at, pass_rewritten] = scheduler_families(ctx);
 
     let mut out = String::new();
     for family in [
@@ -288,6 +288,7 @@ pub async fn render(ctx: &Context) -> String {
         &pass_last,
         &pass_max,
         &pass_looked_at,
+        &pass_rewritten,
     ] {
         family.write(&mut out);
     }
@@ -295,9 +296,10 @@ pub async fn render(ctx: &Context) -> String {
     out
 }
 
-/// What the scheduling passes cost: the last one, the slowest one, and how
-/// many waiting trainings the last one looked at.
-fn scheduler_families(ctx: &Context) -> [Family; 3] {
+/// What the scheduling passes cost: the last one, the slowest one, how many
+/// waiting trainings the last one looked at and how many pending reasons it
+/// rewrote.
+fn scheduler_families(ctx: &Context) -> [Family; 4] {
     let pass = ctx.jobs.pass_figures();
     let mut last = Family::new(
         "cohort_scheduler_pass_seconds",
@@ -319,7 +321,15 @@ fn scheduler_families(ctx: &Context) -> [Family; 3] {
     looked_at
         .series
         .push((String::new(), pass.looked_at as f64));
-    [last, max, looked_at]
+    let mut rewritten = Family::new(
+        "cohort_scheduler_pass_reasons_rewritten",
+        "gauge",
+        "Pending reasons the last scheduling pass rewrote.",
+    );
+    rewritten
+        .series
+        .push((String::new(), pass.rewritten as f64));
+    [last, max, looked_at, rewritten]
 }
 
 /// The database's per-operation latency histogram and error counter.

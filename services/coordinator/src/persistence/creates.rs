@@ -24,7 +24,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// The most creates one transaction writes.
-pub const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 256;
 /// Creates that may wait for the worker before callers wait to hand theirs over.
 const QUEUE_DEPTH: usize = 4 * MAX_BATCH;
 

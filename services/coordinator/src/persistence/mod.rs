@@ -35,7 +35,7 @@ pub mod waiting;
 pub use bell::EventBell;
 pub use checkpoints::CheckpointRecord;
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
-pub use creates::{Created, NewTraining, MAX_BATCH as MAX_CREATE_BATCH};
+pub use creates::{Created, NewTraining};
 pub use error::DatabaseError;
 pub use fleet::AgentRegistration;
 pub use measure::{OpMetrics, OpStats};

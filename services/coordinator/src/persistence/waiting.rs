@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 use cohort_spec::TrainingConfig;
 use diesel::prelude::*;
 
-const WAITING: [&str; 2] = ["QUEUED", "RESTARTING"];
+fn waiting_states() -> [&'static str; 2] {
+    [JobState::Queued.as_str(), JobState::Restarting.as_str()]
+}
 
 /// What orders a waiting training (see [`crate::jobs::queue::QueuePolicy`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +21,8 @@ pub struct WaitingKey {
     pub id: String,
     pub priority: i32,
     pub create_time: DateTime<Utc>,
-    /// RESTARTING (placed before every QUEUED one), else QUEUED.
-    pub restarting: bool,
+    /// QUEUED or RESTARTING.
+    pub state: JobState,
 }
 
 /// What a scheduling pass looks at of a waiting training.
@@ -69,7 +71,7 @@ impl Persistence {
     pub async fn waiting_trainings(&self) -> Result<Vec<WaitingTraining>, DatabaseError> {
         self.read("waiting_trainings", |c| {
             trainings::table
-                .filter(trainings::state.eq_any(WAITING))
+                .filter(trainings::state.eq_any(waiting_states()))
                 .select((
                     trainings::id,
                     trainings::state,
@@ -114,7 +116,7 @@ impl Persistence {
     pub async fn waiting_keys(&self) -> Result<Vec<WaitingKey>, DatabaseError> {
         self.read("waiting_keys", |c| {
             let rows: Vec<(String, String, i32, chrono::NaiveDateTime)> = trainings::table
-                .filter(trainings::state.eq_any(WAITING))
+                .filter(trainings::state.eq_any(waiting_states()))
                 .select((
                     trainings::id,
                     trainings::state,
@@ -122,15 +124,16 @@ impl Persistence {
                     trainings::create_time,
                 ))
                 .load(c)?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, state, priority, created)| WaitingKey {
-                    id,
-                    priority,
-                    create_time: from_db_time(created),
-                    restarting: state == JobState::Restarting.as_str(),
+            rows.into_iter()
+                .map(|(id, state, priority, created)| {
+                    Ok(WaitingKey {
+                        id,
+                        priority,
+                        create_time: from_db_time(created),
+                        state: parse_state(&state)?,
+                    })
                 })
-                .collect())
+                .collect()
         })
         .await
     }
