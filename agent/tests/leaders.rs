@@ -2,7 +2,8 @@
 //! it to the leader; a session of an older leader epoch than one already
 //! seen is refused, and so is a message carrying an older epoch than its
 //! session's; rank events the coordinator did not acknowledge are sent
-//! again, first, in the next session.
+//! again, first, in the next session; a published member set is dialled
+//! and kept in the work dir for the next run.
 
 mod common;
 
@@ -121,6 +122,61 @@ async fn unacknowledged_rank_events_are_sent_again_first() {
     if let Some(Out::RankEvent(e)) = third.next().await.message {
         panic!("replayed an acknowledged event: {e:?}");
     }
+    stop.send(true).unwrap();
+    agent.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_member_set_is_dialled_and_kept_for_the_next_run() {
+    let work = tempfile::tempdir().unwrap();
+    let program = script(work.path(), RANK_SCRIPT);
+    let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a_url = format!("http://{}", a.local_addr().unwrap());
+    let mut a_sessions = serve(a).await;
+    // A coordinator the agent was never told of.
+    let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b_url = format!("http://{}", b.local_addr().unwrap());
+    let mut b_sessions = serve(b).await;
+
+    let (agent, stop) = start_agent(a_url.clone(), work.path(), program.clone());
+    let mut first = next_session(&mut a_sessions).await;
+    first.register().await;
+    first
+        .send(In::Members(v1::Members {
+            coordinators: vec![a_url.clone(), b_url.clone()],
+        }))
+        .await;
+    let kept = work.path().join("coordinators");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::fs::read_to_string(&kept).await.unwrap_or_default() != format!("{b_url}\n") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the member set is not kept"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // a goes away (its next session is dropped at once): b is dialled.
+    drop(first);
+    drop(next_session(&mut a_sessions).await);
+    let mut second = next_session(&mut b_sessions).await;
+    second.register().await;
+    second
+        .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
+        .await;
+    drop(second);
+    stop.send(true).unwrap();
+    agent.await.unwrap();
+
+    // A new run, told only of a dead address, finds b from the kept file.
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let (agent, stop) = start_agent(dead_url, work.path(), program);
+    let mut again = next_session(&mut b_sessions).await;
+    again.register().await;
+    again
+        .next_matching(|m| matches!(m, Out::Heartbeat(_)).then_some(()))
+        .await;
     stop.send(true).unwrap();
     agent.await.unwrap();
 }

@@ -87,6 +87,7 @@ async fn two_real_ranks_train_to_success() {
                 cuda_visible_devices: String::new(),
                 extra_env: vec![],
             })
+            .await
             .unwrap();
     }
 

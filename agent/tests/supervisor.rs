@@ -141,7 +141,7 @@ async fn progress_lines_become_events_and_success_is_reported() {
         spec.config_path.clone(),
     );
     let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
-    let pid = sup.start(spec).unwrap();
+    let pid = sup.start(spec).await.unwrap();
 
     let kinds = events_until_exit(&mut rx, &key).await;
     assert_eq!(kinds[0], RankEventKind::Started { pid });
@@ -181,7 +181,7 @@ async fn exit_codes_are_classified_and_stderr_tail_is_bounded() {
     );
     let spec = rank_spec(dir.path(), bad_config, "job-bad", 0);
     let key = spec.key.clone();
-    sup.start(spec).unwrap();
+    sup.start(spec).await.unwrap();
     let kinds = events_until_exit(&mut rx, &key).await;
     let exit = exit_of(&kinds);
     assert_eq!(exit.code, Some(3));
@@ -195,7 +195,7 @@ async fn exit_codes_are_classified_and_stderr_tail_is_bounded() {
     );
     let spec = rank_spec(dir.path(), noisy, "job-noisy", 0);
     let key = spec.key.clone();
-    sup.start(spec).unwrap();
+    sup.start(spec).await.unwrap();
     let kinds = events_until_exit(&mut rx, &key).await;
     let exit = exit_of(&kinds);
     assert_eq!(exit.class, ExitClass::Infrastructure);
@@ -216,7 +216,7 @@ async fn ignored_sigterm_escalates_to_sigkill_of_the_whole_group() {
     let spec = rank_spec(dir.path(), stubborn, "job-stubborn", 0);
     let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
     let (mut sup, mut rx) = supervisor(Duration::from_millis(500));
-    let pid = sup.start(spec).unwrap() as i32;
+    let pid = sup.start(spec).await.unwrap() as i32;
     let child = read_pid_file(&run_dir.join("child.pid")).await;
     assert!(!is_dead(child));
     assert_eq!(sup.running(), vec![key.clone()]);
@@ -250,7 +250,7 @@ async fn sigterm_stops_a_cooperative_rank_within_the_grace() {
     let spec = rank_spec(dir.path(), sleeper, "job-coop", 0);
     let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
     let (mut sup, mut rx) = supervisor(Duration::from_secs(10));
-    sup.start(spec).unwrap();
+    sup.start(spec).await.unwrap();
     let child = read_pid_file(&run_dir.join("child.pid")).await;
 
     let started = Instant::now();
@@ -274,7 +274,7 @@ async fn a_rank_that_exits_leaves_no_forked_process_behind() {
     let spec = rank_spec(dir.path(), leaky, "job-leaky", 0);
     let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
     let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
-    sup.start(spec).unwrap();
+    sup.start(spec).await.unwrap();
     let kinds = events_until_exit(&mut rx, &key).await;
     assert_eq!(exit_of(&kinds).class, ExitClass::Success);
     let child = read_pid_file(&run_dir.join("child.pid")).await;
@@ -291,11 +291,16 @@ async fn stop_job_stops_only_that_job_and_drop_kills_the_rest() {
     let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
     let a0 = sup
         .start(rank_spec(dir.path(), sleeper.clone(), "a", 0))
+        .await
         .unwrap();
     let a1 = sup
         .start(rank_spec(dir.path(), sleeper.clone(), "a", 1))
+        .await
         .unwrap();
-    let b0 = sup.start(rank_spec(dir.path(), sleeper, "b", 0)).unwrap() as i32;
+    let b0 = sup
+        .start(rank_spec(dir.path(), sleeper, "b", 0))
+        .await
+        .unwrap() as i32;
 
     let outcomes = sup.stop_job("a").await;
     assert_eq!(outcomes.len(), 2);
@@ -316,15 +321,17 @@ async fn start_errors_are_precise() {
     let (mut sup, _rx) = supervisor(Duration::from_secs(1));
     let missing = rank_spec(dir.path(), dir.path().join("no-such-rank"), "j", 0);
     assert!(matches!(
-        sup.start(missing),
+        sup.start(missing).await,
         Err(SupervisorError::ProgramNotFound(_))
     ));
 
     let sleeper = script(dir.path(), "sleeper.sh", "exec sleep 1000");
     sup.start(rank_spec(dir.path(), sleeper.clone(), "j", 0))
+        .await
         .unwrap();
     let err = sup
         .start(rank_spec(dir.path(), sleeper, "j", 0))
+        .await
         .unwrap_err();
     assert!(matches!(err, SupervisorError::AlreadyRunning(_)), "{err}");
     assert!(matches!(

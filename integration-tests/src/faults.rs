@@ -1,5 +1,6 @@
 //! Faults a test injects into a running cluster: a rank SIGKILLed or frozen
-//! with SIGSTOP, an agent SIGKILLed together with its ranks.
+//! with SIGSTOP, an agent SIGKILLed alone (its ranks must die with it) or
+//! together with its ranks (the whole host going away).
 
 use crate::procs::{marked_processes, rank_processes};
 use crate::Cluster;
@@ -48,23 +49,52 @@ pub fn signal(pid: i32, signal: Signal) {
     kill(Pid::from_raw(pid), signal).unwrap_or_else(|e| panic!("kill -{signal} {pid}: {e}"));
 }
 
+/// The ranks agent `agent` started (its children among the cluster's ranks).
+fn ranks_of_agent(cluster: &Cluster, agent: i32) -> Vec<i32> {
+    rank_processes(&cluster.mark)
+        .into_iter()
+        .filter(|&pid| parent_of(pid) == Some(agent))
+        .collect()
+}
+
+/// A process's parent pid, from /proc.
+fn parent_of(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(str::to_string))
+        .and_then(|rest| {
+            rest.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i32>().ok())
+        })
+}
+
+/// Whether `pid` is gone (or a zombie waiting for its new parent to reap it).
+pub fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// SIGKILLs the agent named `name` alone, as a crash or the OOM killer
+/// would; returns the pids of the ranks it had started. Those must die on
+/// their own (the agent's parent-death signal).
+pub fn kill_agent(cluster: &Cluster, name: &str) -> Vec<i32> {
+    let agent = agent_pid(cluster, name).unwrap_or_else(|| panic!("no agent {name} runs"));
+    let ranks = ranks_of_agent(cluster, agent);
+    signal(agent, Signal::SIGKILL);
+    ranks
+}
+
 /// SIGKILL an agent and every rank it started (the whole host going away).
 pub fn kill_agent_and_ranks(cluster: &Cluster, name: &str) {
     let agent = agent_pid(cluster, name).unwrap_or_else(|| panic!("no agent {name} runs"));
-    let ranks: Vec<i32> = rank_processes(&cluster.mark)
-        .into_iter()
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit(')').next().map(str::to_string))
-                .and_then(|rest| {
-                    rest.split_whitespace()
-                        .nth(1)
-                        .and_then(|p| p.parse::<i32>().ok())
-                })
-                == Some(agent)
-        })
-        .collect();
+    let ranks = ranks_of_agent(cluster, agent);
     signal(agent, Signal::SIGKILL);
     for pid in ranks {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);

@@ -363,3 +363,62 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&id));
     succeeded_in_one_attempt(&cluster, &url, &id, 600).await;
 }
+
+/// The agent was told coordinators 0 and 1; coordinator 2 starts after it.
+/// Coordinator 1 dies and the leader (0) freezes: only 2 can lead, and the
+/// agent finds it through the member set the coordinators publish. The
+/// training goes on in its first attempt, with no restart, and the new
+/// leader stores progress within 8 s of the freeze.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_started_after_the_agents_is_found_when_the_others_are_gone() {
+    let mut cluster = ha_cluster(2).await;
+    let late = cluster.start_peer().await;
+    assert_eq!(late, 2);
+    let steps = 10_000;
+    let (id, seen, _) = running_training(&cluster, &cluster.coordinator_url(0), steps).await;
+    let ranks = cluster.rank_processes();
+    // The agent learns the member set with its next Members message.
+    let kept = cluster.agent_work_dir(0).join("coordinators");
+    let late_url = cluster.coordinator_url(2);
+    eventually(
+        "the agent to keep the member set",
+        Duration::from_secs(20),
+        || async {
+            let text = tokio::fs::read_to_string(&kept).await.unwrap_or_default();
+            text.lines()
+                .any(|l| l == late_url)
+                .then_some(())
+                .ok_or(format!("kept: {text:?}"))
+        },
+    )
+    .await;
+
+    cluster.kill_coordinator_at(1);
+    let frozen = Instant::now();
+    cluster.signal_coordinator(0, Signal::SIGSTOP);
+    // What the frozen leader had stored, read from the database by 2.
+    let step = cluster
+        .get_training_at(&late_url, &id)
+        .await
+        .latest_progress
+        .map_or(0, |p| p.step);
+    let leader = cluster.wait_leader(Some(0), TAKEOVER_BOUND * 2).await;
+    eprintln!(
+        "coordinator 2 leads {} ms after the freeze",
+        frozen.elapsed().as_millis()
+    );
+    assert_eq!(leader, 2);
+    let reached = progress_passes(&late_url, &id, seen, step).await;
+    let stored = frozen.elapsed();
+    eprintln!(
+        "progress stored by the new leader {} ms after the freeze (step {step} -> {reached})",
+        stored.as_millis()
+    );
+    assert!(
+        stored < Duration::from_secs(8),
+        "first progress under the new leader after {stored:?}"
+    );
+    assert_eq!(cluster.rank_processes(), ranks, "the same rank processes");
+    cluster.signal_coordinator(0, Signal::SIGCONT);
+    succeeded_in_one_attempt(&cluster, &late_url, &id, steps).await;
+}

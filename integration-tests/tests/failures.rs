@@ -6,7 +6,7 @@
 //! finishes its restart under the next coordinator; nothing is left running
 //! afterwards.
 
-use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
+use cohort_integration_tests::faults::{is_gone, kill_agent, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::watch_until;
@@ -210,7 +210,17 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
         .clone();
     let victim = cluster.agent_name_of(&victim_id).await;
     let killed = Instant::now();
-    kill_agent_and_ranks(&cluster, &victim);
+    // The agent alone, as a crash or the OOM killer would: its ranks must
+    // not outlive it (else two attempts of one training would run at once).
+    let orphans = kill_agent(&cluster, &victim);
+    assert_eq!(orphans.len(), 2, "the victim ran ranks 2 and 3");
+    while !orphans.iter().all(|&pid| is_gone(pid)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "ranks {orphans:?} outlived their SIGKILLed agent by 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     eventually(
         "the lost agent to be detected",

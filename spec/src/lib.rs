@@ -6,11 +6,13 @@
 //! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
 //! - [`duration`]: durations on command lines (`500ms`, `10s`, `24h`).
 //! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
+//! - [`resume`]: which checkpoints a restarted attempt may resume from.
 
 pub mod config;
 pub mod duration;
 pub mod exit;
 pub mod progress;
+pub mod resume;
 pub mod roots;
 
 pub use config::{ConfigError, TrainingConfig};

@@ -10,6 +10,12 @@ pub struct Launch {
     pub local_world_size: i64,
     pub master_addr: String,
     pub master_port: u16,
+    /// The attempt (`COHORT_ATTEMPT`, set by the agent); written into each
+    /// checkpoint's manifest.
+    pub attempt: Option<i64>,
+    /// The checkpoints of earlier attempts this one may resume from
+    /// (`COHORT_PUBLISHED_CHECKPOINTS`); `None` when run by hand.
+    pub published: Option<cohort_spec::resume::Published>,
 }
 
 impl Launch {
@@ -61,6 +67,16 @@ impl Launch {
             .ok()
             .filter(|p| *p > 0)
             .ok_or_else(|| RankError::Launch(format!("MASTER_PORT={port} is not a port")))?;
+        let attempt = match get("COHORT_ATTEMPT") {
+            Some(_) => Some(int("COHORT_ATTEMPT", None)?),
+            None => None,
+        };
+        let published = get(cohort_spec::resume::PUBLISHED_ENV)
+            .map(|v| cohort_spec::resume::Published::parse(&v))
+            .transpose()
+            .map_err(|e| {
+                RankError::Launch(format!("{}: {e}", cohort_spec::resume::PUBLISHED_ENV))
+            })?;
         Ok(Self {
             rank,
             world_size,
@@ -68,6 +84,8 @@ impl Launch {
             local_world_size,
             master_addr,
             master_port,
+            attempt,
+            published,
         })
     }
 

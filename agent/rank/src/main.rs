@@ -63,19 +63,41 @@ fn guarded(args: Args) -> Result<(), RankError> {
 }
 
 /// With COHORT_EXIT_WITH_PARENT=1 (the agent sets it), exit as soon as the
-/// process that started us is gone: a rank never outlives its agent.
+/// process that started us is gone: a rank never outlives its agent. The
+/// agent also has the kernel SIGKILL us when it dies (a parent-death
+/// signal); this watchdog is the second line, for a rank started otherwise.
+/// Nothing here may panic: the agent's end of our stderr is closed by then,
+/// so `eprintln!` would panic this thread (EPIPE) and the rank would live on.
 fn exit_with_parent() {
     if std::env::var("COHORT_EXIT_WITH_PARENT").as_deref() != Ok("1") {
         return;
     }
+    // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() };
-    std::thread::spawn(move || loop {
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        if unsafe { libc::getppid() } != parent {
-            eprintln!("cohort-rank: the agent (pid {parent}) is gone: exiting");
-            std::process::exit(ExitCode::Terminated.code());
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            // SAFETY: as above.
+            if unsafe { libc::getppid() } != parent {
+                let note = format!("cohort-rank: the agent (pid {parent}) is gone: exiting\n");
+                // SAFETY: a write of a live buffer to fd 2; its result (EPIPE
+                // once the agent is gone) is ignored on purpose. _exit ends
+                // the process without running atexit handlers, which a
+                // libtorch still at work could block.
+                unsafe {
+                    libc::write(2, note.as_ptr().cast(), note.len());
+                    libc::_exit(ExitCode::Terminated.code());
+                }
+            }
+        });
+    if spawned.is_err() {
+        // The parent-death signal still covers us.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"cohort-rank: cannot start the parent watchdog\n",
+        );
+    }
 }
 
 fn main() {

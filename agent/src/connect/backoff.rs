@@ -40,6 +40,12 @@ impl Backoff {
         half + half.mul_f64(self.unit())
     }
 
+    /// `around` jittered to a uniform draw from [around/2, around*3/2), so
+    /// that agents refused together do not ask again in lock step.
+    pub fn jitter(&mut self, around: Duration) -> Duration {
+        around / 2 + around.mul_f64(self.unit())
+    }
+
     /// Back to the initial delay, after a session that worked.
     pub fn reset(&mut self) {
         self.current = self.initial;
@@ -75,6 +81,18 @@ mod tests {
         assert_eq!(*bases.last().unwrap(), Duration::from_secs(2));
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_fixed_pause_is_jittered_around_its_value() {
+        let mut b = Backoff::with_seed(Duration::from_millis(100), Duration::from_secs(1), 3);
+        let pauses: Vec<_> = (0..50)
+            .map(|_| b.jitter(Duration::from_millis(500)))
+            .collect();
+        assert!(pauses
+            .iter()
+            .all(|p| *p >= Duration::from_millis(250) && *p < Duration::from_millis(750)));
+        assert!(pauses.windows(2).any(|w| w[0] != w[1]));
     }
 
     #[test]

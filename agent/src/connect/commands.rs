@@ -26,7 +26,7 @@ pub(super) async fn handle(
             Vec::new()
         }
         // The session serves these itself, before commands reach here.
-        Some(In::ReadFile(_)) | Some(In::Ack(_)) => Vec::new(),
+        Some(In::ReadFile(_)) | Some(In::Ack(_)) | Some(In::Members(_)) => Vec::new(),
         Some(In::Registered(_)) => {
             tracing::warn!("ignoring a second Registered on the same session");
             Vec::new()
@@ -100,6 +100,16 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             .collect();
     }
     let mut rank_env = rank_env;
+    // The checkpoints earlier attempts published: the only ones to resume from.
+    let published = cohort_spec::resume::Published::new(
+        cmd.published_checkpoints
+            .iter()
+            .map(|c| (i64::from(c.attempt), c.step)),
+    );
+    rank_env.push((
+        cohort_spec::resume::PUBLISHED_ENV.to_string(),
+        published.to_env(),
+    ));
     if !agent.config.data_roots.is_empty() {
         rank_env.push((roots::ENV.to_string(), agent.config.data_roots.to_env()));
     }
@@ -132,7 +142,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             },
             extra_env: rank_env.clone(),
         };
-        if let Err(e) = agent.supervisor.start(spec) {
+        if let Err(e) = agent.supervisor.start(spec).await {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
             failures.push(convert::start_failed(&key, e.to_string()));
         }
@@ -299,6 +309,7 @@ mod tests {
             }],
             run_dir: String::new(),
             trace_context: Default::default(),
+            published_checkpoints: vec![],
         }
     }
 

@@ -30,9 +30,9 @@ use crate::telemetry::{self, SharedProbe};
 /// leader a standby named).
 const FOLLOW_DELAY: Duration = Duration::from_millis(100);
 
-/// The pause before asking again when a coordinator answered UNAVAILABLE
-/// (a standby, an election, its database away): it is up, and takes the
-/// session as soon as it can.
+/// The pause (jittered: 250-750 ms) before asking again when a coordinator
+/// answered UNAVAILABLE (a standby, an election, its database away): it is
+/// up, and takes the session as soon as it can.
 const ELECTION_RETRY: Duration = Duration::from_millis(500);
 
 /// Capacity of the supervisor's event channel.
@@ -131,9 +131,41 @@ impl Agent {
         self.reload.clone()
     }
 
+    /// Takes a member set a coordinator published, and keeps it in the work
+    /// dir when it changed (written aside, then renamed into place).
+    pub(crate) async fn learn_members(&mut self, members: &[String]) {
+        let Some(learned) = self.targets.learn(members) else {
+            return;
+        };
+        tracing::info!(coordinators = %self.targets.describe(), "learned the coordinators' member set");
+        let path = self.config.work_dir.join(targets::MEMBERS_FILE);
+        let aside = path.with_extension("tmp");
+        let mut text = learned.join("\n");
+        text.push('\n');
+        let written = match tokio::fs::write(&aside, text).await {
+            Ok(()) => tokio::fs::rename(&aside, &path).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot keep the member set");
+        }
+    }
+
+    /// The member set kept by an earlier run, if any.
+    async fn recall_members(&mut self) {
+        let path = self.config.work_dir.join(targets::MEMBERS_FILE);
+        if let Ok(text) = tokio::fs::read_to_string(&path).await {
+            let members: Vec<String> = text.lines().map(str::to_string).collect();
+            if self.targets.learn(&members).is_some() {
+                tracing::info!(coordinators = %self.targets.describe(), "dialling the member set kept from the last run too");
+            }
+        }
+    }
+
     /// Connects, serves sessions and reconnects until `shutdown` turns true;
     /// then stops every rank (SIGTERM, SIGKILL after the grace).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Shutdown {
+        self.recall_members().await;
         let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
         let mut failures = 0u64;
         loop {
@@ -155,7 +187,7 @@ impl Agent {
                             // A coordinator answered (a standby, an election,
                             // its database away): ask again soon.
                             backoff.reset();
-                            ELECTION_RETRY
+                            backoff.jitter(ELECTION_RETRY)
                         } else {
                             backoff.next_delay()
                         }

@@ -120,6 +120,9 @@ pub(super) async fn run(
             },
         ));
     }
+    if let Some(members) = &registered.members {
+        agent.learn_members(&members.coordinators).await;
+    }
     let heartbeat_every = convert::positive_duration(registered.heartbeat_interval.as_ref())
         .unwrap_or(agent.config.interval);
     let telemetry_every = convert::positive_duration(registered.telemetry_interval.as_ref())
@@ -245,6 +248,9 @@ async fn serve(
                 }
                 Ok(Some(v1::CoordinatorMessage { message: Some(In::Ack(ack)), .. })) => {
                     agent.outbox.ack(ack.through);
+                }
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::Members(members)), .. })) => {
+                    agent.learn_members(&members.coordinators).await;
                 }
                 Ok(Some(command)) => {
                     for event in commands::handle(agent, command).await {

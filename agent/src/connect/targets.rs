@@ -5,11 +5,28 @@
 //! The agent remembers the highest leader epoch it has registered under and
 //! refuses a session of a lower one: a deposed leader's commands never
 //! reach it after a newer leader's.
+//!
+//! Coordinators also publish their member set (every live coordinator's
+//! URL) with Registered and at each change: the agent dials those after its
+//! bootstrap list, and keeps them in `<work-dir>/coordinators` so that a
+//! restarted agent finds a coordinator started after it was configured.
 
-/// The bootstrap list, the leader hint and the highest epoch seen.
+/// The file in the work dir that keeps the learned member set.
+pub const MEMBERS_FILE: &str = "coordinators";
+
+/// The most learned coordinators kept (a member set is a handful).
+const MAX_LEARNED: usize = 32;
+/// The longest URL taken from a member set.
+const MAX_URL: usize = 512;
+
+/// The bootstrap list, the learned member set, the leader hint and the
+/// highest epoch seen.
 #[derive(Debug, Clone)]
 pub struct Targets {
+    /// The bootstrap list, then the learned members not on it.
     list: Vec<String>,
+    /// How many entries of `list` are the bootstrap list.
+    bootstrap: usize,
     next: usize,
     hint: Option<String>,
     /// Dials since the last registered session (what paces the backoff).
@@ -30,6 +47,7 @@ impl Targets {
             list.push(crate::cli::COORDINATOR_DEFAULT.to_string());
         }
         Self {
+            bootstrap: list.len(),
             list,
             next: 0,
             hint: None,
@@ -75,6 +93,45 @@ impl Targets {
         Ok(())
     }
 
+    /// Takes a published member set: its URLs (of the bootstrap list's
+    /// scheme, at most [`MAX_LEARNED`]) replace the members learned before.
+    /// Returns the learned members when they changed (to keep them).
+    /// An empty set says nothing (a coordinator without a URL to give).
+    pub fn learn(&mut self, members: &[String]) -> Option<Vec<String>> {
+        if members.is_empty() {
+            return None;
+        }
+        let scheme = |u: &str| u.split_once("://").map(|(s, _)| s.to_string());
+        let wanted = scheme(&self.list[0]);
+        let mut learned: Vec<String> = Vec::new();
+        for url in members.iter().map(|u| u.trim()) {
+            let fits = !url.is_empty()
+                && url.len() <= MAX_URL
+                && !url.chars().any(char::is_whitespace)
+                && matches!(scheme(url).as_deref(), Some("http" | "https"))
+                && scheme(url) == wanted;
+            if fits
+                && !self.list[..self.bootstrap].iter().any(|b| b == url)
+                && !learned.iter().any(|l| l == url)
+                && learned.len() < MAX_LEARNED
+            {
+                learned.push(url.to_string());
+            }
+        }
+        if self.list[self.bootstrap..] == learned[..] {
+            return None;
+        }
+        self.list.truncate(self.bootstrap);
+        self.list.extend(learned.iter().cloned());
+        self.next %= self.list.len();
+        Some(learned)
+    }
+
+    /// The members learned so far (not on the bootstrap list).
+    pub fn learned(&self) -> &[String] {
+        &self.list[self.bootstrap..]
+    }
+
     /// The whole list, for logs.
     pub fn describe(&self) -> String {
         self.list.join(",")
@@ -98,6 +155,35 @@ mod tests {
         t.registered();
         assert_eq!(t.pick(), "http://a:1");
         assert!(!t.missed());
+    }
+
+    #[test]
+    fn a_member_set_is_dialled_after_the_bootstrap_list() {
+        let mut t = Targets::new("http://a:1,http://b:2");
+        let members = vec![
+            "http://b:2".to_string(),
+            "http://c:3".to_string(),
+            "https://d:4".to_string(),
+            "ftp://e:5".to_string(),
+            "http://c:3".to_string(),
+            "http://has space".to_string(),
+        ];
+        assert_eq!(t.learn(&members), Some(vec!["http://c:3".to_string()]));
+        assert_eq!(t.learn(&members), None, "unchanged");
+        assert_eq!(t.describe(), "http://a:1,http://b:2,http://c:3");
+        let picks: Vec<String> = (0..3).map(|_| t.pick()).collect();
+        assert_eq!(picks, vec!["http://a:1", "http://b:2", "http://c:3"]);
+        // A later set replaces what was learned; the bootstrap list stays.
+        assert_eq!(
+            t.learn(&["http://f:6".to_string()]),
+            Some(vec!["http://f:6".to_string()])
+        );
+        assert_eq!(t.describe(), "http://a:1,http://b:2,http://f:6");
+        assert_eq!(t.learn(&[]), None, "an empty set says nothing");
+        assert_eq!(t.learn(&["http://a:1".to_string()]), Some(vec![]));
+        assert_eq!(t.describe(), "http://a:1,http://b:2");
+        let many: Vec<String> = (0..100).map(|i| format!("http://m{i}:1")).collect();
+        assert_eq!(t.learn(&many).unwrap().len(), MAX_LEARNED);
     }
 
     #[test]

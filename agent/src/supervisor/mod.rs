@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod process;
 mod signal;
+mod spawner;
 mod spec;
 mod stop;
 
@@ -50,14 +51,15 @@ impl Supervisor {
     }
 
     /// Starts one rank process and returns its pid (also its process group id).
-    /// Must be called inside a tokio runtime.
-    pub fn start(&mut self, spec: RankSpec) -> Result<u32, SupervisorError> {
+    /// The rank is SIGKILLed by the kernel if the agent dies. Must be called
+    /// inside a tokio runtime.
+    pub async fn start(&mut self, spec: RankSpec) -> Result<u32, SupervisorError> {
         self.ranks.retain(|_, h| !h.has_exited());
         if self.ranks.contains_key(&spec.key) {
             return Err(SupervisorError::AlreadyRunning(spec.key));
         }
         let key = spec.key.clone();
-        let handle = process::spawn(spec, self.events.clone())?;
+        let handle = process::spawn(spec, self.events.clone()).await?;
         let pid = handle.pid();
         self.ranks.insert(key, handle);
         Ok(pid)

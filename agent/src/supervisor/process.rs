@@ -24,8 +24,6 @@ use super::{
 
 /// How long to wait for the output readers after the process is gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often a busy executable (ETXTBSY) is retried.
-const SPAWN_BUSY_RETRIES: u64 = 5;
 
 /// The supervisor's view of a running (or finished) rank process.
 #[derive(Debug, Clone)]
@@ -59,8 +57,9 @@ impl RankHandle {
     }
 }
 
-/// Starts the process and its monitor task.
-pub(crate) fn spawn(
+/// Starts the process (forked on the [`spawner`](super::spawner) thread,
+/// so it dies with the agent) and its monitor task.
+pub(crate) async fn spawn(
     spec: RankSpec,
     events: mpsc::Sender<RankEvent>,
 ) -> Result<RankHandle, SupervisorError> {
@@ -77,10 +76,13 @@ pub(crate) fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = spawn_retrying_busy(&mut command).map_err(|source| SupervisorError::Spawn {
-        program: spec.program.clone(),
-        source,
-    })?;
+    let mut child =
+        super::spawner::spawn(command)
+            .await
+            .map_err(|source| SupervisorError::Spawn {
+                program: spec.program.clone(),
+                source,
+            })?;
     let pid = child
         .id()
         .expect("a just-spawned child that was not waited for has a pid");
@@ -110,22 +112,6 @@ pub(crate) fn spawn(
         stop_requested,
         exited: exited_rx,
     })
-}
-
-/// Spawns, retrying briefly on ETXTBSY: a program that was just written (a
-/// fresh build, a test script) can be busy while another thread's fork still
-/// holds its write descriptor.
-fn spawn_retrying_busy(command: &mut Command) -> std::io::Result<Child> {
-    let mut attempt = 0;
-    loop {
-        match command.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < SPAWN_BUSY_RETRIES => {
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(10 * attempt));
-            }
-            other => return other,
-        }
-    }
 }
 
 struct Monitor {

@@ -92,6 +92,7 @@ impl Session {
             heartbeat_interval: Some(millis(100)),
             telemetry_interval: Some(millis(100)),
             leader_epoch: epoch,
+            members: None,
         }))
         .await;
         register
@@ -278,5 +279,6 @@ pub fn start_ranks(training: &str, gpus: &[(i32, i32)], world_size: i32) -> In {
             .collect(),
         run_dir: String::new(),
         trace_context: Default::default(),
+        published_checkpoints: vec![],
     })
 }

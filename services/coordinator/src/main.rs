@@ -314,7 +314,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let leadership = election
         .as_ref()
         .map(|(l, _)| l.clone())
-        .unwrap_or_else(Leadership::alone);
+        .unwrap_or_else(|| {
+            // Alone on SQLite: the member set is this coordinator, when it
+            // has a URL to give.
+            let alone = Leadership::alone();
+            if let Ok(url) = advertise_url(&args, security.tls.is_some()) {
+                alone.set_members(vec![url]);
+            }
+            alone
+        });
     let ctx = Context::with_settings(db, settings)
         .with_leadership(leadership)
         .with_forwarding(forward)

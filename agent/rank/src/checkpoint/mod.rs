@@ -71,6 +71,11 @@ pub struct Manifest {
     /// The training config the checkpoint was written under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+    /// The attempt that wrote it (absent in checkpoints written before
+    /// checkpoints carried theirs). A restarted attempt resumes only from
+    /// the checkpoints the coordinator published ([`cohort_spec::resume`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
     /// The last progress line before it (`{"event":"progress",...}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<serde_json::Value>,

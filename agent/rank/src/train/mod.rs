@@ -264,6 +264,7 @@ impl<'a> Trainer<'a> {
             state_sha256: None,
             weights_dtype: "f32".into(),
             config: serde_json::to_value(self.cfg).ok(),
+            attempt: self.launch.attempt,
             progress: self.last_progress.as_ref().map(ProgressLine::to_value),
             validation: validation.map(ProgressLine::to_value),
         }

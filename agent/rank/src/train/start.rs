@@ -68,6 +68,17 @@ impl Trainer<'_> {
         let candidates = self.checkpoints.candidates()?;
         let mut rejected = Vec::new();
         for found in &candidates {
+            if let Some(published) = &self.launch.published {
+                if !published.allows(found.manifest.attempt, found.manifest.step) {
+                    // Written by a superseded attempt after it was superseded,
+                    // or never recorded by the coordinator: not resumed from.
+                    eprintln!(
+                        "cohort-rank: skipping checkpoint {} (attempt {:?}, step {}): the coordinator did not publish it",
+                        found.location, found.manifest.attempt, found.manifest.step
+                    );
+                    continue;
+                }
+            }
             self.check_sampler(&found.manifest)?;
             match self
                 .checkpoints

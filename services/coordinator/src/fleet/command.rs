@@ -26,6 +26,8 @@ pub enum AgentCommand {
         offset: u64,
         length: u32,
     },
+    /// The live coordinators' `--advertise` URLs changed.
+    Members(Vec<String>),
 }
 
 /// An agent's share of an attempt.
@@ -41,6 +43,9 @@ pub struct StartRanks {
     pub ranks: Vec<LocalRank>,
     /// W3C trace context of the coordinator's `training.start` span.
     pub trace_context: HashMap<String, String>,
+    /// (attempt, step) of the earlier attempts' recorded checkpoints: the
+    /// only ones the ranks may resume from.
+    pub published_checkpoints: Vec<(i32, i64)>,
 }
 
 /// One rank an agent runs.

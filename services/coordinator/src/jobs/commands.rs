@@ -13,6 +13,7 @@ pub(super) fn start_ranks(
     placement: &Placement,
     config: &cohort_spec::TrainingConfig,
     trace_context: &HashMap<String, String>,
+    published_checkpoints: &[(i32, i64)],
 ) -> Result<(), String> {
     let mut by_agent: BTreeMap<&str, Vec<LocalRank>> = BTreeMap::new();
     for s in &placement.slots {
@@ -35,6 +36,7 @@ pub(super) fn start_ranks(
             master_port: placement.master_port,
             ranks,
             trace_context: trace_context.clone(),
+            published_checkpoints: published_checkpoints.to_vec(),
         });
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());

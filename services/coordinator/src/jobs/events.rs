@@ -29,9 +29,19 @@ impl Jobs {
             }
             RankReportKind::Progress { json_line } => match ProgressLine::parse(&json_line) {
                 Some(line @ ProgressLine::Checkpoint { .. }) => {
-                    self.db
+                    let recorded = self
+                        .db
                         .record_checkpoint(id, attempt, agent_id, line)
-                        .await?
+                        .await?;
+                    if recorded == crate::persistence::Recorded::Superseded {
+                        tracing::warn!(
+                            training_id = id,
+                            attempt,
+                            rank,
+                            agent_id,
+                            "ignoring a checkpoint of a superseded attempt: no later attempt resumes from it"
+                        );
+                    }
                 }
                 Some(line) => self.on_progress(id, attempt, line).await?,
                 None => {

@@ -6,6 +6,10 @@ use crate::model::{JobState, Placement, RankSlot, RankState, Training};
 use crate::persistence::DatabaseError;
 use std::collections::HashSet;
 
+/// The most published checkpoints a StartRanks names (`checkpoint.keep` is
+/// rarely more than a handful).
+const MAX_PUBLISHED: i64 = 64;
+
 impl Jobs {
     /// A MASTER_PORT on `host` that no placed training uses, from a random
     /// point of the configured range.
@@ -98,13 +102,43 @@ impl Jobs {
             .rt()
             .lifecycle
             .placed(&placed, waited_since.into(), agents);
-        if let Err(agent) = commands::start_ranks(&self.fleet, &placed, &placement, &config, &trace)
-        {
+        let published = self.published_checkpoints(&placed).await?;
+        if let Err(agent) = commands::start_ranks(
+            &self.fleet,
+            &placed,
+            &placement,
+            &config,
+            &trace,
+            &published,
+        ) {
             let why = format!("agent {agent} went away before its ranks started");
             self.stop_attempt(&placed, &why).await;
             self.finish(&placed.id, JobState::Queued, &why).await?;
         }
         Ok(())
+    }
+
+    /// The step checkpoints earlier attempts published (recorded while their
+    /// attempt was current), newest first, as many as the training keeps:
+    /// the only ones the new attempt's ranks may resume from.
+    async fn published_checkpoints(
+        &self,
+        training: &Training,
+    ) -> Result<Vec<(i32, i64)>, DatabaseError> {
+        if training.attempt <= 1 {
+            return Ok(Vec::new());
+        }
+        let keep = training.config.checkpoint.keep.clamp(1, MAX_PUBLISHED) as usize;
+        Ok(self
+            .db
+            .checkpoints(&training.id)
+            .await?
+            .into_iter()
+            .filter(|c| !c.best && c.attempt < training.attempt)
+            .rev()
+            .take(keep)
+            .map(|c| (c.attempt, c.step))
+            .collect())
     }
 
     /// The config the ranks get: the training's, with the collective timeout

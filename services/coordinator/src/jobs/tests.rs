@@ -462,3 +462,52 @@ async fn trainings_on_one_host_get_distinct_master_ports() {
     ports.sort_unstable();
     assert_eq!(ports, vec![29500, 29501, 29502, 29503]);
 }
+
+fn checkpoint(step: i64) -> Kind {
+    line(&format!(
+        r#"{{"event":"checkpoint","step":{step},"path":"/shared/ckpt/step-{step}"}}"#
+    ))
+}
+
+/// A rank of attempt 1 that missed its stop (a partitioned host that came
+/// back) reports a checkpoint after attempt 2 was placed: it is not
+/// recorded, not listed, and the next attempt is not told it may resume
+/// from it; attempt 1's checkpoints from before the restart are.
+#[tokio::test(start_paused = true)]
+async fn a_superseded_attempt_cannot_publish_a_checkpoint() {
+    let h = Harness::new(deadlines()).await;
+    let mut agent = h.agent("a", 1).await;
+    let t = running(&h, &mut agent, 3).await;
+    h.event(&agent, &t.id, 1, 0, checkpoint(20)).await;
+    h.event(&agent, &t.id, 1, 0, exited(77)).await;
+    h.jobs.schedule_pass().await.unwrap();
+    let second = loop {
+        let s = agent.started();
+        if s.attempt == 2 {
+            break s;
+        }
+    };
+    assert_eq!(second.published_checkpoints, vec![(1, 20)]);
+    h.event(&agent, &t.id, 2, 0, started(101)).await;
+    // The stale rank's late checkpoint, then attempt 2's own.
+    h.event(&agent, &t.id, 1, 0, checkpoint(40)).await;
+    h.event(&agent, &t.id, 2, 0, checkpoint(30)).await;
+    let recorded: Vec<(i32, i64)> =
+        h.db.checkpoints(&t.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.attempt, c.step))
+            .collect();
+    assert_eq!(recorded, vec![(1, 20), (2, 30)]);
+    // Attempt 3 may resume from what attempts 1 and 2 published only.
+    h.event(&agent, &t.id, 2, 0, exited(77)).await;
+    h.jobs.schedule_pass().await.unwrap();
+    let third = loop {
+        let s = agent.started();
+        if s.attempt == 3 {
+            break s;
+        }
+    };
+    assert_eq!(third.published_checkpoints, vec![(2, 30), (1, 20)]);
+}

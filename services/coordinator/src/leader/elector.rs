@@ -58,6 +58,7 @@ pub struct Elector {
     db: Persistence,
     fence: Arc<Fence>,
     holder: String,
+    advertise: String,
 }
 
 impl Elector {
@@ -71,6 +72,7 @@ impl Elector {
     ) -> Self {
         let stop = CancellationToken::new();
         let holder = settings.holder.clone();
+        let advertise = settings.advertise.clone();
         let task = tokio::spawn(campaign(
             db.clone(),
             fence.clone(),
@@ -84,6 +86,7 @@ impl Elector {
             db,
             fence,
             holder,
+            advertise,
         }
     }
 
@@ -92,6 +95,9 @@ impl Elector {
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
+        if let Err(e) = self.db.forget_member(&self.advertise).await {
+            tracing::debug!(error = %e, "cannot leave the member set; it lapses instead");
+        }
         if let FenceState::Leading { holder, epoch } = self.fence.state() {
             self.fence.set(FenceState::Standby);
             match self.db.release_lease(&holder, epoch).await {
@@ -152,6 +158,15 @@ async fn campaign(
                 }
             }
         };
+        // Every coordinator, leader or standby, marks itself seen; the live
+        // ones are the member set agents and CLIs learn.
+        let outcome = match outcome {
+            Ok(()) => db
+                .announce_member(&settings.advertise, members_window(&settings))
+                .await
+                .map(|members| leadership.set_members(members)),
+            Err(e) => Err(e),
+        };
         match outcome {
             Ok(()) => failures = 0,
             Err(e) => {
@@ -162,6 +177,12 @@ async fn campaign(
             }
         }
     }
+}
+
+/// How lately a coordinator must have marked itself seen to be a member:
+/// a few renewals, so one slow tick does not drop it.
+fn members_window(settings: &LeaseSettings) -> Duration {
+    (settings.renew * 3).max(settings.ttl)
 }
 
 /// One standby turn: take the lease if it is free, else note who holds it.

@@ -45,6 +45,7 @@ impl Leading {
                 }
                 let mut slot = background.lock().await;
                 *slot = Some(Background::start(&ctx).await);
+                ctx.leadership.set_working(true);
                 set(&health, ServingStatus::Serving).await;
                 tracing::info!(epoch = ctx.leadership.epoch(), "leader's work started");
             })
@@ -59,6 +60,7 @@ impl Leading {
     /// Stops the leader's work (waiting for it, up to the drain deadline),
     /// or the wait for leadership.
     pub async fn stop(self) {
+        self.ctx.leadership.set_working(false);
         self.waiter.abort();
         let _ = self.waiter.await;
         let started = self.background.lock().await.take();
@@ -76,6 +78,7 @@ impl Leading {
     /// Deposed: stops at once. Nothing is drained: the fence refuses every
     /// write already, and the process ends next.
     pub fn abandon(self) {
+        self.ctx.leadership.set_working(false);
         self.waiter.abort();
         self.ctx.tasks.cancel();
     }

@@ -45,6 +45,11 @@ impl Role {
 #[derive(Debug, Clone)]
 pub struct Leadership {
     role: Arc<watch::Sender<Role>>,
+    /// Whether the leader's work ([`Leading`]) has started: the scheduler,
+    /// the adoption of placed trainings and the telemetry history writer.
+    working: Arc<watch::Sender<bool>>,
+    /// The live coordinators' `--advertise` URLs (the member set), sorted.
+    members: Arc<watch::Sender<Vec<String>>>,
     elected: bool,
 }
 
@@ -59,6 +64,8 @@ impl Leadership {
     pub fn alone() -> Self {
         Self {
             role: Arc::new(watch::channel(Role::Leader { epoch: 0 }).0),
+            working: Arc::new(watch::channel(false).0),
+            members: Arc::new(watch::channel(Vec::new()).0),
             elected: false,
         }
     }
@@ -67,6 +74,8 @@ impl Leadership {
     pub fn elected() -> Self {
         Self {
             role: Arc::new(watch::channel(Role::Standby { leader: None }).0),
+            working: Arc::new(watch::channel(false).0),
+            members: Arc::new(watch::channel(Vec::new()).0),
             elected: true,
         }
     }
@@ -103,6 +112,44 @@ impl Leadership {
             *current = role;
             changed
         });
+    }
+
+    /// The member set: every live coordinator's `--advertise` URL.
+    pub fn members(&self) -> Vec<String> {
+        self.members.borrow().clone()
+    }
+
+    /// Follows the member set; watchers are told only of a change.
+    pub fn subscribe_members(&self) -> watch::Receiver<Vec<String>> {
+        self.members.subscribe()
+    }
+
+    /// Moves the member set (the elector, from the database; a coordinator
+    /// on SQLite sets its own URL once).
+    pub fn set_members(&self, mut members: Vec<String>) {
+        members.sort();
+        members.dedup();
+        self.members.send_if_modified(|current| {
+            let changed = *current != members;
+            *current = members;
+            changed
+        });
+    }
+
+    /// Marks the leader's work started (or stopped).
+    pub(crate) fn set_working(&self, working: bool) {
+        self.working
+            .send_if_modified(|current| std::mem::replace(current, working) != working);
+    }
+
+    /// Waits up to `timeout` until this coordinator leads with its work
+    /// started: an agent's session begins only then, so no telemetry
+    /// reaches the fleet before the history writer listens and no agent is
+    /// reset to disconnected after it registered. False on a timeout.
+    pub async fn wait_working(&self, timeout: std::time::Duration) -> bool {
+        let mut working = self.working.subscribe();
+        let ready = async { working.wait_for(|w| *w).await.is_ok() };
+        tokio::time::timeout(timeout, ready).await.unwrap_or(false) && self.is_leader()
     }
 
     /// Resolves once this coordinator has been deposed.

@@ -4,9 +4,9 @@
 
 use super::events::append_event_in;
 use super::rows::{now, to_db_time};
-use super::schema::{best_checkpoints, checkpoints};
+use super::schema::{best_checkpoints, checkpoints, trainings};
 use super::{DatabaseError, Persistence};
-use crate::model::EventPayload;
+use crate::model::{EventPayload, JobState};
 use cohort_spec::progress::ProgressLine;
 use diesel::prelude::*;
 
@@ -37,21 +37,48 @@ fn record((training_id, attempt, step, path, agent_id, t): Row, best: bool) -> C
     }
 }
 
+/// The states in which an attempt may still publish a checkpoint: placed,
+/// running, or stopping for a restart (a checkpoint written in the stop
+/// grace is of a consistent state; the next attempt is not placed yet).
+const PUBLISHING: [JobState; 3] = [JobState::Scheduled, JobState::Running, JobState::Restarting];
+
+/// What became of a reported checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Stored,
+    /// Its attempt is no longer the training's current one (a partitioned
+    /// host that came back, a rank that missed its stop), or the training
+    /// has ended: nothing was written, and no later attempt resumes from it.
+    Superseded,
+}
+
 impl Persistence {
     /// Records a checkpoint a rank reported (a step's, or the best one, which
-    /// replaces the last best), and its event, together.
+    /// replaces the last best), and its event, together, when `attempt` is
+    /// still the training's current, publishing attempt.
     pub async fn record_checkpoint(
         &self,
         training_id: &str,
         attempt: i32,
         agent_id: &str,
         line: ProgressLine,
-    ) -> Result<(), DatabaseError> {
+    ) -> Result<Recorded, DatabaseError> {
         let ProgressLine::Checkpoint { step, path, best } = line.clone() else {
             return Err(DatabaseError::Logical("not a checkpoint line".into()));
         };
         let (id, agent) = (training_id.to_string(), agent_id.to_string());
         self.transaction("record_checkpoint", move |c| {
+            let current: Option<(i32, String)> = trainings::table
+                .filter(trainings::id.eq(&id))
+                .select((trainings::attempt, trainings::state))
+                .first(c)
+                .optional()?;
+            let publishing = current.is_some_and(|(current, state)| {
+                current == attempt && PUBLISHING.iter().any(|s| s.as_str() == state)
+            });
+            if !publishing {
+                return Ok(Recorded::Superseded);
+            }
             let at = now();
             if best {
                 diesel::delete(
@@ -69,7 +96,7 @@ impl Persistence {
                     ))
                     .execute(c)?;
                 append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
-                return Ok(());
+                return Ok(Recorded::Stored);
             }
             diesel::delete(
                 checkpoints::table
@@ -88,7 +115,7 @@ impl Persistence {
                 ))
                 .execute(c)?;
             append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
-            Ok(())
+            Ok(Recorded::Stored)
         })
         .await
     }

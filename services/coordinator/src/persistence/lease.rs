@@ -73,7 +73,7 @@ impl Fence {
     }
 }
 
-fn pg(conn: &mut DbConnection) -> Result<&mut diesel::PgConnection, DatabaseError> {
+pub(super) fn pg(conn: &mut DbConnection) -> Result<&mut diesel::PgConnection, DatabaseError> {
     match conn {
         DbConnection::Pg(c) => Ok(c),
         DbConnection::Sqlite(_) => Err(DatabaseError::Logical(

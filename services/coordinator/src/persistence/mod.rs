@@ -23,6 +23,7 @@ pub mod fleet;
 pub mod gpu_metrics;
 pub mod lease;
 pub mod measure;
+mod members;
 pub mod placements;
 pub mod quotas;
 pub mod ranks;
@@ -33,7 +34,7 @@ pub mod trainings;
 pub mod waiting;
 
 pub use bell::EventBell;
-pub use checkpoints::CheckpointRecord;
+pub use checkpoints::{CheckpointRecord, Recorded};
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
 pub use creates::{Created, NewTraining};
 pub use error::DatabaseError;

@@ -121,6 +121,11 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
                 run_dir: String::new(),
                 trace_context: s.trace_context,
+                published_checkpoints: s
+                    .published_checkpoints
+                    .into_iter()
+                    .map(|(attempt, step)| v1::PublishedCheckpoint { attempt, step })
+                    .collect(),
             }),
             AgentCommand::StopRanks {
                 training_id,
@@ -145,6 +150,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 offset,
                 length,
             }),
+            AgentCommand::Members(coordinators) => Message::Members(v1::Members { coordinators }),
         };
         v1::CoordinatorMessage {
             message: Some(message),
@@ -187,6 +193,7 @@ mod tests {
                 gpu_uuid: "GPU-3".into(),
             }],
             trace_context: [("traceparent".to_string(), "00-x".to_string())].into(),
+            published_checkpoints: vec![(1, 40), (1, 20)],
         });
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
@@ -195,6 +202,12 @@ mod tests {
         assert_eq!((m.ranks[0].rank, m.ranks[0].gpu_index), (1, 3));
         assert!(m.run_dir.is_empty(), "the agent's default run dir");
         assert_eq!(m.trace_context["traceparent"], "00-x");
+        let published: Vec<(i32, i64)> = m
+            .published_checkpoints
+            .iter()
+            .map(|c| (c.attempt, c.step))
+            .collect();
+        assert_eq!(published, vec![(1, 40), (1, 20)]);
         let stop = AgentCommand::StopRanks {
             training_id: "t".into(),
             attempt: 2,

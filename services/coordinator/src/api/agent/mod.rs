@@ -19,9 +19,10 @@ pub use register::{HEARTBEAT_INTERVAL, REGISTER_TIMEOUT, TELEMETRY_INTERVAL};
 use super::convert::timestamp;
 use super::error::ApiError;
 use crate::context::Context;
+use crate::fleet::AgentCommand;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_server::AgentService;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -47,16 +48,43 @@ impl AgentService for AgentApi {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let ctx = self.ctx.clone();
+        // A session begins once the leader's work runs (at start-up and
+        // after a takeover): samples sent earlier would reach no history
+        // writer, and the start-up reset would mark the agent disconnected.
+        if !ctx.leadership.wait_working(REGISTER_TIMEOUT).await {
+            let leader = ctx.leadership.role().leader_hint().map(str::to_string);
+            return Err(crate::leader::gate::not_leader(
+                "/cohort.v1.AgentService/Connect",
+                leader.as_deref(),
+            ));
+        }
         // An agent with a client certificate speaks only as that identity.
         let identity = match super::caller::caller(&ctx, &request)? {
             crate::model::Principal::Agent { name } => Some(name),
             _ => None,
         };
-        let accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
+        let mut accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
+        // The member set goes with Registered, then again at every change.
+        if let Some(v1::coordinator_message::Message::Registered(r)) =
+            accepted.registered.message.as_mut()
+        {
+            r.members = Some(v1::Members {
+                coordinators: ctx.leadership.members(),
+            });
+        }
+        let changes = WatchStream::from_changes(ctx.leadership.subscribe_members())
+            .map(|members| Some(AgentCommand::Members(members)));
+        // The session ends with its command channel (the `None` after it),
+        // whatever the member set does.
+        let commands = ReceiverStream::new(accepted.commands)
+            .map(Some)
+            .chain(tokio_stream::once(None))
+            .merge(changes)
+            .map_while(|command| command);
         // Every command carries the epoch it is sent under; none goes out
         // once this coordinator no longer leads (the session ends instead).
         let leadership = ctx.leadership.clone();
-        let commands = ReceiverStream::new(accepted.commands).map_while(move |command| {
+        let commands = commands.map_while(move |command| {
             let crate::leader::Role::Leader { epoch } = leadership.role() else {
                 tracing::warn!(
                     "no longer leading: ending an agent session instead of sending it a command"

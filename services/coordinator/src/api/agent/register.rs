@@ -171,6 +171,7 @@ pub(super) async fn accept(
                 heartbeat_interval: prost_types::Duration::try_from(HEARTBEAT_INTERVAL).ok(),
                 telemetry_interval: prost_types::Duration::try_from(TELEMETRY_INTERVAL).ok(),
                 leader_epoch,
+                members: None,
             },
         )),
         leader_epoch,
