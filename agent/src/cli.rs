@@ -74,6 +74,32 @@ pub struct Args {
     )]
     pub data_roots: Vec<PathBuf>,
 
+    /// A directory one team's trainings may use (`TEAM=DIR`, repeatable),
+    /// beside the --data-root directories every team may. Once the agent
+    /// has any root, a team with none may use only its run dir.
+    #[arg(long = "team-data-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair)]
+    pub team_data_roots: Vec<(String, String)>,
+
+    /// An object-storage prefix every team's ranks may read and write
+    /// (`s3://bucket/prefix`, repeatable). With any --s3-prefix or
+    /// --team-s3-prefix, ranks touch no object outside theirs.
+    #[arg(long = "s3-prefix", value_name = "URI")]
+    pub s3_prefixes: Vec<String>,
+
+    /// An object-storage prefix of one team (`TEAM=s3://bucket/prefix`, repeatable).
+    #[arg(long = "team-s3-prefix", value_name = "TEAM=URI", value_parser = crate::teams::team_pair)]
+    pub team_s3_prefixes: Vec<(String, String)>,
+
+    /// Variables every rank on this agent gets (`NAME=VALUE` lines). Ranks
+    /// do not inherit the agent's environment: credentials reach them
+    /// only through this file or --team-env-file.
+    #[arg(long, env = "COHORT_AGENT_RANK_ENV_FILE", value_name = "FILE")]
+    pub rank_env_file: Option<PathBuf>,
+
+    /// Variables one team's ranks get (`TEAM=FILE`, repeatable), after --rank-env-file's.
+    #[arg(long = "team-env-file", value_name = "TEAM=FILE", value_parser = crate::teams::team_pair)]
+    pub team_env_files: Vec<(String, String)>,
+
     /// PEM CA of the coordinator's certificate (for an `https://` coordinator).
     #[arg(long, env = "COHORT_AGENT_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
@@ -114,6 +140,23 @@ pub struct Args {
 }
 
 impl Args {
+    /// The team flags, for [`crate::teams::TeamPolicy::load`].
+    pub fn team_flags(&self) -> crate::teams::TeamFlags {
+        let pairs = |v: &[(String, String)]| -> Vec<(String, PathBuf)> {
+            v.iter()
+                .map(|(t, p)| (t.clone(), PathBuf::from(p)))
+                .collect()
+        };
+        crate::teams::TeamFlags {
+            data_roots: self.data_roots.clone(),
+            team_data_roots: pairs(&self.team_data_roots),
+            s3_prefixes: self.s3_prefixes.clone(),
+            team_s3_prefixes: self.team_s3_prefixes.clone(),
+            rank_env_file: self.rank_env_file.clone(),
+            team_env_files: pairs(&self.team_env_files),
+        }
+    }
+
     /// The name given, or the host name.
     pub fn agent_name(&self) -> String {
         self.name.clone().unwrap_or_else(host_name)

@@ -13,4 +13,5 @@ pub mod cli;
 pub mod connect;
 pub mod probe;
 pub mod supervisor;
+pub mod teams;
 pub mod telemetry;

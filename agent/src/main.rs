@@ -101,7 +101,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         stop_grace: args.stop_grace,
         backoff_initial: BACKOFF_INITIAL,
         backoff_max: BACKOFF_MAX,
-        data_roots: cohort_spec::roots::DataRoots::new(&args.data_roots)
+        teams: cohort_agent::teams::TeamPolicy::load(&args.team_flags())
             .map_err(anyhow::Error::msg)?,
         tls: ClientTls {
             ca: args.tls_ca.clone(),
@@ -110,6 +110,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             server_name: args.tls_server_name.clone(),
         },
     };
+    if !config.teams.confines_paths() {
+        tracing::warn!("no --data-root or --team-data-root: trainings may use any local path this agent can reach");
+    }
+    tracing::info!(teams = %config.teams.describe(), "what teams' ranks may reach");
     tracing::info!(
         agent = %name,
         coordinator = %config.coordinator,

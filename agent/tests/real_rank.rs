@@ -86,6 +86,7 @@ async fn two_real_ranks_train_to_success() {
                 gpu_index: rank,
                 cuda_visible_devices: String::new(),
                 extra_env: vec![],
+                base_env: std::env::vars().collect(),
             })
             .await
             .unwrap();

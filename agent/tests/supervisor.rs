@@ -43,6 +43,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         gpu_index: rank,
         cuda_visible_devices: String::new(),
         extra_env: vec![],
+        base_env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
     }
 }
 
@@ -125,7 +126,7 @@ async fn progress_lines_become_events_and_success_is_reported() {
         best: false,
     };
     let body = format!(
-        "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID\" > env.txt\n\
+        "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID [$CARGO_MANIFEST_DIR]\" > env.txt\n\
          echo \"$@\" > args.txt\n\
          echo 'plain log line'\n\
          echo '{}'\n\
@@ -155,7 +156,9 @@ async fn progress_lines_become_events_and_success_is_reported() {
     assert!(!exit.stop_requested);
 
     let env = std::fs::read_to_string(run_dir.join("env.txt")).unwrap();
-    assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok");
+    // The test process's own variables (cargo's) are not inherited.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok []");
     let args = std::fs::read_to_string(run_dir.join("args.txt")).unwrap();
     assert_eq!(
         args.trim(),

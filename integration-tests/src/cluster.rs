@@ -292,6 +292,11 @@ impl Cluster {
             .arg("--stop-grace")
             .arg("3s")
             .args(&self.options.agent_args)
+            .args(procs::rank_env_file(
+                &work_dir,
+                &self.mark,
+                &self.options.env,
+            ))
             .env(MARK_VAR, &self.mark)
             .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
             .env("NO_COLOR", "1")

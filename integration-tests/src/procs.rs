@@ -12,6 +12,20 @@ use std::time::{Duration, Instant};
 /// it on to their ranks): it tells this test's processes from everyone else's.
 pub const MARK_VAR: &str = "COHORT_TEST_MARK";
 
+/// Writes `<dir>/rank.env`: the agent's `--rank-env-file`, since ranks no
+/// longer inherit the agent's environment. It carries the mark (so ranks
+/// can be found) and `vars` (the S3 credentials of the tests that use
+/// object storage). Returns the flag and its value.
+pub fn rank_env_file(dir: &Path, mark: &str, vars: &[(String, String)]) -> [String; 2] {
+    let path = dir.join("rank.env");
+    let mut text = format!("{MARK_VAR}={mark}\n");
+    for (k, v) in vars {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    std::fs::write(&path, text).expect("write rank.env");
+    ["--rank-env-file".to_string(), path.display().to_string()]
+}
+
 /// A child process leading its own process group, its stdout and stderr in a
 /// log file. Dropping it SIGKILLs the group.
 #[derive(Debug)]

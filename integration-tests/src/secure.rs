@@ -385,6 +385,9 @@ impl SecureCoordinator {
             .arg("--rank-binary")
             .arg(&self.bins.rank)
             .args(flags)
+            .args(crate::procs::rank_env_file(&work_dir, &self.mark, &[]))
+            // A secret of the agent's host that no rank may see.
+            .env("AWS_SECRET_ACCESS_KEY", "the-agent-host-s-own")
             .env(MARK_VAR, &self.mark)
             .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
             .env("NO_COLOR", "1");

@@ -2,7 +2,10 @@
 //! system: a 2-rank training reads its shards from a bucket and checkpoints
 //! to another; the agent holding rank 0 is SIGKILLed with its ranks; the
 //! gang restarts on the other agents, which never saw the first attempt's
-//! files, and resumes from the newest checkpoint in the bucket.
+//! files, and resumes from the newest checkpoint in the bucket. The agents
+//! open only the two prefixes the training uses (`--s3-prefix`), and give
+//! ranks the credentials through their env file, not their environment; a
+//! training reading from another prefix never runs.
 
 use cohort_integration_tests::faults::kill_agent_and_ranks;
 use cohort_integration_tests::s3::{check_export, write_mixed_shards, S3Server};
@@ -14,6 +17,10 @@ use cohort_proto::v1::training_event::Event;
 use std::time::Duration;
 
 fn config(steps: i64) -> v1::TrainingConfig {
+    config_reading(steps, "s3://acts/gpt2-l8/")
+}
+
+fn config_reading(steps: i64, data: &str) -> v1::TrainingConfig {
     let text = format!(
         r#"
 [model]
@@ -31,7 +38,7 @@ storage = "s3://checkpoints/runs"
 shuffle_chunk = 50
 shuffle_buffer = 150
 [data.files]
-paths = ["s3://acts/gpt2-l8/"]
+paths = ["{data}"]
 [runtime]
 device = "cpu"
 log_every_steps = 10
@@ -58,6 +65,10 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
         ("COHORT_AGENT_TIMEOUT".to_string(), "4s".to_string()),
         ("COHORT_STOP_GRACE".to_string(), "2s".to_string()),
     ]);
+    options.agent_args = ["s3://acts/gpt2-l8", "s3://checkpoints/runs"]
+        .iter()
+        .flat_map(|p| ["--s3-prefix".to_string(), p.to_string()])
+        .collect();
     let cluster = Cluster::start(options).await;
     let mut client = cluster.training().await;
     let id = client
@@ -172,6 +183,33 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
         ])
         .await;
     assert_eq!(missing.status.code(), Some(3), "{missing:?}");
+
+    // Data under a prefix the agents do not open: refused before a rank
+    // starts, not retried.
+    let outside = config_reading(20, "s3://acts/elsewhere/");
+    let refused = client
+        .create_training(v1::CreateTrainingRequest {
+            config: Some(outside),
+            gpus: Some(v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::Count(1)),
+                queue: Some(true),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+    let failed = cluster
+        .wait_state(&refused, State::Failed, Duration::from_secs(60))
+        .await;
+    assert!(
+        failed.state_reason.contains("DATA_OUTSIDE_ROOTS")
+            && failed.state_reason.contains("s3://acts/elsewhere"),
+        "{}",
+        failed.state_reason
+    );
+    assert_eq!(failed.restart_count, 0);
 
     // Nothing of attempt 2 came from a local disk: the new hosts' work dirs
     // hold no checkpoints.

@@ -970,3 +970,155 @@ fn write_npy(path: &std::path::Path, rows: usize, cols: usize) {
     }
     std::fs::write(path, bytes).unwrap();
 }
+
+/// Submits `config` as the holder of `token`; the new training's id.
+async fn submit_as(c: &SecureCoordinator, token: &str, config: &std::path::Path) -> String {
+    let out = c
+        .cli_ok(
+            Some(token),
+            &[
+                "-o",
+                "json",
+                "train",
+                "submit",
+                "--config",
+                config.to_str().unwrap(),
+                "--gpus",
+                "1",
+            ],
+        )
+        .await;
+    let first = out.lines().next().unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(first)
+        .ok()
+        .and_then(|j| j["id"].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("no id in {out}"))
+}
+
+/// Waits for `id` (as `token` sees it) to reach `state`.
+async fn wait_for(
+    c: &SecureCoordinator,
+    token: &str,
+    id: &str,
+    state: v1::training::State,
+) -> v1::Training {
+    let mut last = None;
+    for _ in 0..600 {
+        let got = TrainingServiceClient::new(c.channel().await)
+            .get_training(authed(v1::GetTrainingRequest { id: id.into() }, token))
+            .await
+            .expect("GetTraining")
+            .into_inner();
+        if got.state() == state {
+            return got;
+        }
+        last = Some(got);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{id} never reached {state:?}: {last:#?}\n{}", c.log());
+}
+
+/// Two teams on one agent: each team's data root is its own (a path under
+/// the other's is refused before a rank starts, without a restart), and
+/// ranks get a clean environment — their team's env file, never the
+/// agent's own variables (its credentials) nor another team's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_teams_on_one_agent_reach_only_their_own() {
+    let dir = temp();
+    let mut c = SecureCoordinator::new(
+        dir.path(),
+        SecureOptions {
+            auth: "token".into(),
+            ..Default::default()
+        },
+    );
+    let root = c.bootstrap_token("ops", "root", "cluster-admin");
+    let vision = c.bootstrap_token("vision", "dev", "editor");
+    let nlp = c.bootstrap_token("nlp", "dev", "editor");
+    c.start().await;
+    let (vision_dir, nlp_dir) = (dir.path().join("vision"), dir.path().join("nlp"));
+    std::fs::create_dir_all(&vision_dir).unwrap();
+    std::fs::create_dir_all(&nlp_dir).unwrap();
+    write_npy(&vision_dir.join("acts.npy"), 256, 32);
+    write_npy(&nlp_dir.join("acts.npy"), 256, 32);
+    let vision_env = dir.path().join("vision.env");
+    std::fs::write(&vision_env, "VISION_SECRET=only-vision\n").unwrap();
+    let at = |p: &std::path::Path| p.display().to_string();
+    c.start_agent(
+        "agent-0",
+        "agent-0",
+        2,
+        &[
+            "--team-data-root".into(),
+            format!("vision={}", at(&vision_dir)),
+            "--team-data-root".into(),
+            format!("nlp={}", at(&nlp_dir)),
+            "--team-env-file".into(),
+            format!("vision={}", at(&vision_env)),
+        ],
+    );
+    eventually("two GPUs", AGENT_TIMEOUT, || async {
+        let n = live_gpus(&c, &root).await?.len();
+        (n == 2).then_some(()).ok_or(format!("{n} GPUs"))
+    })
+    .await;
+    let config = |name: &str, data: &std::path::Path, steps: i64| {
+        let path = dir.path().join(name);
+        let text = format!(
+            "{}\n[data.files]\npaths = [\"{}/\"]\n",
+            job_without_data(&SaeJob::with_steps(steps)),
+            data.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+
+    // vision reaching into nlp's root: refused, never run, not retried.
+    let id = submit_as(&c, &vision, &config("reach.toml", &nlp_dir, 50)).await;
+    let refused = wait_for(&c, &vision, &id, v1::training::State::Failed).await;
+    assert!(
+        refused.state_reason.contains(reason::DATA_OUTSIDE_ROOTS)
+            && refused.state_reason.contains(&at(&nlp_dir)),
+        "{}",
+        refused.state_reason
+    );
+    assert_eq!(refused.restart_count, 0);
+
+    // Each team on its own data: running, with its own environment only.
+    let mine = submit_as(&c, &vision, &config("vision.toml", &vision_dir, 1_000_000)).await;
+    let theirs = submit_as(&c, &nlp, &config("nlp.toml", &nlp_dir, 1_000_000)).await;
+    wait_for(&c, &vision, &mine, v1::training::State::Running).await;
+    wait_for(&c, &nlp, &theirs, v1::training::State::Running).await;
+    let envs: Vec<std::collections::HashMap<String, String>> =
+        eventually("both ranks", AGENT_TIMEOUT, || async {
+            let pids = cohort_integration_tests::procs::rank_processes(&c.mark);
+            (pids.len() == 2)
+                .then(|| {
+                    pids.iter()
+                        .map(|&p| cohort_integration_tests::faults::environ(p))
+                        .collect()
+                })
+                .ok_or(format!("{} rank processes", pids.len()))
+        })
+        .await;
+    for env in &envs {
+        let job = env.get("COHORT_JOB_ID").cloned().unwrap_or_default();
+        assert!(
+            !env.contains_key("AWS_SECRET_ACCESS_KEY"),
+            "a rank inherited the agent's credentials: {env:?}"
+        );
+        assert!(env.contains_key("PATH"), "{env:?}");
+        let secret = env.get("VISION_SECRET").map(String::as_str);
+        if job == mine {
+            assert_eq!(secret, Some("only-vision"), "{env:?}");
+        } else {
+            assert_eq!(job, theirs);
+            assert_eq!(secret, None, "nlp's rank got vision's env file: {env:?}");
+        }
+        assert!(
+            env.get(cohort_spec::roots::ENV)
+                .is_some_and(|r| !r.contains(if job == mine { "/nlp" } else { "/vision" })),
+            "{env:?}"
+        );
+    }
+}

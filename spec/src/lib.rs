@@ -6,11 +6,15 @@
 //! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
 //! - [`duration`]: durations on command lines (`500ms`, `10s`, `24h`).
 //! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
+//! - [`roots`], [`prefixes`]: the local directories and object-storage prefixes a team's ranks may reach.
+//! - [`envfile`]: the environment files that give ranks their variables (credentials per team).
 //! - [`resume`]: which checkpoints a restarted attempt may resume from.
 
 pub mod config;
 pub mod duration;
+pub mod envfile;
 pub mod exit;
+pub mod prefixes;
 pub mod progress;
 pub mod resume;
 pub mod roots;

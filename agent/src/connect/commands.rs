@@ -11,6 +11,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::{convert, Agent};
 use crate::supervisor::{RankKey, RankSpec, RankStopper};
+use cohort_spec::prefixes::S3Prefixes;
 use cohort_spec::roots::{self, DataRoots};
 
 /// Runs one command. Returns events to send at once (ranks that could not be
@@ -91,8 +92,18 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         Ok(paths) => paths,
         Err(message) => return fail_all(message),
     };
-    // Refused before any rank starts: a local path outside every data root.
-    if let Err(message) = check_roots(&agent.config.data_roots, &cmd.config_json, &run_dir) {
+    // What this training's team may reach here: its roots (with its run
+    // dir) and object-storage prefixes.
+    let roots = match agent.config.teams.roots(&cmd.team, &run_dir) {
+        Ok(roots) => roots,
+        Err(message) => return fail_all(message),
+    };
+    let prefixes = agent.config.teams.s3_prefixes(&cmd.team);
+    // Refused before any rank starts: a local path outside the team's
+    // roots, or an object outside its prefixes.
+    let checked = check_roots(&roots, &cmd.config_json, &run_dir)
+        .and_then(|()| check_prefixes(&prefixes, &cmd.config_json));
+    if let Err(message) = checked {
         tracing::warn!(training = %cmd.training_id, error = %message, "training refused: data outside the roots");
         return keys
             .iter()
@@ -110,9 +121,14 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         cohort_spec::resume::PUBLISHED_ENV.to_string(),
         published.to_env(),
     ));
-    if !agent.config.data_roots.is_empty() {
-        rank_env.push((roots::ENV.to_string(), agent.config.data_roots.to_env()));
+    if !roots.is_empty() {
+        rank_env.push((roots::ENV.to_string(), roots.to_env()));
     }
+    if let Some(value) = prefixes.to_env() {
+        rank_env.push((cohort_spec::prefixes::ENV.to_string(), value));
+    }
+    // A clean environment: never the agent's own (its credentials).
+    let base_env = agent.config.teams.rank_env(&cmd.team, std::env::vars());
 
     let mut failures = Vec::new();
     for (assignment, key) in cmd.ranks.iter().zip(keys) {
@@ -141,6 +157,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
                 gpu_index.to_string()
             },
             extra_env: rank_env.clone(),
+            base_env: base_env.clone(),
         };
         if let Err(e) = agent.supervisor.start(spec).await {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
@@ -165,6 +182,32 @@ fn check_roots(
         Ok(config) => roots.check_config(&config, run_dir),
         Err(_) => Ok(()),
     }
+}
+
+/// Whether the config's `s3://` locations lie under the team's prefixes.
+fn check_prefixes(prefixes: &S3Prefixes, config_json: &str) -> Result<(), String> {
+    if prefixes.is_open() {
+        return Ok(());
+    }
+    let Ok(config) = cohort_spec::TrainingConfig::from_json(config_json) else {
+        return Ok(());
+    };
+    let data = config.data.files.iter().flat_map(|f| f.paths.iter());
+    let validation = config.validation.iter().flat_map(|v| v.paths.iter());
+    for uri in data
+        .chain(validation)
+        .chain(config.checkpoint.storage.iter())
+    {
+        let Some(rest) = uri.strip_prefix("s3://") else {
+            continue;
+        };
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        // A glob is checked by its literal part.
+        let key = key.find(['*', '?', '[', '{']).map_or(key, |i| &key[..i]);
+        let key = key.rsplit_once('/').map_or(key, |(dir, _)| dir);
+        prefixes.check(bucket, key)?;
+    }
+    Ok(())
 }
 
 /// Checks a StartRanks before anything is written or started.
@@ -310,6 +353,7 @@ mod tests {
             run_dir: String::new(),
             trace_context: Default::default(),
             published_checkpoints: vec![],
+            team: String::new(),
         }
     }
 

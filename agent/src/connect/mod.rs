@@ -59,8 +59,8 @@ pub struct AgentConfig {
     /// First reconnect delay; doubles up to `backoff_max`.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
-    /// The directories trainings' local paths must lie in (none: any).
-    pub data_roots: cohort_spec::roots::DataRoots,
+    /// What each team's ranks may reach and the environment they get.
+    pub teams: crate::teams::TeamPolicy,
     /// TLS to the coordinator (`https://` URLs).
     pub tls: ClientTls,
 }

@@ -69,6 +69,8 @@ pub(crate) async fn spawn(
     let mut command = Command::new(&spec.program);
     command
         .args(spec.args())
+        .env_clear()
+        .envs(spec.base_env.iter().cloned())
         .envs(spec.env())
         .current_dir(&spec.run_dir)
         .stdin(Stdio::null())

@@ -53,12 +53,15 @@ pub struct RankSpec {
     /// The value of CUDA_VISIBLE_DEVICES: the GPU index for a real GPU, empty
     /// for a simulated one (the rank then runs on the CPU).
     pub cuda_visible_devices: String,
-    /// Additional environment variables.
+    /// Additional environment variables, after the launch contract's.
     pub extra_env: Vec<(String, String)>,
+    /// What the rank's environment starts from (it inherits nothing from
+    /// the agent): the passed-through variables and the env files.
+    pub base_env: Vec<(String, String)>,
 }
 
 impl RankSpec {
-    /// The environment the rank gets on top of the agent's own.
+    /// The launch contract's variables, on top of [`RankSpec::base_env`].
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env = vec![
             ("RANK".to_string(), self.key.rank.to_string()),

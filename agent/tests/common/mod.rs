@@ -247,7 +247,7 @@ pub fn start_agent(
         stop_grace: Duration::from_secs(5),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(300),
-        data_roots: Default::default(),
+        teams: Default::default(),
         tls: Default::default(),
     };
     let agent = Agent::new(config, telemetry::share(Box::new(sim)), gpus);
@@ -280,5 +280,6 @@ pub fn start_ranks(training: &str, gpus: &[(i32, i32)], world_size: i32) -> In {
         run_dir: String::new(),
         trace_context: Default::default(),
         published_checkpoints: vec![],
+        team: String::new(),
     })
 }

@@ -55,7 +55,11 @@ impl Store {
                     })?;
                 Store::Local(dir)
             }
-            Location::S3 { bucket, key } => Store::S3(Prefix { bucket, key }),
+            Location::S3 { bucket, key } => {
+                crate::storage::s3::allowed(&bucket, &key)
+                    .map_err(|e| RankError::Data(format!("checkpoint.storage: {e}")))?;
+                Store::S3(Prefix { bucket, key })
+            }
         })
     }
 

@@ -3,6 +3,7 @@
 //! the data reader are plain threads).
 
 use super::super::data::store::Blob;
+use cohort_spec::prefixes::S3Prefixes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
@@ -26,6 +27,20 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// Run `f` to completion on the storage runtime.
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
+}
+
+/// `Ok` when this rank may touch `key` of `bucket` (or every key under it):
+/// the object-storage prefixes its agent opened to its team
+/// (`COHORT_S3_PREFIXES`, read once); unset, any. Every operation below
+/// checks, so no object outside them is read, listed, written or deleted.
+pub fn allowed(bucket: &str, key: &str) -> Result<(), String> {
+    static PREFIXES: OnceLock<Result<S3Prefixes, String>> = OnceLock::new();
+    match PREFIXES.get_or_init(S3Prefixes::from_env) {
+        Ok(prefixes) => prefixes
+            .check(bucket, key)
+            .map_err(|e| format!("DATA_OUTSIDE_ROOTS: {e}")),
+        Err(e) => Err(e.clone()),
+    }
 }
 
 /// The client for `bucket` (configured from the AWS environment variables).
@@ -81,6 +96,7 @@ impl S3Blob {
 
     /// An object by name: its size from a HEAD request.
     pub fn open(bucket_name: &str, key: &str) -> io::Result<Self> {
+        allowed(bucket_name, key).map_err(io::Error::other)?;
         let store = bucket(bucket_name).map_err(io::Error::other)?;
         let meta = block_on(store.head(&ObjectPath::from(key))).map_err(to_io)?;
         Ok(Self::new(store, bucket_name, key, meta.size))
@@ -126,6 +142,7 @@ pub fn list(
     prefix: &str,
     recursive: bool,
 ) -> Result<Vec<(String, u64)>, String> {
+    allowed(bucket_name, prefix.trim_end_matches('/'))?;
     let store = bucket(bucket_name)?;
     let dir = ObjectPath::from(prefix.trim_end_matches('/'));
     let prefix_opt = (!prefix.trim_end_matches('/').is_empty()).then_some(&dir);
@@ -152,6 +169,7 @@ pub fn list(
 
 /// Upload `source` (any size: multipart, 8 MiB parts) to `key`.
 pub fn upload(bucket_name: &str, key: &str, mut source: impl Read) -> Result<(), String> {
+    allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     let path = ObjectPath::from(key);
     let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot upload: {e}");
@@ -174,6 +192,7 @@ pub fn upload(bucket_name: &str, key: &str, mut source: impl Read) -> Result<(),
 
 /// Put a small object in one request.
 pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+    allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     block_on(store.put(&ObjectPath::from(key), PutPayload::from(bytes)))
         .map(|_| ())
@@ -182,6 +201,7 @@ pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
 
 /// A whole (small) object, or `None` when there is none at `key`.
 pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
+    allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     let got = block_on(async {
         let got = store.get(&ObjectPath::from(key)).await?;
@@ -196,6 +216,7 @@ pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, S
 
 /// Stream an object into `sink`, a part at a time.
 pub fn download(bucket_name: &str, key: &str, sink: &mut impl io::Write) -> Result<(), String> {
+    allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot read: {e}");
     block_on(async {
@@ -213,6 +234,7 @@ pub fn download(bucket_name: &str, key: &str, sink: &mut impl io::Write) -> Resu
 }
 
 pub fn delete(bucket_name: &str, key: &str) -> Result<(), String> {
+    allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     block_on(store.delete(&ObjectPath::from(key)))
         .map_err(|e| format!("s3://{bucket_name}/{key}: cannot delete: {e}"))

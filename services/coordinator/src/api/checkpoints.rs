@@ -24,8 +24,8 @@ struct Kept {
     steps: Vec<CheckpointRecord>,
     /// The best one (`best/`), apart from `keep`.
     best: Option<CheckpointRecord>,
-    /// Whether they are in shared storage.
-    shared: bool,
+    /// Their shared storage (`checkpoint.storage`), if any.
+    storage: Option<String>,
 }
 
 /// The page token after the best checkpoint (the steps follow from the top).
@@ -44,7 +44,7 @@ async fn kept(ctx: &Context, who: &Principal, id: &str) -> Result<Kept, Status> 
     Ok(Kept {
         steps: steps.into_iter().rev().take(keep).collect(),
         best: best.into_iter().next(),
-        shared: training.config.checkpoint.storage.is_some(),
+        storage: training.config.checkpoint.storage.clone(),
     })
 }
 
@@ -150,7 +150,7 @@ pub async fn download(
     let Kept {
         steps,
         best,
-        shared,
+        storage,
     } = kept(ctx, who, &req.training_id).await?;
     let chosen = match (req.best, req.step) {
         (true, _) => best,
@@ -171,7 +171,24 @@ pub async fn download(
         ));
     };
     let (id, step) = (req.training_id.clone(), checkpoint.step);
-    let source = Source::open(&checkpoint.path, shared, &ctx.fleet, &checkpoint.agent_id)
+    // Shared storage is read under its configured root and the training's
+    // id, never at a path an agent reported.
+    let location = match &storage {
+        Some(storage) => crate::export::source::in_storage(
+            storage,
+            &id,
+            &checkpoint.path,
+            checkpoint.best,
+            step,
+        )
+        .map_err(|e| {
+            tracing::warn!(training_id = %id, step, error = %e, "refusing a misplaced checkpoint");
+            export_status(&id, step, e)
+        })?,
+        None => checkpoint.path.clone(),
+    };
+    let shared = storage.is_some();
+    let source = Source::open(&location, shared, &ctx.fleet, &checkpoint.agent_id)
         .await
         .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a

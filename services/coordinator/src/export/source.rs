@@ -13,6 +13,53 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
+/// Where a checkpoint in shared storage is read: under the training's
+/// configured `storage`, in the training's own directory
+/// (`<storage>/<training id>/`), by the last segment of the reported path,
+/// which must name the checkpoint itself (`best`, or `step-N` of its step).
+/// Nothing else of what a rank or its agent reported is used, so a
+/// download never reads a path an agent chose. A relative local `storage`
+/// was resolved by the rank against its run dir: the reported path must
+/// then end with `<storage>/<training id>/<name>` and hold no `..`.
+pub fn in_storage(
+    storage: &str,
+    training_id: &str,
+    reported: &str,
+    best: bool,
+    step: i64,
+) -> Result<String, ExportError> {
+    let reported = reported.trim_end_matches('/');
+    let name = reported.rsplit('/').next().unwrap_or_default();
+    let own = if best {
+        name == "best"
+    } else {
+        name.strip_prefix("step-")
+            .and_then(|n| n.parse::<i64>().ok())
+            == Some(step)
+    };
+    let misplaced = || {
+        ExportError::Malformed(format!(
+            "checkpoint {} of training {training_id} was reported at {reported}, outside {storage}/{training_id}/",
+            if best { "best".to_string() } else { format!("step {step}") }
+        ))
+    };
+    if !own {
+        return Err(misplaced());
+    }
+    let base = storage.trim_end_matches('/');
+    let local = base.strip_prefix("file://").unwrap_or(base);
+    if !base.starts_with("s3://") && !Path::new(local).is_absolute() {
+        let tail = format!("/{}/{training_id}/{name}", local.trim_start_matches("./"));
+        let escapes = reported.split('/').any(|part| part == "..");
+        return if reported.ends_with(&tail) && !escapes {
+            Ok(reported.to_string())
+        } else {
+            Err(misplaced())
+        };
+    }
+    Ok(format!("{base}/{training_id}/{name}"))
+}
+
 pub enum Source {
     Dir(PathBuf),
     Agent {
@@ -187,3 +234,47 @@ pub const MANIFEST: &str = "manifest.json";
 pub const STATE: &str = "state.safetensors";
 /// Bytes per streamed chunk.
 pub const CHUNK: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downloads_read_only_the_training_s_own_directory_in_its_storage() {
+        let ok = |storage, reported, best, step| in_storage(storage, "trn-1", reported, best, step);
+        assert_eq!(
+            ok("s3://b/runs/", "s3://b/runs/trn-1/step-00000040", false, 40).unwrap(),
+            "s3://b/runs/trn-1/step-00000040"
+        );
+        // Whatever directory the agent reported, the storage's is read.
+        assert_eq!(
+            ok("/shared/ckpt", "/etc/secrets/step-40", false, 40).unwrap(),
+            "/shared/ckpt/trn-1/step-40"
+        );
+        assert_eq!(
+            ok("file:///shared", "/x/best", true, 7).unwrap(),
+            "file:///shared/trn-1/best"
+        );
+        assert!(
+            ok("/shared", "/shared/trn-1/step-41", false, 40).is_err(),
+            "another step"
+        );
+        assert!(ok("/shared", "/shared/trn-1/manifest.json", false, 40).is_err());
+        // Relative storage: the reported path must end in the training's own directory.
+        assert!(ok(
+            "ckpt",
+            "/w/trainings/trn-1/run/ckpt/trn-1/step-40",
+            false,
+            40
+        )
+        .is_ok());
+        assert!(ok(
+            "ckpt",
+            "/w/trainings/trn-2/run/ckpt/trn-2/step-40",
+            false,
+            40
+        )
+        .is_err());
+        assert!(ok("ckpt", "/w/../../ckpt/trn-1/step-40", false, 40).is_err());
+    }
+}

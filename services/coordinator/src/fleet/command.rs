@@ -46,6 +46,8 @@ pub struct StartRanks {
     /// (attempt, step) of the earlier attempts' recorded checkpoints: the
     /// only ones the ranks may resume from.
     pub published_checkpoints: Vec<(i32, i64)>,
+    /// The training's team (which of the agent's roots and env files apply).
+    pub team: String,
 }
 
 /// One rank an agent runs.

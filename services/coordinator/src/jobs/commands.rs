@@ -37,6 +37,7 @@ pub(super) fn start_ranks(
             ranks,
             trace_context: trace_context.clone(),
             published_checkpoints: published_checkpoints.to_vec(),
+            team: training.team.clone(),
         });
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());

@@ -126,6 +126,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                     .into_iter()
                     .map(|(attempt, step)| v1::PublishedCheckpoint { attempt, step })
                     .collect(),
+                team: s.team,
             }),
             AgentCommand::StopRanks {
                 training_id,
@@ -194,6 +195,7 @@ mod tests {
             }],
             trace_context: [("traceparent".to_string(), "00-x".to_string())].into(),
             published_checkpoints: vec![(1, 40), (1, 20)],
+            team: "vision".into(),
         });
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
@@ -208,6 +210,7 @@ mod tests {
             .map(|c| (c.attempt, c.step))
             .collect();
         assert_eq!(published, vec![(1, 40), (1, 20)]);
+        assert_eq!(m.team, "vision");
         let stop = AgentCommand::StopRanks {
             training_id: "t".into(),
             attempt: 2,

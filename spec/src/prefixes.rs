@@ -1,0 +1,146 @@
+//! Object-storage prefixes: where a team's ranks may read and write on S3
+//! (`cohort-agent --s3-prefix s3://bucket/prefix` for every team,
+//! `--team-s3-prefix TEAM=s3://bucket/prefix` for one). The agent hands a
+//! rank the prefixes open to its training's team in [`ENV`]; the rank checks
+//! its configured locations before it starts and every object it touches.
+//! Unset: no limit (an agent given no prefixes keeps the old behaviour).
+
+/// The environment variable that hands the prefixes to ranks (one per line).
+pub const ENV: &str = "COHORT_S3_PREFIXES";
+
+/// The prefixes, as (bucket, key prefix without a trailing `/`); `None`:
+/// no limit. `Some` of an empty list: no object storage at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct S3Prefixes(Option<Vec<(String, String)>>);
+
+impl S3Prefixes {
+    /// No limit.
+    pub fn open() -> Self {
+        Self(None)
+    }
+
+    /// Exactly these `s3://bucket/prefix` URIs (none: no object storage).
+    pub fn only(uris: &[String]) -> Result<Self, String> {
+        let mut prefixes = Vec::with_capacity(uris.len());
+        for uri in uris {
+            let rest = uri
+                .strip_prefix("s3://")
+                .ok_or_else(|| format!("{uri}: not an s3://bucket/prefix URI"))?;
+            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("{uri}: names no bucket"));
+            }
+            let key = key.trim_matches('/');
+            if key.split('/').any(|part| part == "..") {
+                return Err(format!("{uri}: a prefix may not hold `..`"));
+            }
+            prefixes.push((bucket.to_string(), key.to_string()));
+        }
+        Ok(Self(Some(prefixes)))
+    }
+
+    /// The prefixes a rank was given ([`ENV`]); unset: no limit.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var(ENV) {
+            Err(_) => Ok(Self::open()),
+            Ok(text) => {
+                let uris: Vec<String> = text
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Self::only(&uris).map_err(|e| format!("{ENV}: {e}"))
+            }
+        }
+    }
+
+    /// The value of [`ENV`] for a rank (`None`: leave it unset).
+    pub fn to_env(&self) -> Option<String> {
+        self.0.as_ref().map(|p| {
+            p.iter()
+                .map(|(b, k)| format!("s3://{b}/{k}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    /// Whether any limit applies.
+    pub fn is_open(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// `Ok` when object `key` of `bucket` (or every key under it, for a
+    /// listing prefix) lies under one of the prefixes; else why not. A key
+    /// holding a `..` segment is refused: stores differ on what it means.
+    pub fn check(&self, bucket: &str, key: &str) -> Result<(), String> {
+        let Some(prefixes) = &self.0 else {
+            return Ok(());
+        };
+        let key = key.trim_start_matches('/');
+        let inside = !key.split('/').any(|part| part == "..")
+            && prefixes.iter().any(|(b, p)| {
+                b == bucket
+                    && (p.is_empty()
+                        || key == p
+                        || key
+                            .strip_prefix(p.as_str())
+                            .is_some_and(|r| r.starts_with('/')))
+            });
+        if inside {
+            return Ok(());
+        }
+        let open: Vec<String> = prefixes
+            .iter()
+            .map(|(b, k)| format!("s3://{b}/{k}"))
+            .collect();
+        Err(format!(
+            "s3://{bucket}/{key} lies outside the object storage open to this team on this agent ({})",
+            if open.is_empty() {
+                "none".to_string()
+            } else {
+                open.join(", ")
+            }
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_under_a_prefix_pass_and_neighbours_do_not() {
+        let p = S3Prefixes::only(&["s3://data/team-a/".into(), "s3://ckpt/team-a".into()]).unwrap();
+        assert!(p.check("data", "team-a/acts/x.npy").is_ok());
+        assert!(p.check("data", "team-a").is_ok());
+        assert!(p
+            .check("ckpt", "team-a/run-1/step-00000010/manifest.json")
+            .is_ok());
+        for (bucket, key) in [
+            ("data", "team-ab/x.npy"),
+            ("data", "team-b/x.npy"),
+            ("data", "team-a/../team-b/x.npy"),
+            ("other", "team-a/x.npy"),
+        ] {
+            let err = p.check(bucket, key).unwrap_err();
+            assert!(err.contains("outside the object storage"), "{err}");
+        }
+        let whole = S3Prefixes::only(&["s3://shared".into()]).unwrap();
+        assert!(whole.check("shared", "anything/at/all").is_ok());
+        assert!(S3Prefixes::open().check("x", "y").is_ok());
+        let none = S3Prefixes::only(&[]).unwrap();
+        assert!(none.check("x", "y").unwrap_err().contains("(none)"));
+    }
+
+    #[test]
+    fn the_environment_form_round_trips() {
+        let p = S3Prefixes::only(&["s3://data/team-a/".into(), "s3://b".into()]).unwrap();
+        let env = p.to_env().unwrap();
+        assert_eq!(env, "s3://data/team-a\ns3://b/");
+        let uris: Vec<String> = env.lines().map(str::to_string).collect();
+        assert_eq!(S3Prefixes::only(&uris).unwrap(), p);
+        assert_eq!(S3Prefixes::open().to_env(), None);
+        assert!(S3Prefixes::only(&["gs://x".into()]).is_err());
+        assert!(S3Prefixes::only(&["s3:///k".into()]).is_err());
+    }
+}
