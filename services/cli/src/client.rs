@@ -37,6 +37,8 @@ pub struct Coordinator {
     pub token: Option<String>,
     /// The PEM CA the coordinator's certificate must chain to (`https://`).
     pub ca_cert: Option<PathBuf>,
+    /// Send a token over plaintext to a host that is not this machine.
+    pub allow_plaintext_token: bool,
 }
 
 impl Coordinator {
@@ -50,6 +52,9 @@ impl Coordinator {
         };
         let mut unreachable = None;
         for url in split_urls(&self.url) {
+            if credentials.header.is_some() && !self.allow_plaintext_token {
+                refuse_plaintext_token(&url)?;
+            }
             match connect(&url, self.connect_timeout, tls.clone()).await {
                 Ok(channel) => return Ok(InterceptedService::new(channel, credentials)),
                 Err(e @ CliError::Unreachable { .. }) => {
@@ -60,6 +65,12 @@ impl Coordinator {
             }
         }
         Err(unreachable.unwrap_or_else(|| CliError::Usage("--coordinator names no address".into())))
+    }
+
+    /// Whether `url` has the scheme of the first coordinator of the list.
+    pub fn same_scheme(&self, url: &str) -> bool {
+        let first = split_urls(&self.url).into_iter().next().unwrap_or_default();
+        scheme(&normalize_url(&first)) == scheme(&normalize_url(url))
     }
 
     /// The same coordinator list with `leader` first: what a standby's
@@ -76,6 +87,41 @@ impl Coordinator {
             ..self.clone()
         }
     }
+}
+
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(s, _)| s)
+}
+
+/// The host of a URL (`[::1]` without its brackets).
+fn host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or_default();
+    }
+    authority.split(':').next().unwrap_or_default()
+}
+
+/// A token goes over plaintext only to this machine: to anything else a
+/// plaintext `http://` URL would hand it to whoever is on the path.
+fn refuse_plaintext_token(url: &str) -> Result<(), CliError> {
+    let url = normalize_url(url);
+    if scheme(&url) != "http" {
+        return Ok(());
+    }
+    let host = host(&url);
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "refusing to send the token over plaintext to {url}: use https:// (with --ca-cert), or --allow-plaintext-token if you accept that anyone on the path can read it"
+    )))
 }
 
 /// `a,b,c` as addresses (blanks dropped).
@@ -253,6 +299,45 @@ mod tests {
             none.channel().await,
             Err(CliError::Unreachable { .. })
         ));
+    }
+
+    #[test]
+    fn a_token_goes_over_plaintext_only_to_this_machine() {
+        for ok in [
+            "http://127.0.0.1:50051",
+            "localhost:1",
+            "http://[::1]:2",
+            "https://gpu.example:50051",
+        ] {
+            assert!(refuse_plaintext_token(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.7:50051",
+            "coordinator.internal:50051",
+            "http://[fe80::1]:1",
+        ] {
+            let err = refuse_plaintext_token(bad).unwrap_err();
+            assert!(
+                err.to_string().contains("refusing to send the token"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_leader_of_another_scheme_is_not_followed() {
+        let c = Coordinator {
+            url: "https://a:1,https://b:2".into(),
+            ..Default::default()
+        };
+        assert!(c.same_scheme("https://c:3"));
+        assert!(!c.same_scheme("http://c:3"));
+        let plain = Coordinator {
+            url: "a:1".into(),
+            ..Default::default()
+        };
+        assert!(plain.same_scheme("http://b:2"));
+        assert!(!plain.same_scheme("https://b:2"));
     }
 
     #[test]

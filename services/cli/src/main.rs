@@ -63,6 +63,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "COHORT_CA_CERT", value_name = "FILE")]
     pub ca_cert: Option<std::path::PathBuf>,
 
+    /// Send the token over plaintext `http://` to a coordinator that is not
+    /// on this machine. Anyone on the path can read it: use `https://`.
+    #[arg(long, global = true)]
+    pub allow_plaintext_token: bool,
+
     /// How long to wait for the connection to the coordinator, in seconds.
     #[arg(long, global = true, default_value = "5", value_name = "SECS", value_parser = parse_seconds)]
     pub connect_timeout: Duration,
@@ -129,12 +134,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         connect_timeout: cli.connect_timeout,
         token: cli.token.clone(),
         ca_cert: cli.ca_cert.clone(),
+        allow_plaintext_token: cli.allow_plaintext_token,
     };
     let mut follows = 0;
     loop {
         match run_on(&coordinator, cli.clone()).await {
             Err(CliError::Rpc(status)) if follows < MAX_FOLLOWS => {
                 match cohort_proto::error::leader_of(&status) {
+                    // Never from https:// down to http:// (or the reverse):
+                    // a standby's answer does not choose how we talk.
+                    Some(leader) if !coordinator.same_scheme(&leader) => {
+                        tracing::warn!(%leader, "a standby named a leader of another scheme: not following it");
+                        return Err(CliError::Rpc(status));
+                    }
                     Some(leader) => {
                         tracing::info!(%leader, "a standby answered: sending the command to the leader");
                         coordinator = coordinator.led_by(&leader);

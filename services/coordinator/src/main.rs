@@ -79,9 +79,17 @@ struct Args {
     /// Grace between SIGTERM and SIGKILL when ranks are stopped.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "COHORT_STOP_GRACE")]
     stop_grace: Duration,
-    /// Serve Prometheus metrics (`GET /metrics`) on this address; off when unset.
+    /// Serve Prometheus metrics (`GET /metrics`) on this address; off when
+    /// unset. Scrapes are not authenticated: on an address other than
+    /// loopback the `training_id` and `rank` labels are left empty unless
+    /// --metrics-training-labels.
     #[arg(long, env = "COHORT_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Name the training and rank holding each GPU in the metrics' labels
+    /// even on a non-loopback --metrics-listen (whoever can reach it learns
+    /// every team's training ids).
+    #[arg(long, env = "COHORT_METRICS_TRAINING_LABELS")]
+    metrics_training_labels: bool,
     /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
     /// Kubernetes' gRPC probes, which cannot speak TLS); off when unset.
     #[arg(long, env = "COHORT_HEALTH_LISTEN", value_name = "ADDR")]
@@ -344,10 +352,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding --metrics-listen {addr}"))?;
         // A background task: stopped and awaited with the others.
-        ctx.tasks.spawn(cohort_coordinator::metrics::serve(
+        ctx.tasks.spawn(cohort_coordinator::metrics::serve_exposing(
             listener,
             ctx.clone(),
             ctx.tasks.cancelled(),
+            addr.ip().is_loopback() || args.metrics_training_labels,
         ));
     }
     let probes = match args.health_listen {

@@ -33,9 +33,9 @@ pub enum TokenCommand {
     },
     /// Revoke a token: it stops working within seconds.
     Revoke {
-        /// The token's team.
+        /// The token's team (default: your own).
         #[arg(long)]
-        team: String,
+        team: Option<String>,
         /// The token's name.
         name: String,
     },
@@ -175,6 +175,16 @@ async fn token(
             }
         }
         TokenCommand::Revoke { team, name } => {
+            let team = match team {
+                Some(team) => team,
+                None => {
+                    client
+                        .who_am_i(v1::WhoAmIRequest {})
+                        .await?
+                        .into_inner()
+                        .team
+                }
+            };
             let token = client
                 .revoke_token(v1::RevokeTokenRequest { team, name })
                 .await?

@@ -84,6 +84,23 @@ impl Open {
     }
 }
 
+/// A fresh `.part` file: a leftover one (a link included) is removed, not
+/// followed, and the new one is created exclusively without following a
+/// link planted meanwhile.
+fn create_part(part: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(part) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(part)
+}
+
 pub async fn download(
     coordinator: &Coordinator,
     args: &DownloadArgs,
@@ -123,7 +140,7 @@ pub async fn download(
             }
             let path = args.out.join(&chunk.file);
             let part = args.out.join(format!(".{}.part", chunk.file));
-            let file = std::fs::File::create(&part).map_err(|e| fail(&part, e))?;
+            let file = create_part(&part).map_err(|e| fail(&part, e))?;
             open = Some(Open {
                 name: chunk.file.clone(),
                 path,

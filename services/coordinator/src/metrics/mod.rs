@@ -2,6 +2,13 @@
 //! over a minimal HTTP/1.1 server on a tokio listener (one request per
 //! connection, answered with `Connection: close`). See [`render`] for what
 //! is exported.
+//!
+//! Scrapes are not authenticated, so what they show depends on who can
+//! reach the listener: on a loopback address every series carries the
+//! `training_id` holding its GPU; on any other address that label is empty
+//! unless the operator opts in (`--metrics-training-labels`), so training
+//! ids do not leak to whoever can reach the port. At most
+//! [`MAX_CONNECTIONS`] scrapes are served at once; more wait to be accepted.
 
 pub mod render;
 
@@ -15,21 +22,41 @@ use tokio::net::{TcpListener, TcpStream};
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Scrape connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
 /// The content type of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves scrapes until `shutdown` completes.
+/// Serves scrapes until `shutdown` completes, with training ids in the
+/// labels only on a loopback listener.
 pub async fn serve(listener: TcpListener, ctx: Context, shutdown: impl Future<Output = ()>) {
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving Prometheus metrics");
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    serve_exposing(listener, ctx, shutdown, loopback).await
+}
+
+/// Serves scrapes until `shutdown` completes; `training_labels` says
+/// whether series name the training holding their GPU.
+pub async fn serve_exposing(
+    listener: TcpListener,
+    ctx: Context,
+    shutdown: impl Future<Output = ()>,
+    training_labels: bool,
+) {
+    tracing::info!(addr = ?listener.local_addr().ok(), training_labels, "serving Prometheus metrics");
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let ctx = ctx.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = handle(stream, &ctx).await {
+                        let _slot = slot;
+                        if let Err(e) = handle(stream, &ctx, training_labels).await {
                             tracing::debug!(peer = %peer, error = %e, "metrics connection failed");
                         }
                     });
@@ -62,7 +89,11 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
     }
 }
 
-async fn handle(mut stream: TcpStream, ctx: &Context) -> std::io::Result<()> {
+async fn handle(
+    mut stream: TcpStream,
+    ctx: &Context,
+    training_labels: bool,
+) -> std::io::Result<()> {
     let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
         Ok(head) => head?,
         Err(_) => return Ok(()),
@@ -82,7 +113,7 @@ async fn handle(mut stream: TcpStream, ctx: &Context) -> std::io::Result<()> {
     let path = target.split('?').next().unwrap_or("");
     match (method, path) {
         ("GET", "/metrics") => {
-            let body = render::render(ctx).await;
+            let body = render::render(ctx, training_labels).await;
             respond(&mut stream, "200 OK", CONTENT_TYPE, &body, &[]).await
         }
         (_, "/metrics") => {

@@ -65,7 +65,7 @@ impl Family {
 
 /// The whole scrape: GPU gauges from the latest sample of every connected
 /// GPU, and cohort's own gauges and counters.
-pub async fn render(ctx: &Context) -> String {
+pub async fn render(ctx: &Context, training_labels: bool) -> String {
     let agents = ctx.fleet.agents();
     let hosts: HashMap<&str, &str> = agents
         .iter()
@@ -124,8 +124,8 @@ pub async fn render(ctx: &Context) -> String {
         let index = s.index.to_string();
         let device = format!("nvidia{}", s.index);
         let (training_id, rank) = match &r.hold {
-            Some(h) => (h.training_id.clone(), h.rank.to_string()),
-            None => (String::new(), String::new()),
+            Some(h) if training_labels => (h.training_id.clone(), h.rank.to_string()),
+            _ => (String::new(), String::new()),
         };
         let l = labels(&[
             ("gpu", &index),
@@ -372,6 +372,77 @@ fn write_db_operations(out: &mut String, ops: &[(&'static str, crate::persistenc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a listener others can reach, a held GPU's series do not name
+    /// the training holding it; on loopback they do.
+    #[tokio::test]
+    async fn training_ids_appear_only_when_exposed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::persistence::Persistence::open(crate::persistence::DatabaseTarget::Sqlite(
+            dir.path().join("m.db"),
+        ))
+        .await
+        .unwrap();
+        let ctx = Context::new(db);
+        let gpu = crate::model::GpuRecord {
+            index: 0,
+            uuid: "GPU-m-0".into(),
+            name: "test".into(),
+            memory_total_bytes: 1 << 30,
+            compute_capability: "9.0".into(),
+            simulated: true,
+        };
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        ctx.fleet.connect(crate::fleet::LiveAgent {
+            id: "agt-m".into(),
+            name: "m".into(),
+            host_name: "m".into(),
+            address: "127.0.0.1".into(),
+            gpus: vec![gpu],
+            session: 0,
+            commands: tx,
+            last_seen: tokio::time::Instant::now(),
+        });
+        ctx.fleet.ingest(
+            "agt-m",
+            vec![crate::model::GpuSample {
+                gpu_uuid: "GPU-m-0".into(),
+                index: 0,
+                time: chrono::Utc::now(),
+                utilization_gpu_percent: Some(50.0),
+                utilization_memory_percent: None,
+                memory_used_bytes: 1 << 20,
+                memory_total_bytes: 1 << 30,
+                temperature_celsius: None,
+                power_draw_watts: None,
+                power_limit_watts: None,
+                sm_clock_mhz: None,
+                memory_clock_mhz: None,
+                ecc_errors_corrected: None,
+                ecc_errors_uncorrected: None,
+                throttle_reasons: vec![],
+                simulated: true,
+                processes: vec![],
+                xid_errors: None,
+                last_xid: None,
+            }],
+        );
+        let hold = crate::fleet::Hold {
+            training_id: "trn-secret".into(),
+            attempt: 1,
+            rank: 0,
+            team: "vision".into(),
+        };
+        ctx.fleet.hold(vec![("GPU-m-0".into(), hold)]).unwrap();
+        let exposed = render(&ctx, true).await;
+        assert!(
+            exposed.contains(r#"training_id="trn-secret",rank="0""#),
+            "{exposed}"
+        );
+        let redacted = render(&ctx, false).await;
+        assert!(redacted.contains("DCGM_FI_DEV_GPU_UTIL{"), "{redacted}");
+        assert!(!redacted.contains("trn-secret"), "{redacted}");
+    }
 
     #[test]
     fn label_values_are_escaped() {
