@@ -570,6 +570,24 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         .await
         .expect("cancel own training");
 
+    // Streams held open under the token: they end when it is revoked.
+    let mut watch = TrainingServiceClient::new(c.channel().await)
+        .watch_training(authed(
+            v1::WatchTrainingRequest {
+                id: nlp_job.id.clone(),
+                after_sequence: 0,
+                include_rank_stats: false,
+            },
+            &token("nlp/dev"),
+        ))
+        .await
+        .expect("WatchTraining under nlp/dev")
+        .into_inner();
+    let mut alerts = TelemetryServiceClient::new(c.channel().await)
+        .watch_alerts(authed(v1::WatchAlertsRequest::default(), &token("nlp/dev")))
+        .await
+        .expect("WatchAlerts under nlp/dev")
+        .into_inner();
     // Revocation takes effect within 5 s.
     let out = c
         .cli_ok(
@@ -598,7 +616,38 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     )
     .await;
     assert!(revoked_at.elapsed() <= Duration::from_secs(5));
-    let _ = nlp_job;
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("WatchTraining still open 5 s after its token was revoked");
+    let status = ended.expect_err("the watch ends with an error");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("revoked"), "{status:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match alerts.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("WatchAlerts still open 5 s after its token was revoked");
+    assert_eq!(
+        ended.expect_err("WatchAlerts ends with an error").code(),
+        Code::Unauthenticated
+    );
+    assert!(
+        revoked_at.elapsed() <= Duration::from_secs(5),
+        "streams ended {:?} after the revocation",
+        revoked_at.elapsed()
+    );
 
     // An expired token stops working the same way.
     let out = c

@@ -111,8 +111,19 @@ where
                     let status = tonic::Status::from_header_map(response.headers());
                     if let Some(status) = status {
                         audit_failure(&auth, &path, principal, status).await;
+                        return Ok(response);
                     }
-                    Ok(response)
+                    // A stream held open under a token ends when the token does.
+                    let guarded = matches!(principal, Principal::User { .. })
+                        && super::streams::STREAMING.contains(&path.as_str());
+                    match secret {
+                        Some(secret) if guarded => Ok(response.map(|body| {
+                            tonic::body::Body::new(super::streams::Guarded::new(
+                                body, auth, method, secret,
+                            ))
+                        })),
+                        _ => Ok(response),
+                    }
                 }
                 Err(denial) => Ok(refuse(&auth, denial).await),
             }

@@ -11,6 +11,7 @@ pub mod issue;
 pub mod layer;
 pub mod permissions;
 pub mod secret;
+pub mod streams;
 
 use crate::model::{AuditEntry, Principal};
 use crate::persistence::Persistence;

@@ -1,0 +1,110 @@
+//! Open streams end when their token does. A bearer token is checked when
+//! a call begins; a server stream (WatchTraining, WatchGpuMetrics,
+//! WatchAlerts, DownloadCheckpoint) can stay open for hours after that. The
+//! auth layer wraps such a response's body in [`Guarded`], which checks the
+//! token again every [`RECHECK`] and, once it is revoked or expired, ends
+//! the stream between two messages with UNAUTHENTICATED in the trailers.
+//! With the token cache's [`TTL`](super::cache::TTL) of 2 s, a revoked
+//! token's streams end within about 3 s.
+
+use super::Authenticator;
+use cohort_proto::error::{reason, status};
+use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tonic::codegen::Bytes;
+use tonic::Code;
+
+/// How often an open stream's token is checked again.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The server-streaming methods a caller holds open.
+pub const STREAMING: &[&str] = &[
+    "/cohort.v1.TrainingService/WatchTraining",
+    "/cohort.v1.TrainingService/DownloadCheckpoint",
+    "/cohort.v1.TelemetryService/WatchGpuMetrics",
+    "/cohort.v1.TelemetryService/WatchAlerts",
+];
+
+/// Resolves with the reason once `secret` no longer authenticates (a
+/// database that cannot answer keeps the stream: it is not a revocation).
+async fn invalidated(auth: Arc<Authenticator>, method: String, secret: String) -> String {
+    loop {
+        tokio::time::sleep(RECHECK).await;
+        if let Err(denial) = auth.user(&method, Some(&secret)).await {
+            if denial.status.code() == Code::Unauthenticated {
+                return denial.status.message().to_string();
+            }
+        }
+    }
+}
+
+/// A response body that ends with UNAUTHENTICATED once its token does.
+pub struct Guarded {
+    inner: tonic::body::Body,
+    ended: Pin<Box<dyn Future<Output = String> + Send>>,
+    done: bool,
+}
+
+impl Guarded {
+    pub fn new(
+        inner: tonic::body::Body,
+        auth: Arc<Authenticator>,
+        method: &str,
+        secret: String,
+    ) -> Self {
+        Self {
+            inner,
+            ended: Box::pin(invalidated(auth, method.to_string(), secret)),
+            done: false,
+        }
+    }
+}
+
+impl Body for Guarded {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(why) = this.ended.as_mut().poll(cx) {
+            this.done = true;
+            tracing::info!(reason = %why, "ending a stream: its token no longer authenticates");
+            let end = status(
+                Code::Unauthenticated,
+                reason::UNAUTHENTICATED,
+                format!("{why}: the stream ended"),
+                [],
+            );
+            let mut trailers = http::HeaderMap::new();
+            return Poll::Ready(Some(
+                end.add_header(&mut trailers)
+                    .map(|()| Frame::trailers(trailers)),
+            ));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
