@@ -9,6 +9,9 @@ source scripts/env.sh
 # Incremental state only helps repeated local builds; on a fresh machine it
 # doubles the target directory's size.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The fuzz properties (tests/fuzz*.rs, */fuzz.rs): a bounded run of each;
+# docs/benchmarks.md gives a longer one.
+export PROPTEST_CASES="${PROPTEST_CASES:-1000}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The integration tests run the real binaries: build them all first.

@@ -211,7 +211,7 @@ fn check_prefixes(prefixes: &S3Prefixes, config_json: &str) -> Result<(), String
 }
 
 /// Checks a StartRanks before anything is written or started.
-fn validate(cmd: &v1::StartRanks, gpu_count: usize) -> Result<(), String> {
+pub(super) fn validate(cmd: &v1::StartRanks, gpu_count: usize) -> Result<(), String> {
     let id = &cmd.training_id;
     let safe_id = !id.is_empty()
         && !id.starts_with('.')

@@ -7,6 +7,8 @@ mod backoff;
 mod commands;
 pub mod convert;
 mod files;
+#[cfg(test)]
+mod fuzz;
 mod outbox;
 mod session;
 mod targets;

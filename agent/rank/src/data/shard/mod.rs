@@ -2,6 +2,7 @@
 //! what they hold. Formats: `.npy`, `.safetensors` (rows stored densely at
 //! one offset) and `.parquet` (rows in compressed row groups).
 
+mod footer;
 pub mod npy;
 pub mod parquet;
 pub mod safetensors;

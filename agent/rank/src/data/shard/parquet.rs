@@ -103,9 +103,20 @@ fn elem_of(col: &ColumnDescPtr) -> Option<Elem> {
 }
 
 impl ParquetShard {
+    /// Reads the footer and checks the layout. As with the pages, a panic
+    /// of the parquet crate on a crafted footer is this shard's error.
     pub fn open(blob: Arc<dyn Blob>, sel: Selector) -> Result<Self, String> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::open_unguarded(blob, sel)
+        }))
+        .unwrap_or_else(|_| Err("not a readable parquet file: its footer cannot be decoded".into()))
+    }
+
+    fn open_unguarded(blob: Arc<dyn Blob>, sel: Selector) -> Result<Self, String> {
+        let file_len = blob.len();
         let reader = SerializedFileReader::new(BlobChunks(blob))
             .map_err(|e| format!("not a readable parquet file: {e}"))?;
+        super::footer::check_chunks(reader.metadata(), file_len)?;
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr();
         let leaves = schema.columns();
@@ -153,6 +164,10 @@ impl ParquetShard {
             row_groups,
         };
         if shard.d_in == 0 {
+            // The footer says how wide rows are on average: wider than
+            // model.d_in is refused before any row is decoded, so a crafted
+            // file cannot make the first row hold millions of values.
+            shard.check_width_cap(sel.d_in)?;
             shard.d_in = shard.first_row_width().map_err(|e| e.to_string())?;
         }
         shard.check_list_widths()?;
@@ -188,6 +203,27 @@ impl ParquetShard {
                 return Err(format!(
                     "row group {rg}: its {rows} rows hold {values} values, not {} x {}: rows do not all hold {} values",
                     rows, self.d_in, self.d_in
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A list column whose row groups hold more than `cap` values per row
+    /// (`model.d_in`; 0: no cap) is refused from the footer alone.
+    fn check_width_cap(&self, cap: u64) -> Result<(), String> {
+        let Columns::List(col) = self.columns else {
+            return Ok(());
+        };
+        if cap == 0 {
+            return Ok(());
+        }
+        let meta = self.reader.metadata();
+        for (rg, &rows) in self.row_groups.iter().enumerate() {
+            let values = meta.row_group(rg).column(col).num_values().max(0) as u64;
+            if values > rows.saturating_mul(cap) {
+                return Err(format!(
+                    "row group {rg}: its {rows} rows hold {values} values, more than {cap} (model.d_in) per row: rows do not all hold {cap} values"
                 ));
             }
         }
@@ -232,6 +268,33 @@ impl ParquetShard {
     /// The values of `n` records of one leaf column, checking that each
     /// record holds `width` values (when given) and that none is null.
     fn read_column(
+        &self,
+        rg: usize,
+        col: usize,
+        start: u64,
+        n: usize,
+        width: Option<usize>,
+    ) -> Result<Vec<u8>, ReadError> {
+        // The parquet crate asserts on some malformed pages (a dictionary-
+        // encoded page without a dictionary, found by tests/fuzz_headers.rs):
+        // a shard's bytes must never panic the rank, so its decoder's
+        // panics are this shard's data error.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.read_column_unguarded(rg, col, start, n, width)
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a malformed page");
+            Err(ReadError::Data(format!(
+                "row group {rg}: column {col} cannot be decoded: {what}"
+            )))
+        })
+    }
+
+    fn read_column_unguarded(
         &self,
         rg: usize,
         col: usize,

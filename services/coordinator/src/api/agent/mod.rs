@@ -8,6 +8,8 @@
 //! ([`Refusals`], exported as metrics).
 
 mod convert;
+#[cfg(test)]
+mod fuzz;
 mod rank_events;
 mod register;
 mod samples;

@@ -31,7 +31,7 @@ pub const MAX_GPUS: usize = 1024;
 /// The most running ranks one Register may list (each is looked up).
 pub const MAX_RUNNING_RANKS: usize = 4096;
 
-fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
+pub(super) fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
     if reg.agent_name.trim().is_empty() {
         return Err(bad_field(
             reason::INVALID_ARGUMENT,
