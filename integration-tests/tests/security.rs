@@ -493,6 +493,45 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         Code::PermissionDenied,
         reason::PERMISSION_DENIED,
     );
+    // A team admin cannot revoke a token above its role, even of its team.
+    let boss = c
+        .cli_ok(
+            Some(&root),
+            &[
+                "admin",
+                "token",
+                "create",
+                "--team",
+                "vision",
+                "--name",
+                "boss",
+                "--role",
+                "cluster-admin",
+            ],
+        )
+        .await;
+    let boss = boss.lines().last().unwrap().trim().to_string();
+    expect_error(
+        "a team admin revoking its team's cluster-admin token",
+        admin
+            .revoke_token(authed(
+                v1::RevokeTokenRequest {
+                    team: "vision".into(),
+                    name: "boss".into(),
+                },
+                &token("vision/lead"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+    );
+    let still = c.cli_ok(Some(&boss), &["-o", "json", "whoami"]).await;
+    assert!(still.contains("\"boss\""), "{still}");
+    c.cli_ok(
+        Some(&root),
+        &["admin", "token", "revoke", "--team", "vision", "boss"],
+    )
+    .await;
     expect_error(
         "a team admin granting cluster-admin",
         admin

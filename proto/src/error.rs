@@ -35,6 +35,12 @@ pub mod reason {
     pub const QUEUE_FULL: &str = "QUEUE_FULL";
     pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
     pub const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
+    /// An agent registered a GPU bound to another agent; metadata
+    /// `gpu_uuid`, `agent` (the GPU's agent).
+    pub const GPU_CLAIMED: &str = "GPU_CLAIMED";
+    /// ForgetAgent of an agent that is connected or holds placed ranks.
+    pub const AGENT_BUSY: &str = "AGENT_BUSY";
+    pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
     /// A change sent to a standby coordinator (or during an election);
     /// metadata `leader` is the leader's `--advertise` URL when one is known.
     pub const NOT_LEADER: &str = "NOT_LEADER";
@@ -64,6 +70,9 @@ pub mod reason {
         QUEUE_FULL,
         QUOTA_EXCEEDED,
         DATA_OUTSIDE_ROOTS,
+        GPU_CLAIMED,
+        AGENT_BUSY,
+        AGENT_NOT_FOUND,
         NOT_LEADER,
         INTERNAL,
     ];

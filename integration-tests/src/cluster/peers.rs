@@ -85,6 +85,18 @@ impl Cluster {
         peer.starts = starts;
     }
 
+    /// Starts coordinator `i` again on its port (killing what is left of it
+    /// first), without waiting: on PostgreSQL it comes back as a standby.
+    pub fn respawn_at(&mut self, i: usize) {
+        if i == 0 {
+            self.kill_coordinator();
+            self.spawn_coordinator();
+        } else {
+            self.kill_coordinator_at(i);
+            self.respawn_peer(i);
+        }
+    }
+
     /// grpc.health.v1 Check of `service` on coordinator `i`, given up after
     /// a second.
     pub async fn health_at(&self, i: usize, service: &str) -> Result<ServingStatus, String> {

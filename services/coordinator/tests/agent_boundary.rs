@@ -212,3 +212,92 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
     drop((a, b));
     tokio::time::timeout(WAIT, server.stop()).await.unwrap();
 }
+
+/// Registers `name` with GPU `gpu`; the status of a refused Connect.
+async fn register_refused(channel: Channel, name: &str, gpu: &str) -> tonic::Status {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(v1::AgentMessage {
+        message: Some(Message::Register(v1::Register {
+            host_name: name.into(),
+            agent_name: name.into(),
+            gpus: vec![v1::GpuInfo {
+                index: 0,
+                uuid: gpu.into(),
+                name: "Simulated".into(),
+                memory_total_bytes: 80 << 30,
+                compute_capability: "9.0".into(),
+                simulated: true,
+            }],
+            address: "127.0.0.1".into(),
+            version: "test".into(),
+            running_ranks: vec![],
+        })),
+    })
+    .await
+    .unwrap();
+    match AgentServiceClient::new(channel)
+        .connect(ReceiverStream::new(rx))
+        .await
+    {
+        Err(status) => status,
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            match stream.message().await {
+                Err(status) => status,
+                Ok(m) => panic!("{name} registered {gpu}: {m:?}"),
+            }
+        }
+    }
+}
+
+/// A GPU is bound to the first agent that registered it: another agent
+/// reporting its UUID is refused (PERMISSION_DENIED, GPU_CLAIMED) and
+/// nothing of it is recorded; once a cluster-admin forgets the first agent
+/// (refused while it is connected), the other may register it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_is_bound_to_the_first_agent_that_registered_it() {
+    let db = common::sqlite().await;
+    let ctx = Context::new(db.db.clone());
+    let server = common::server::TestServer::start(ctx.clone()).await;
+    let first = TestAgent::connect(server.channel.clone(), "host-a", "GPU-real-0").await;
+
+    let refused = register_refused(server.channel.clone(), "host-b", "GPU-real-0").await;
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(
+        cohort_proto::error::reason_of(&refused).as_deref(),
+        Some(cohort_proto::error::reason::GPU_CLAIMED)
+    );
+    assert!(refused.message().contains("host-a"), "{refused:?}");
+    let agents = db.db.list_agents().await.unwrap();
+    assert_eq!(
+        agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+        vec!["host-a"],
+        "nothing of host-b is recorded"
+    );
+
+    let mut admin =
+        cohort_proto::v1::admin_service_client::AdminServiceClient::new(server.channel.clone());
+    let forget = |name: &str| v1::ForgetAgentRequest { name: name.into() };
+    let busy = admin.forget_agent(forget("host-a")).await.unwrap_err();
+    assert_eq!(busy.code(), tonic::Code::FailedPrecondition, "{busy:?}");
+    let missing = admin.forget_agent(forget("host-z")).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+
+    drop(first);
+    until("host-a to be disconnected", || ctx.fleet.agent_count() == 0).await;
+    admin
+        .forget_agent(forget("host-a"))
+        .await
+        .expect("forget host-a");
+    let moved = TestAgent::connect(server.channel.clone(), "host-b", "GPU-real-0").await;
+    let agents = db.db.list_agents().await.unwrap();
+    assert_eq!(
+        agents
+            .iter()
+            .map(|a| (a.name.as_str(), a.gpus.len()))
+            .collect::<Vec<_>>(),
+        vec![("host-b", 1)]
+    );
+    drop(moved);
+    server.stop().await;
+}

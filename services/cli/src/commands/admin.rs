@@ -19,6 +19,12 @@ pub enum AdminCommand {
     /// Set and list teams' GPU quotas and queue caps.
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Forget a disconnected agent, so another agent may register its GPUs
+    /// (a GPU stays bound to the first agent that registered it).
+    ForgetAgent {
+        /// The agent's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -106,6 +112,20 @@ pub async fn run(
     match cmd {
         AdminCommand::Token(cmd) => token(coordinator, cmd, out).await,
         AdminCommand::Quota(cmd) => quota(coordinator, cmd, out).await,
+        AdminCommand::ForgetAgent { name } => {
+            let forgotten = client(coordinator)
+                .await?
+                .forget_agent(v1::ForgetAgentRequest { name: name.clone() })
+                .await?
+                .into_inner();
+            match out {
+                OutputFormat::Json => emit_json(&json::message(&forgotten)),
+                OutputFormat::Table => emit(&format!(
+                    "forgot agent {name} ({}): its GPUs may be registered by another agent",
+                    forgotten.agent_id
+                )),
+            }
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::context::Context;
 use crate::model::{valid_team, AuditEntry, Principal, Role};
 use crate::persistence::audit::{AuditQuery, AuditRecord};
 use crate::persistence::quotas::TeamQuota;
-use crate::persistence::tokens::TokenRecord;
+use crate::persistence::tokens::{Revoked, TokenRecord};
 use cohort_proto::error::{bad_field, reason, status};
 use cohort_proto::v1;
 use cohort_proto::v1::admin_service_server::AdminService;
@@ -205,14 +205,19 @@ impl AdminService for AdminApi {
         checked("name", &req.name)?;
         let method = format!("{SERVICE}/RevokeToken");
         let audit = AuditEntry::ok(&who, &method, &req.name, &team);
-        let token = self
+        // A team admin revokes tokens up to its own role, never a
+        // cluster-admin's that happens to carry its team.
+        let up_to = who.role().unwrap_or(Role::ClusterAdmin);
+        let revoked = self
             .ctx
             .db
-            .revoke_token(&team, &req.name, Some(audit))
+            .revoke_token(&team, &req.name, up_to, Some(audit))
             .await
-            .map_err(ApiError::from)?
-            .ok_or_else(|| {
-                status(
+            .map_err(ApiError::from)?;
+        let token = match revoked {
+            Revoked::Done(token) => token,
+            Revoked::NotFound => {
+                return Err(status(
                     Code::NotFound,
                     reason::TOKEN_NOT_FOUND,
                     format!("team {team} has no token named {}", req.name),
@@ -220,8 +225,19 @@ impl AdminService for AdminApi {
                         ("team".into(), team.clone()),
                         ("name".into(), req.name.clone()),
                     ],
-                )
-            })?;
+                ))
+            }
+            Revoked::Outranks(role) => {
+                return Err(crate::auth::permission_denied(
+                    format!(
+                        "token {team}/{} has role {role}, above the caller's ({up_to}): only a cluster-admin revokes it",
+                        req.name
+                    ),
+                    "team-admin",
+                    &team,
+                ))
+            }
+        };
         tracing::info!(team = %token.team, name = %token.name, "token revoked");
         Ok(Response::new(token_message(token)))
     }
@@ -336,6 +352,36 @@ impl AdminService for AdminApi {
             events: events.into_iter().map(audit_message).collect(),
             next_page_token,
         }))
+    }
+
+    async fn forget_agent(
+        &self,
+        request: Request<v1::ForgetAgentRequest>,
+    ) -> Result<Response<v1::ForgetAgentResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let name = request.into_inner().name;
+        if name.trim().is_empty() {
+            return Err(bad_field(reason::INVALID_ARGUMENT, "name", "required"));
+        }
+        if self.ctx.fleet.agents().iter().any(|a| a.name == name) {
+            return Err(
+                ApiError::from(crate::persistence::DatabaseError::AgentBusy {
+                    name,
+                    why: "is connected".into(),
+                })
+                .into(),
+            );
+        }
+        let method = format!("{SERVICE}/ForgetAgent");
+        let audit = AuditEntry::ok(&who, &method, &name, "").with("OK", "agent forgotten");
+        let agent_id = self
+            .ctx
+            .db
+            .forget_agent(&name, audit)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::info!(agent = %name, agent_id = %agent_id, "agent forgotten: its GPUs may be registered by another agent");
+        Ok(Response::new(v1::ForgetAgentResponse { agent_id }))
     }
 
     async fn who_am_i(

@@ -90,6 +90,27 @@ fn from_database(err: DatabaseError) -> Status {
             format!("team {team} already has {queued} queued trainings, its cap: wait for some to start or end, or ask for a higher cap"),
             [("team".to_string(), team), ("queued".to_string(), queued.to_string())],
         ),
+        DatabaseError::GpuClaimed { uuid, owner } => {
+            tracing::warn!(gpu = %uuid, owner = %owner, "an agent registered a GPU bound to another agent");
+            status(
+                Code::PermissionDenied,
+                reason::GPU_CLAIMED,
+                format!("GPU {uuid} is bound to agent {owner}: an agent cannot claim another host's GPUs (a cluster-admin may ForgetAgent {owner} when the GPU really moved)"),
+                [("gpu_uuid".to_string(), uuid), ("agent".to_string(), owner)],
+            )
+        }
+        DatabaseError::AgentNotFound(name) => status(
+            Code::NotFound,
+            reason::AGENT_NOT_FOUND,
+            format!("no agent named {name} ever registered"),
+            [("agent".to_string(), name)],
+        ),
+        DatabaseError::AgentBusy { name, why } => status(
+            Code::FailedPrecondition,
+            reason::AGENT_BUSY,
+            format!("agent {name} {why}: it cannot be forgotten now"),
+            [("agent".to_string(), name)],
+        ),
         DatabaseError::IllegalTransition { id, from, to } => status(
             Code::FailedPrecondition,
             reason::ILLEGAL_TRANSITION,

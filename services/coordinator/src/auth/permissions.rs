@@ -99,6 +99,10 @@ pub const METHODS: &[(&str, Permission)] = &[
         Permission::TeamAdmin,
     ),
     ("/cohort.v1.AdminService/WhoAmI", Permission::Authenticated),
+    (
+        "/cohort.v1.AdminService/ForgetAgent",
+        Permission::ClusterAdmin,
+    ),
 ];
 
 /// The RPCs that change something: each success writes its audit row in its
@@ -109,6 +113,7 @@ pub const MUTATING: &[&str] = &[
     "/cohort.v1.AdminService/CreateToken",
     "/cohort.v1.AdminService/RevokeToken",
     "/cohort.v1.AdminService/SetQuota",
+    "/cohort.v1.AdminService/ForgetAgent",
 ];
 
 /// Services anyone may call: they hold no tenant data.

@@ -27,6 +27,15 @@ pub enum DatabaseError {
         request_id: String,
         existing: String,
     },
+    /// An agent registered a GPU bound to another agent (`owner`, by name).
+    #[error("GPU {uuid} is bound to agent {owner}")]
+    GpuClaimed { uuid: String, owner: String },
+    /// No agent of that name.
+    #[error("no agent named {0}")]
+    AgentNotFound(String),
+    /// The agent is connected or holds ranks of a placed training.
+    #[error("agent {name} {why}")]
+    AgentBusy { name: String, why: String },
     /// The team has as many QUEUED trainings as it may.
     #[error("team {team} already has {queued} queued trainings, its cap")]
     QueueFull { team: String, queued: i64 },

@@ -1,10 +1,13 @@
 //! Agents and their GPUs: written when an agent registers (one transaction:
 //! the agent row and exactly the GPUs it reported) and when it goes away.
+//! A GPU is bound to the first agent that registered it: another agent
+//! reporting its UUID is refused ([`DatabaseError::GpuClaimed`]) and nothing
+//! is written, until a cluster-admin forgets the first agent.
 
 use super::rows::{now, to_db_time};
-use super::schema::{agents, gpus};
+use super::schema::{agents, gpus, ranks, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{AgentRecord, GpuRecord};
+use crate::model::{AgentRecord, GpuRecord, JobState};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -83,6 +86,17 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
     };
     // Exactly the GPUs reported now: drop the agent's others, upsert these.
     let uuids: Vec<&str> = reg.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    // None of them may be another agent's.
+    let claimed: Option<(String, String)> = gpus::table
+        .inner_join(agents::table)
+        .filter(gpus::uuid.eq_any(&uuids))
+        .filter(gpus::agent_id.ne(&id))
+        .select((gpus::uuid, agents::name))
+        .first(conn)
+        .optional()?;
+    if let Some((uuid, owner)) = claimed {
+        return Err(DatabaseError::GpuClaimed { uuid, owner });
+    }
     diesel::delete(
         gpus::table
             .filter(gpus::agent_id.eq(&id))
@@ -153,6 +167,54 @@ impl Persistence {
     pub async fn register_agent(&self, reg: AgentRegistration) -> Result<String, DatabaseError> {
         self.transaction("register_agent", move |c| register_in(c, &reg))
             .await
+    }
+
+    /// Forgets a disconnected agent that holds no ranks of a placed
+    /// training: its row and its GPUs' bindings go (the ranks of finished
+    /// trainings keep its id), so another agent may register those GPUs.
+    /// Its audit row is written in the same transaction.
+    pub async fn forget_agent(
+        &self,
+        name: &str,
+        audit: crate::model::AuditEntry,
+    ) -> Result<String, DatabaseError> {
+        let name = name.to_string();
+        self.transaction("forget_agent", move |c| {
+            let found: Option<(String, bool)> = agents::table
+                .filter(agents::name.eq(&name))
+                .select((agents::id, agents::connected))
+                .first(c)
+                .optional()?;
+            let Some((id, connected)) = found else {
+                return Err(DatabaseError::AgentNotFound(name.clone()));
+            };
+            if connected {
+                return Err(DatabaseError::AgentBusy {
+                    name: name.clone(),
+                    why: "is connected".into(),
+                });
+            }
+            let placed = [JobState::Scheduled, JobState::Running, JobState::Restarting]
+                .map(JobState::as_str);
+            let busy: i64 = ranks::table
+                .inner_join(trainings::table)
+                .filter(ranks::agent_id.eq(&id))
+                .filter(ranks::attempt.eq(trainings::attempt))
+                .filter(trainings::state.eq_any(placed))
+                .count()
+                .get_result(c)?;
+            if busy > 0 {
+                return Err(DatabaseError::AgentBusy {
+                    name: name.clone(),
+                    why: format!("holds {busy} rank(s) of placed trainings"),
+                });
+            }
+            diesel::delete(gpus::table.filter(gpus::agent_id.eq(&id))).execute(c)?;
+            diesel::delete(agents::table.find(&id)).execute(c)?;
+            super::audit::insert_in(c, &audit, now())?;
+            Ok(id)
+        })
+        .await
     }
 
     /// Marks an agent disconnected (its rows stay for history).

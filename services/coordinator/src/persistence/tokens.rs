@@ -163,14 +163,22 @@ impl Persistence {
         &self,
         team: &str,
         name: &str,
+        up_to: Role,
         audit: Option<AuditEntry>,
-    ) -> Result<Option<TokenRecord>, DatabaseError> {
+    ) -> Result<Revoked, DatabaseError> {
         let (team, name) = (team.to_string(), name.to_string());
         self.transaction("revoke_token", move |c| {
             let at = now();
             let this = tokens::table
                 .filter(tokens::team.eq(&team))
                 .filter(tokens::name.eq(&name));
+            let found: Option<Row> = this.select(select()).first(c).optional()?;
+            let Some(found) = found.map(record).transpose()? else {
+                return Ok(Revoked::NotFound);
+            };
+            if found.role > up_to {
+                return Ok(Revoked::Outranks(found.role));
+            }
             let updated = diesel::update(this.filter(tokens::revoke_time.is_null()))
                 .set(tokens::revoke_time.eq(Some(to_db_time(at))))
                 .execute(c)?;
@@ -180,8 +188,20 @@ impl Persistence {
                     insert_in(c, audit, at)?;
                 }
             }
-            row.map(record).transpose()
+            match row.map(record).transpose()? {
+                Some(token) => Ok(Revoked::Done(token)),
+                None => Ok(Revoked::NotFound),
+            }
         })
         .await
     }
+}
+
+/// What [`Persistence::revoke_token`] did.
+#[derive(Debug)]
+pub enum Revoked {
+    Done(TokenRecord),
+    NotFound,
+    /// The token's role is above what the caller may revoke: nothing changed.
+    Outranks(Role),
 }
