@@ -41,6 +41,8 @@ pub mod reason {
     /// ForgetAgent of an agent that is connected or holds placed ranks.
     pub const AGENT_BUSY: &str = "AGENT_BUSY";
     pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
+    /// A token already holds as many open streams as it may.
+    pub const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
     /// A change sent to a standby coordinator (or during an election);
     /// metadata `leader` is the leader's `--advertise` URL when one is known.
     pub const NOT_LEADER: &str = "NOT_LEADER";
@@ -73,6 +75,7 @@ pub mod reason {
         GPU_CLAIMED,
         AGENT_BUSY,
         AGENT_NOT_FOUND,
+        TOO_MANY_STREAMS,
         NOT_LEADER,
         INTERNAL,
     ];

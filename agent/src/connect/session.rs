@@ -22,9 +22,16 @@ const OUTBOUND_CAPACITY: usize = 256;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 pings on the session's connection, and how long one may go unanswered.
 /// Short, so a frozen leader (its host hung, its process stopped) is left
-/// within seconds for the coordinator that takes its lease.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(4);
+/// within about 4 s — before its 5 s lease runs out — for the coordinator
+/// that takes the lease (docs/benchmarks.md, failover).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a coordinator has to answer the Connect call once dialled. A
+/// frozen coordinator (SIGSTOP, a hung host) accepts TCP connections in its
+/// kernel but never answers: without this bound each dial to it would cost
+/// the keep-alive timeout, and standbys still name it as leader until its
+/// lease runs out.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the coordinator has to answer Register.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -84,7 +91,13 @@ pub(super) async fn run(
 ) -> Result<(), Broken> {
     let url = agent.targets.pick();
     let channel = tokio::select! {
-        channel = dial(&url, &agent.config.tls) => channel.map_err(|e| (false, SessionError::Connect(e)))?,
+        channel = dial(&url, &agent.config.tls) => match channel {
+            Ok(channel) => channel,
+            Err(e) => {
+                agent.targets.failed(&url);
+                return Err((false, SessionError::Connect(e)));
+            }
+        },
         _ = stopped(shutdown) => return Ok(()),
     };
     let mut client = AgentServiceClient::new(channel);
@@ -92,10 +105,15 @@ pub(super) async fn run(
     tx.send(message(Out::Register(register(agent))))
         .await
         .map_err(|_| (false, SessionError::Closed))?;
+    let answer = tokio::time::timeout(ANSWER_TIMEOUT, client.connect(ReceiverStream::new(rx)));
     let response = tokio::select! {
-        response = client.connect(ReceiverStream::new(rx)) => match response {
-            Ok(response) => response,
-            Err(status) => {
+        response = answer => match response {
+            Err(_) => {
+                agent.targets.failed(&url);
+                return Err((false, SessionError::Connect(format!("{url} did not answer within {ANSWER_TIMEOUT:?}"))));
+            }
+            Ok(Ok(response)) => response,
+            Ok(Err(status)) => {
                 // A standby: dial the leader it names next.
                 if let Some(leader) = cohort_proto::error::leader_of(&status) {
                     tracing::info!(standby = %url, leader = %leader, "following the coordinator to its leader");
@@ -141,9 +159,13 @@ pub(super) async fn run(
         telemetry: telemetry_every,
         epoch: registered.leader_epoch,
     };
-    serve(agent, &tx, &mut inbound, shutdown, cadence)
-        .await
-        .map_err(|e| (true, e))
+    let served = serve(agent, &tx, &mut inbound, shutdown, cadence).await;
+    if let Err(SessionError::Stream(_)) = &served {
+        // The connection broke (a dead or frozen coordinator): dial the
+        // others first.
+        agent.targets.failed(&url);
+    }
+    served.map_err(|e| (true, e))
 }
 
 /// Opens the channel (TLS for `https://`, with the files read now).

@@ -32,7 +32,14 @@ pub struct Targets {
     /// Dials since the last registered session (what paces the backoff).
     misses: usize,
     highest_epoch: u64,
+    /// The last address that could not be reached or did not answer, and
+    /// when: a standby's hint naming it is not followed for a while (its
+    /// lease may still be live though it is gone or frozen).
+    last_failed: Option<(String, std::time::Instant)>,
 }
+
+/// How long a hint to an address that just failed is ignored.
+const HINT_QUARANTINE: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Targets {
     /// From `a,b,c` (blanks ignored; the list is never empty).
@@ -53,6 +60,7 @@ impl Targets {
             hint: None,
             misses: 0,
             highest_epoch: 0,
+            last_failed: None,
         }
     }
 
@@ -62,14 +70,33 @@ impl Targets {
         if let Some(hint) = self.hint.take() {
             return hint;
         }
-        let url = self.list[self.next % self.list.len()].clone();
+        let mut url = self.list[self.next % self.list.len()].clone();
         self.next = (self.next + 1) % self.list.len();
+        // The address that just failed goes last while others are left.
+        if self.list.len() > 1 && self.quarantined(&url) {
+            url = self.list[self.next % self.list.len()].clone();
+            self.next = (self.next + 1) % self.list.len();
+        }
         url
     }
 
-    /// A standby said where the leader is.
+    /// A standby said where the leader is; a hint to the address that
+    /// just failed is not followed (the list goes on instead).
     pub fn follow(&mut self, leader: String) {
-        self.hint = Some(leader);
+        if !self.quarantined(&leader) {
+            self.hint = Some(leader);
+        }
+    }
+
+    fn quarantined(&self, url: &str) -> bool {
+        self.last_failed
+            .as_ref()
+            .is_some_and(|(failed, at)| failed == url && at.elapsed() < HINT_QUARANTINE)
+    }
+
+    /// `url` could not be reached, or did not answer in time.
+    pub fn failed(&mut self, url: &str) {
+        self.last_failed = Some((url.to_string(), std::time::Instant::now()));
     }
 
     /// A dial failed. `true` when every address has been tried since the
@@ -184,6 +211,32 @@ mod tests {
         assert_eq!(t.describe(), "http://a:1,http://b:2");
         let many: Vec<String> = (0..100).map(|i| format!("http://m{i}:1")).collect();
         assert_eq!(t.learn(&many).unwrap().len(), MAX_LEARNED);
+    }
+
+    #[test]
+    fn a_hint_to_an_address_that_just_failed_is_not_followed() {
+        let mut t = Targets::new("http://a:1,http://b:2");
+        assert_eq!(t.pick(), "http://a:1");
+        t.failed("http://a:1");
+        t.follow("http://a:1".into());
+        assert_eq!(
+            t.pick(),
+            "http://b:2",
+            "the frozen leader is not dialled again at once"
+        );
+        assert_eq!(
+            t.pick(),
+            "http://b:2",
+            "nor in its turn, while another is left"
+        );
+        t.follow("http://a:1".into());
+        assert_eq!(
+            t.pick(),
+            "http://b:2",
+            "the frozen leader is not dialled again at once"
+        );
+        t.follow("http://c:3".into());
+        assert_eq!(t.pick(), "http://c:3");
     }
 
     #[test]

@@ -71,14 +71,16 @@ async fn round(cluster: &mut Cluster, id: &str, fault: Fault) -> Round {
         .find(|&i| i != leader)
         .expect("a survivor");
     let watch_url = cluster.coordinator_url(survivor);
-    let before = stored_step(&watch_url, id)
-        .await
-        .expect("read before the fault");
     let t0 = Instant::now();
     match fault {
         Fault::Kill => cluster.kill_coordinator_at(leader),
         Fault::Freeze => cluster.signal_coordinator(leader, Signal::SIGSTOP),
     }
+    // What the fallen leader had stored, read once it can store no more:
+    // any later step was stored by its successor.
+    let before = stored_step(&watch_url, id)
+        .await
+        .expect("read after the fault");
     let (mut led, mut stored) = (None, None);
     while led.is_none() || stored.is_none() {
         assert!(

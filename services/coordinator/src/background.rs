@@ -40,6 +40,10 @@ impl Background {
             ctx.alerts.clone(),
             ctx.tasks.cancelled(),
         ));
+        ctx.tasks.spawn(crate::auth::flush_denials(
+            ctx.auth.clone(),
+            ctx.tasks.cancelled(),
+        ));
         ctx.tasks.spawn(crate::auth::prune_audit(
             ctx.db.clone(),
             ctx.auth.audit_retention,

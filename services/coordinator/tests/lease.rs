@@ -96,3 +96,41 @@ async fn a_takeover_deposes_the_old_leader_and_fences_its_writes() {
     b.release_lease("b", 2).await.unwrap();
     assert_eq!(a.campaign("a", "http://a:1", SHORT).await.unwrap(), Some(3));
 }
+
+/// A leader frozen in the middle of a write transaction (SIGSTOP, a hung
+/// host) holds the lease row FOR SHARE. Without a bound the standby's
+/// takeover would wait for that lock until the frozen connection dies,
+/// hours later; PostgreSQL ends a coordinator's session idle in a
+/// transaction after 3 s, so the takeover comes within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_inside_a_transaction_does_not_block_the_takeover() {
+    let pg = common::postgres().await;
+    let (a, b) = (
+        pg.db.clone(),
+        Persistence::open(pg.target.clone()).await.unwrap(),
+    );
+    assert_eq!(a.campaign("a", "http://a:1", SHORT).await.unwrap(), Some(1));
+    let (fenced_a, _) = leading(&a, "a", 1);
+    // a's write transaction passes the fence (FOR SHARE), then a "freezes"
+    // between two statements for longer than any lease.
+    let frozen = tokio::spawn(async move {
+        fenced_a
+            .transaction("frozen_write", |_| {
+                std::thread::sleep(Duration::from_secs(8));
+                Ok(())
+            })
+            .await
+    });
+    tokio::time::sleep(SHORT * 2).await;
+    let started = std::time::Instant::now();
+    let epoch = b.campaign("b", "http://b:1", SHORT * 10).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(epoch, Some(2), "b takes the expired lease");
+    assert!(
+        took < Duration::from_secs(5),
+        "the takeover waited {took:?} for the frozen leader's lock"
+    );
+    // The frozen transaction did not commit as leader.
+    let _ = frozen.await;
+    assert!(!a.renew_lease("a", 1, SHORT).await.unwrap());
+}

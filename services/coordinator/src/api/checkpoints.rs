@@ -26,6 +26,8 @@ struct Kept {
     best: Option<CheckpointRecord>,
     /// Their shared storage (`checkpoint.storage`), if any.
     storage: Option<String>,
+    /// The training's team (for the audit row of a download).
+    team: String,
 }
 
 /// The page token after the best checkpoint (the steps follow from the top).
@@ -45,6 +47,7 @@ async fn kept(ctx: &Context, who: &Principal, id: &str) -> Result<Kept, Status> 
         steps: steps.into_iter().rev().take(keep).collect(),
         best: best.into_iter().next(),
         storage: training.config.checkpoint.storage.clone(),
+        team: training.team.clone(),
     })
 }
 
@@ -151,6 +154,7 @@ pub async fn download(
         steps,
         best,
         storage,
+        team,
     } = kept(ctx, who, &req.training_id).await?;
     let chosen = match (req.best, req.step) {
         (true, _) => best,
@@ -197,6 +201,24 @@ pub async fn download(
         .size(MANIFEST)
         .await
         .map_err(|e| export_status(&id, step, e))?;
+    // Who took a team's weights is on the record (folded per minute like
+    // the other non-change rows).
+    let what = format!(
+        "step {step}{}, {}",
+        if checkpoint.best { " (best)" } else { "" },
+        format.as_str_name()
+    );
+    ctx.auth
+        .record(
+            crate::model::AuditEntry::ok(
+                who,
+                "cohort.v1.TrainingService/DownloadCheckpoint",
+                &id,
+                &team,
+            )
+            .with("OK", what),
+        )
+        .await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
         if let Err(e) = send_files(&source, format, step, &tx).await {

@@ -106,6 +106,19 @@ where
                 .await
             {
                 Ok(principal) => {
+                    // A stream held open under a token takes one of its slots.
+                    let streaming = matches!(principal, Principal::User { .. })
+                        && super::streams::STREAMING.contains(&path.as_str());
+                    let slot = match (&secret, streaming) {
+                        (Some(secret), true) => match auth.streams.open(secret) {
+                            Some(slot) => Some(slot),
+                            None => {
+                                let denial = super::too_many_streams(&principal, method);
+                                return Ok(refuse(&auth, denial).await);
+                            }
+                        },
+                        _ => None,
+                    };
                     request.extensions_mut().insert(principal.clone());
                     let response = inner.call(request).await?;
                     let status = tonic::Status::from_header_map(response.headers());
@@ -114,12 +127,10 @@ where
                         return Ok(response);
                     }
                     // A stream held open under a token ends when the token does.
-                    let guarded = matches!(principal, Principal::User { .. })
-                        && super::streams::STREAMING.contains(&path.as_str());
-                    match secret {
-                        Some(secret) if guarded => Ok(response.map(|body| {
+                    match (secret, slot) {
+                        (Some(secret), Some(slot)) => Ok(response.map(|body| {
                             tonic::body::Body::new(super::streams::Guarded::new(
-                                body, auth, method, secret,
+                                body, auth, method, secret, slot,
                             ))
                         })),
                         _ => Ok(response),

@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod cache;
+pub mod denials;
 pub mod flags;
 pub mod issue;
 pub mod layer;
@@ -92,6 +93,39 @@ pub async fn prune_audit(
     }
 }
 
+/// The refusal of one stream more than a token may hold open.
+fn too_many_streams(who: &Principal, method: &str) -> Denial {
+    Denial {
+        status: status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_STREAMS,
+            format!(
+                "this token already holds {} streams open: close some first",
+                streams::MAX_PER_TOKEN
+            ),
+            [],
+        ),
+        audit: AuditEntry::ok(who, method, "", who.team())
+            .with("RESOURCE_EXHAUSTED", "too many open streams"),
+    }
+}
+
+/// Writes the folded denial rows of minutes that are over, every 10 s,
+/// until `stop`.
+pub async fn flush_denials(
+    auth: std::sync::Arc<Authenticator>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => auth.flush_denials().await,
+        }
+    }
+}
+
 /// Shared by the layer and the admin handlers.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -101,6 +135,9 @@ pub struct Authenticator {
     pub audit_retention: std::time::Duration,
     db: Persistence,
     cache: TokenCache,
+    denials: denials::Denials,
+    /// Streams open per token.
+    pub streams: std::sync::Arc<streams::OpenStreams>,
 }
 
 /// gRPC's name of a code (`PERMISSION_DENIED`), as the audit log writes it.
@@ -153,6 +190,8 @@ impl Authenticator {
             audit_retention: settings.audit_retention,
             db,
             cache: TokenCache::default(),
+            denials: denials::Denials::default(),
+            streams: Default::default(),
         })
     }
 
@@ -257,10 +296,25 @@ impl Authenticator {
         }
     }
 
-    /// Records a refused call (nothing else changed).
+    /// Records a refused call (nothing else changed), or a read worth
+    /// auditing (a checkpoint download): the first of its kind in a minute
+    /// at once, its repeats folded into one row later ([`denials`]).
     pub async fn record(&self, audit: AuditEntry) {
-        if let Err(e) = self.db.record_audit(audit).await {
-            tracing::warn!(error = %e, "cannot write the audit row of a denial");
+        let rows = self.denials.count(audit, std::time::Instant::now());
+        self.write(rows).await;
+    }
+
+    /// Writes the folded rows of minutes that are over.
+    pub async fn flush_denials(&self) {
+        let rows = self.denials.flush(std::time::Instant::now());
+        self.write(rows).await;
+    }
+
+    async fn write(&self, rows: Vec<AuditEntry>) {
+        for row in rows {
+            if let Err(e) = self.db.record_audit(row).await {
+                tracing::warn!(error = %e, "cannot write the audit row of a denial");
+            }
         }
     }
 }

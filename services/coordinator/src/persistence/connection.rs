@@ -82,7 +82,20 @@ impl DatabaseTarget {
 
     fn establish(&self) -> Result<DbConnection, diesel::ConnectionError> {
         match self {
-            DatabaseTarget::Postgres(url) => PgConnection::establish(url).map(DbConnection::Pg),
+            DatabaseTarget::Postgres(url) => {
+                let mut conn = PgConnection::establish(url)?;
+                // A coordinator frozen in the middle of a transaction (SIGSTOP,
+                // a hung host) would hold its locks — the lease row's FOR SHARE
+                // among them — until its TCP connection dies, hours later, and
+                // no standby could take the lease. PostgreSQL ends such a
+                // session after this long idle inside a transaction.
+                conn.batch_execute(&format!(
+                    "SET idle_in_transaction_session_timeout = {}",
+                    PG_IDLE_IN_TRANSACTION.as_millis()
+                ))
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(DbConnection::Pg(conn))
+            }
             DatabaseTarget::Sqlite(path) => {
                 let path = path.to_str().ok_or_else(|| {
                     diesel::ConnectionError::BadConnection(format!(
@@ -120,6 +133,11 @@ fn redact_password(url: &str) -> String {
         None => url.to_string(),
     }
 }
+
+/// How long a PostgreSQL session may sit idle inside a transaction before
+/// the server ends it (and its locks go): under the 5 s lease, so a frozen
+/// leader never holds the lease row past its lease.
+pub const PG_IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Key of the PostgreSQL advisory lock that serialises migrations.
 const MIGRATION_LOCK_KEY: i64 = 0x636f_686f_7274; // "cohort"
