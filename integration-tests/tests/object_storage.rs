@@ -48,6 +48,29 @@ log_every_steps = 10
     v1::TrainingConfig::from(&spec)
 }
 
+/// Creates a training of `config` on `gpus` GPUs (queued until they are free).
+async fn create(
+    client: &mut cohort_proto::v1::training_service_client::TrainingServiceClient<
+        tonic::transport::Channel,
+    >,
+    config: v1::TrainingConfig,
+    gpus: i32,
+) -> String {
+    client
+        .create_training(v1::CreateTrainingRequest {
+            config: Some(config),
+            gpus: Some(v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::Count(gpus)),
+                queue: Some(true),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
     let s3 = S3Server::start();
@@ -71,19 +94,7 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
         .collect();
     let cluster = Cluster::start(options).await;
     let mut client = cluster.training().await;
-    let id = client
-        .create_training(v1::CreateTrainingRequest {
-            config: Some(config(600)),
-            gpus: Some(v1::GpuRequest {
-                selection: Some(v1::gpu_request::Selection::Count(2)),
-                queue: Some(true),
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect("CreateTraining")
-        .into_inner()
-        .id;
+    let id = create(&mut client, config(600), 2).await;
 
     let first = watch_until(
         &mut client,
@@ -187,19 +198,7 @@ async fn a_gang_on_other_hosts_resumes_from_checkpoints_in_s3() {
     // Data under a prefix the agents do not open: refused before a rank
     // starts, not retried.
     let outside = config_reading(20, "s3://acts/elsewhere/");
-    let refused = client
-        .create_training(v1::CreateTrainingRequest {
-            config: Some(outside),
-            gpus: Some(v1::GpuRequest {
-                selection: Some(v1::gpu_request::Selection::Count(1)),
-                queue: Some(true),
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect("CreateTraining")
-        .into_inner()
-        .id;
+    let refused = create(&mut client, outside, 1).await;
     let failed = cluster
         .wait_state(&refused, State::Failed, Duration::from_secs(60))
         .await;

@@ -760,17 +760,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
     let dir = temp();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let vision = c.bootstrap_token("vision", "dev", "editor");
-    let nlp = c.bootstrap_token("nlp", "dev", "editor");
-    c.start().await;
+    let (mut c, [root, vision, nlp]) = with_team_tokens(dir.path()).await;
     c.start_agent("agent-0", "agent-0", 3, &[]);
     eventually("three GPUs", AGENT_TIMEOUT, || async {
         let n = live_gpus(&c, &root).await?.len();
@@ -1059,6 +1049,23 @@ fn write_npy(path: &std::path::Path, rows: usize, cols: usize) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// A token-auth coordinator, started, with the bootstrap tokens ops/root
+/// (cluster-admin), vision/dev and nlp/dev (editors).
+async fn with_team_tokens(dir: &std::path::Path) -> (SecureCoordinator, [String; 3]) {
+    let mut c = SecureCoordinator::new(
+        dir,
+        SecureOptions {
+            auth: "token".into(),
+            ..Default::default()
+        },
+    );
+    let root = c.bootstrap_token("ops", "root", "cluster-admin");
+    let vision = c.bootstrap_token("vision", "dev", "editor");
+    let nlp = c.bootstrap_token("nlp", "dev", "editor");
+    c.start().await;
+    (c, [root, vision, nlp])
+}
+
 /// Submits `config` as the holder of `token`; the new training's id.
 async fn submit_as(c: &SecureCoordinator, token: &str, config: &std::path::Path) -> String {
     let out = c
@@ -1113,17 +1120,7 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_teams_on_one_agent_reach_only_their_own() {
     let dir = temp();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let vision = c.bootstrap_token("vision", "dev", "editor");
-    let nlp = c.bootstrap_token("nlp", "dev", "editor");
-    c.start().await;
+    let (mut c, [root, vision, nlp]) = with_team_tokens(dir.path()).await;
     let (vision_dir, nlp_dir) = (dir.path().join("vision"), dir.path().join("nlp"));
     std::fs::create_dir_all(&vision_dir).unwrap();
     std::fs::create_dir_all(&nlp_dir).unwrap();
@@ -1209,4 +1206,76 @@ async fn two_teams_on_one_agent_reach_only_their_own() {
             "{env:?}"
         );
     }
+}
+
+/// A team's checkpoints in its own bucket: the agent hands the team's
+/// credentials to its ranks only (`--team-env-file`), the coordinator —
+/// which has no AWS_* of its own here — reads the team's storage for a
+/// download with the team's (`--team-env-file` on the coordinator), from
+/// `<storage>/<training id>/` only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_s_checkpoints_in_s3_come_out_with_its_own_credentials() {
+    let s3 = cohort_integration_tests::s3::S3Server::start();
+    let dir = temp();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    s3.upload_dir(&empty, "vision-ckpt", "runs");
+    let env_file = dir.path().join("vision-s3.env");
+    let text: String = s3.env().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(&env_file, text).unwrap();
+    let team_env = format!("vision={}", env_file.display());
+    let mut c = SecureCoordinator::new(
+        dir.path(),
+        SecureOptions {
+            auth: "token".into(),
+            extra: vec!["--team-env-file".into(), team_env.clone()],
+            ..Default::default()
+        },
+    );
+    let root = c.bootstrap_token("ops", "root", "cluster-admin");
+    let vision = c.bootstrap_token("vision", "dev", "editor");
+    c.start().await;
+    c.start_agent(
+        "agent-0",
+        "agent-0",
+        1,
+        &[
+            "--team-env-file".into(),
+            team_env,
+            "--team-s3-prefix".into(),
+            "vision=s3://vision-ckpt/runs".into(),
+        ],
+    );
+    eventually("one GPU", AGENT_TIMEOUT, || async {
+        let n = live_gpus(&c, &root).await?.len();
+        (n == 1).then_some(()).ok_or(format!("{n} GPUs"))
+    })
+    .await;
+    let job = SaeJob::small();
+    let config = dir.path().join("vision.toml");
+    std::fs::write(
+        &config,
+        job.toml().replace(
+            "[checkpoint]\n",
+            "[checkpoint]\nstorage = \"s3://vision-ckpt/runs\"\n",
+        ),
+    )
+    .unwrap();
+    let id = submit_as(&c, &vision, &config).await;
+    wait_for(&c, &vision, &id, v1::training::State::Succeeded).await;
+    let out = dir.path().join("weights");
+    let listed = c
+        .cli_ok(
+            Some(&vision),
+            &[
+                "checkpoints",
+                "download",
+                &id,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        )
+        .await;
+    assert!(out.join("manifest.json").is_file(), "{listed}");
+    assert!(out.join("state.safetensors").is_file(), "{listed}");
 }

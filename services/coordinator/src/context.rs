@@ -33,6 +33,10 @@ pub struct Context {
     pub leadership: crate::leader::Leadership,
     /// How a standby forwards changes to the leader (off by default).
     pub forwarder: std::sync::Arc<crate::leader::forward::Forwarder>,
+    /// Per team, the variables its checkpoint storage is read with
+    /// (`--team-env-file TEAM=FILE`); other teams' use the coordinator's own
+    /// AWS_* environment.
+    pub storage_env: std::sync::Arc<crate::export::source::TeamEnv>,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -61,8 +65,15 @@ impl Context {
             tasks,
             leadership: Default::default(),
             forwarder: Default::default(),
+            storage_env: Default::default(),
             stopping,
         }
+    }
+
+    /// Read each team's checkpoint storage with its own variables.
+    pub fn with_storage_env(mut self, env: crate::export::source::TeamEnv) -> Self {
+        self.storage_env = std::sync::Arc::new(env);
+        self
     }
 
     /// Lead only when elected (coordinators sharing PostgreSQL).

@@ -90,6 +90,11 @@ struct Args {
     /// every team's training ids).
     #[arg(long, env = "COHORT_METRICS_TRAINING_LABELS")]
     metrics_training_labels: bool,
+    /// The variables (AWS_*) one team's checkpoint storage is read with for
+    /// downloads (`TEAM=FILE`, repeatable; `NAME=VALUE` lines); other teams'
+    /// storage is read with this process's own environment.
+    #[arg(long = "team-env-file", value_name = "TEAM=FILE")]
+    team_env_files: Vec<String>,
     /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
     /// Kubernetes' gRPC probes, which cannot speak TLS); off when unset.
     #[arg(long, env = "COHORT_HEALTH_LISTEN", value_name = "ADDR")]
@@ -331,7 +336,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             }
             alone
         });
+    let mut storage_env = cohort_coordinator::export::source::TeamEnv::new();
+    for arg in &args.team_env_files {
+        let (team, file) = arg
+            .split_once('=')
+            .filter(|(t, f)| !t.is_empty() && !f.is_empty())
+            .with_context(|| format!("--team-env-file {arg:?}: expected TEAM=FILE"))?;
+        let text = tokio::fs::read_to_string(file)
+            .await
+            .with_context(|| format!("--team-env-file: reading {file}"))?;
+        let vars = cohort_spec::envfile::parse(&text)
+            .map_err(|e| anyhow::anyhow!("--team-env-file {file}: {e}"))?;
+        if storage_env.insert(team.to_string(), vars).is_some() {
+            anyhow::bail!("--team-env-file: team {team} is given twice");
+        }
+    }
     let ctx = Context::with_settings(db, settings)
+        .with_storage_env(storage_env)
         .with_leadership(leadership)
         .with_forwarding(forward)
         .with_history(history)

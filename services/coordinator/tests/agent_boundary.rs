@@ -18,15 +18,10 @@ use tonic::transport::Channel;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-struct TestAgent {
-    tx: mpsc::Sender<v1::AgentMessage>,
-    commands: tonic::Streaming<v1::CoordinatorMessage>,
-}
-
-impl TestAgent {
-    async fn connect(channel: Channel, name: &str, gpu: &str) -> Self {
-        let (tx, rx) = mpsc::channel(16);
-        let register = v1::Register {
+/// The Register of agent `name` with one GPU, `gpu`.
+fn register(name: &str, gpu: &str) -> v1::AgentMessage {
+    v1::AgentMessage {
+        message: Some(Message::Register(v1::Register {
             host_name: name.into(),
             agent_name: name.into(),
             gpus: vec![v1::GpuInfo {
@@ -40,12 +35,19 @@ impl TestAgent {
             address: "127.0.0.1".into(),
             version: "test".into(),
             running_ranks: vec![],
-        };
-        tx.send(v1::AgentMessage {
-            message: Some(Message::Register(register)),
-        })
-        .await
-        .unwrap();
+        })),
+    }
+}
+
+struct TestAgent {
+    tx: mpsc::Sender<v1::AgentMessage>,
+    commands: tonic::Streaming<v1::CoordinatorMessage>,
+}
+
+impl TestAgent {
+    async fn connect(channel: Channel, name: &str, gpu: &str) -> Self {
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(register(name, gpu)).await.unwrap();
         let mut commands = AgentServiceClient::new(channel)
             .connect(ReceiverStream::new(rx))
             .await
@@ -216,25 +218,7 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
 /// Registers `name` with GPU `gpu`; the status of a refused Connect.
 async fn register_refused(channel: Channel, name: &str, gpu: &str) -> tonic::Status {
     let (tx, rx) = mpsc::channel(4);
-    tx.send(v1::AgentMessage {
-        message: Some(Message::Register(v1::Register {
-            host_name: name.into(),
-            agent_name: name.into(),
-            gpus: vec![v1::GpuInfo {
-                index: 0,
-                uuid: gpu.into(),
-                name: "Simulated".into(),
-                memory_total_bytes: 80 << 30,
-                compute_capability: "9.0".into(),
-                simulated: true,
-            }],
-            address: "127.0.0.1".into(),
-            version: "test".into(),
-            running_ranks: vec![],
-        })),
-    })
-    .await
-    .unwrap();
+    tx.send(register(name, gpu)).await.unwrap();
     match AgentServiceClient::new(channel)
         .connect(ReceiverStream::new(rx))
         .await

@@ -192,7 +192,8 @@ pub async fn download(
         None => checkpoint.path.clone(),
     };
     let shared = storage.is_some();
-    let source = Source::open(&location, shared, &ctx.fleet, &checkpoint.agent_id)
+    let env = ctx.storage_env.get(&team).map(Vec::as_slice);
+    let source = Source::open(&location, shared, &ctx.fleet, &checkpoint.agent_id, env)
         .await
         .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a

@@ -6,7 +6,7 @@
 
 use super::ExportError;
 use crate::fleet::{Fleet, RelayError};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use std::path::{Path, PathBuf};
@@ -60,6 +60,36 @@ pub fn in_storage(
     Ok(format!("{base}/{training_id}/{name}"))
 }
 
+/// Per team, the variables (AWS_*) its checkpoint storage is read with.
+pub type TeamEnv = std::collections::HashMap<String, Vec<(String, String)>>;
+
+/// An S3 client for `bucket`: configured from `env` (a team's env file)
+/// when given, else from the coordinator's own AWS_* environment;
+/// S3-compatible servers (an endpoint given) take path-style requests.
+fn s3_store(bucket: &str, env: Option<&[(String, String)]>) -> Result<AmazonS3, ExportError> {
+    let mut builder = match env {
+        None => AmazonS3Builder::from_env(),
+        Some(vars) => vars
+            .iter()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .filter_map(|(k, v)| Some((k.to_ascii_lowercase().parse().ok()?, v)))
+            .fold(AmazonS3Builder::new(), |b, (key, value)| {
+                b.with_config(key, value)
+            }),
+    };
+    let endpoint = |name: &str| match env {
+        None => std::env::var_os(name).is_some(),
+        Some(vars) => vars.iter().any(|(k, _)| k == name),
+    };
+    if endpoint("AWS_ENDPOINT_URL") || endpoint("AWS_ENDPOINT") {
+        builder = builder.with_virtual_hosted_style_request(false);
+    }
+    builder
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| ExportError::Storage(format!("s3://{bucket}: {e}")))
+}
+
 pub enum Source {
     Dir(PathBuf),
     Agent {
@@ -85,18 +115,11 @@ impl Source {
         shared: bool,
         fleet: &Fleet,
         holder: &str,
+        env: Option<&[(String, String)]>,
     ) -> Result<Self, ExportError> {
         if let Some(rest) = location.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-            if std::env::var_os("AWS_ENDPOINT_URL").is_some()
-                || std::env::var_os("AWS_ENDPOINT").is_some()
-            {
-                builder = builder.with_virtual_hosted_style_request(false);
-            }
-            let store = builder
-                .build()
-                .map_err(|e| ExportError::Storage(format!("s3://{bucket}: {e}")))?;
+            let store = s3_store(bucket, env)?;
             return Ok(Source::S3 {
                 store: Arc::new(store),
                 uri: location.to_string(),

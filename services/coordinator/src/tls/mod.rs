@@ -23,6 +23,37 @@ use tokio_rustls::TlsAcceptor;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once; more connections wait to be accepted.
 pub const MAX_HANDSHAKES: usize = 256;
+/// Handshakes in progress at once from one peer address: past this its
+/// new connections are closed at once, so one host opening connections
+/// and never finishing them cannot take every handshake slot.
+pub const MAX_HANDSHAKES_PER_PEER: usize = 16;
+
+/// Handshakes in progress per peer address (an entry goes with its last
+/// handshake, so there are at most [`MAX_HANDSHAKES`]).
+#[derive(Default)]
+struct PerPeer(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+impl PerPeer {
+    fn enter(&self, ip: std::net::IpAddr) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_HANDSHAKES_PER_PEER {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn leave(&self, ip: std::net::IpAddr) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
+            }
+        }
+    }
+}
 
 /// A TCP listener whose connections are TLS, with a reloadable config.
 pub struct TlsListener {
@@ -79,6 +110,7 @@ impl TlsListener {
     ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConn>> {
         let (tx, rx) = mpsc::channel(64);
         let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let per_peer = Arc::new(PerPeer::default());
         tokio::spawn(async move {
             tokio::pin!(stop);
             loop {
@@ -101,6 +133,10 @@ impl TlsListener {
                         continue;
                     }
                 };
+                if !per_peer.enter(remote.ip()) {
+                    tracing::debug!(peer = %remote, "too many handshakes from this address: closing");
+                    continue;
+                }
                 let _ = tcp.set_nodelay(true);
                 let config = self
                     .config
@@ -108,10 +144,13 @@ impl TlsListener {
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
                 let tx = tx.clone();
+                let per_peer = per_peer.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     let handshake = TlsAcceptor::from(config).accept(tcp);
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                    let done = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
+                    per_peer.leave(remote.ip());
+                    match done {
                         Ok(Ok(stream)) => {
                             let _ = tx.send(Ok(TlsConn::new(stream, remote))).await;
                         }
@@ -151,5 +190,32 @@ pub async fn reload_on_sighup(reloader: TlsReloader, stop: impl std::future::Fut
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_holds_at_most_its_share_of_handshakes() {
+        let peers = PerPeer::default();
+        let a: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let b: std::net::IpAddr = "10.0.0.2".parse().unwrap();
+        for _ in 0..MAX_HANDSHAKES_PER_PEER {
+            assert!(peers.enter(a));
+        }
+        assert!(!peers.enter(a), "one more from a is closed");
+        assert!(peers.enter(b), "b has its own share");
+        peers.leave(a);
+        assert!(peers.enter(a), "a finished one: another may start");
+        for _ in 0..MAX_HANDSHAKES_PER_PEER {
+            peers.leave(a);
+        }
+        peers.leave(b);
+        assert!(
+            peers.0.lock().unwrap().is_empty(),
+            "entries go with their last handshake"
+        );
     }
 }
