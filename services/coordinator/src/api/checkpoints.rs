@@ -231,6 +231,24 @@ pub async fn download(
 
 type Sender = tokio::sync::mpsc::Sender<Result<v1::CheckpointChunk, Status>>;
 
+/// The largest manifest the coordinator reads into memory (a manifest is a
+/// few KiB; its file comes from an agent's disk or shared storage).
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+/// The largest state file the coordinator converts for SAELens (it holds
+/// the weights and their transposes in memory); larger ones download in
+/// the native format, which is streamed.
+const MAX_CONVERTED_STATE_BYTES: u64 = 4 << 30;
+
+/// Refuses a file larger than `cap` before it is read.
+fn within(file: &str, size: u64, cap: u64) -> Result<(), ExportError> {
+    if size > cap {
+        return Err(ExportError::Malformed(format!(
+            "{file} holds {size} bytes, more than the {cap} the coordinator reads to convert it; download the native format"
+        )));
+    }
+    Ok(())
+}
+
 async fn send_files(
     source: &Source,
     format: v1::CheckpointFormat,
@@ -247,10 +265,11 @@ async fn send_files(
             let scratch = tempfile::tempdir()
                 .map_err(|e| ExportError::Storage(format!("a scratch directory: {e}")))?;
             let state = scratch.path().join(STATE);
+            within(STATE, source.size(STATE).await?, MAX_CONVERTED_STATE_BYTES)?;
+            let manifest_size = source.size(MANIFEST).await?;
+            within(MANIFEST, manifest_size, MAX_MANIFEST_BYTES)?;
             source.copy_to(STATE, &state).await?;
-            let manifest = source
-                .read(MANIFEST, 0, source.size(MANIFEST).await? as usize)
-                .await?;
+            let manifest = source.read(MANIFEST, 0, manifest_size as usize).await?;
             let manifest: serde_json::Value = serde_json::from_slice(&manifest)
                 .map_err(|e| ExportError::Malformed(format!("{MANIFEST}: {e}")))?;
             let out = scratch.path().to_path_buf();
@@ -287,5 +306,21 @@ async fn send_file(source: &Source, file: &str, step: i64, tx: &Sender) -> Resul
         if offset >= size {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_past_their_cap_are_refused_before_they_are_read() {
+        assert!(within(MANIFEST, 4096, MAX_MANIFEST_BYTES).is_ok());
+        let err = within(MANIFEST, MAX_MANIFEST_BYTES + 1, MAX_MANIFEST_BYTES).unwrap_err();
+        assert!(
+            err.to_string().contains("download the native format"),
+            "{err}"
+        );
+        assert!(within(STATE, 5 << 30, MAX_CONVERTED_STATE_BYTES).is_err());
     }
 }
