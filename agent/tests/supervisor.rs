@@ -120,19 +120,27 @@ async fn read_pid_file(path: &Path) -> i32 {
 #[tokio::test]
 async fn progress_lines_become_events_and_success_is_reported() {
     let dir = tempfile::tempdir().unwrap();
+    // A variable of this process (not PATH, which the spec hands over):
+    // the rank must not see it.
+    let inherited = std::env::vars()
+        .map(|(k, _)| k)
+        .find(|k| k != "PATH" && k.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()))
+        .expect("the test process has a variable besides PATH");
     let progress = ProgressLine::Checkpoint {
         step: 100,
         path: "/tmp/ckpt".into(),
         best: false,
     };
     let body = format!(
-        "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID [$CARGO_MANIFEST_DIR]\" > env.txt\n\
+        "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID\" > env.txt\n\
+         echo \"[$(printenv {inherited})]\" > inherited.txt\n\
          echo \"$@\" > args.txt\n\
          echo 'plain log line'\n\
          echo '{}'\n\
          echo 'a warning' >&2\n\
          exit 0",
-        progress.to_line()
+        progress.to_line(),
+        inherited = inherited,
     );
     let program = script(dir.path(), "ok.sh", &body);
     let spec = rank_spec(dir.path(), program, "job-ok", 1);
@@ -156,9 +164,13 @@ async fn progress_lines_become_events_and_success_is_reported() {
     assert!(!exit.stop_requested);
 
     let env = std::fs::read_to_string(run_dir.join("env.txt")).unwrap();
-    // The test process's own variables (cargo's) are not inherited.
-    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
-    assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok []");
+    assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok");
+    let inherited_seen = std::fs::read_to_string(run_dir.join("inherited.txt")).unwrap();
+    assert_eq!(
+        inherited_seen.trim(),
+        "[]",
+        "{inherited} leaked into the rank"
+    );
     let args = std::fs::read_to_string(run_dir.join("args.txt")).unwrap();
     assert_eq!(
         args.trim(),

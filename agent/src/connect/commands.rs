@@ -87,7 +87,9 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
     let prepared = prepare_dirs(agent, &cmd, attempt)
         .instrument(span.clone())
         .await;
-    let _entered = span.enter();
+    // The span is never entered across an await (the task may resume on
+    // another thread, leaving it entered there): the awaits are
+    // instrumented instead.
     let (config_path, run_dir) = match prepared {
         Ok(paths) => paths,
         Err(message) => return fail_all(message),
@@ -159,7 +161,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             extra_env: rank_env.clone(),
             base_env: base_env.clone(),
         };
-        if let Err(e) = agent.supervisor.start(spec).await {
+        if let Err(e) = agent.supervisor.start(spec).instrument(span.clone()).await {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
             failures.push(convert::start_failed(&key, e.to_string()));
         }

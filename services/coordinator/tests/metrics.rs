@@ -197,3 +197,74 @@ async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
     metrics.await.unwrap();
     server.stop().await;
 }
+
+/// On a listener others can reach, a held GPU's series do not name
+/// the training holding it; on loopback they do.
+#[tokio::test]
+async fn training_ids_appear_only_when_exposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = cohort_coordinator::persistence::Persistence::open(
+        cohort_coordinator::persistence::DatabaseTarget::Sqlite(dir.path().join("m.db")),
+    )
+    .await
+    .unwrap();
+    let ctx = Context::new(db);
+    let gpu = cohort_coordinator::model::GpuRecord {
+        index: 0,
+        uuid: "GPU-m-0".into(),
+        name: "test".into(),
+        memory_total_bytes: 1 << 30,
+        compute_capability: "9.0".into(),
+        simulated: true,
+    };
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    ctx.fleet.connect(cohort_coordinator::fleet::LiveAgent {
+        id: "agt-m".into(),
+        name: "m".into(),
+        host_name: "m".into(),
+        address: "127.0.0.1".into(),
+        gpus: vec![gpu],
+        session: 0,
+        commands: tx,
+        last_seen: tokio::time::Instant::now(),
+    });
+    ctx.fleet.ingest(
+        "agt-m",
+        vec![cohort_coordinator::model::GpuSample {
+            gpu_uuid: "GPU-m-0".into(),
+            index: 0,
+            time: chrono::Utc::now(),
+            utilization_gpu_percent: Some(50.0),
+            utilization_memory_percent: None,
+            memory_used_bytes: 1 << 20,
+            memory_total_bytes: 1 << 30,
+            temperature_celsius: None,
+            power_draw_watts: None,
+            power_limit_watts: None,
+            sm_clock_mhz: None,
+            memory_clock_mhz: None,
+            ecc_errors_corrected: None,
+            ecc_errors_uncorrected: None,
+            throttle_reasons: vec![],
+            simulated: true,
+            processes: vec![],
+            xid_errors: None,
+            last_xid: None,
+        }],
+    );
+    let hold = cohort_coordinator::fleet::Hold {
+        training_id: "trn-secret".into(),
+        attempt: 1,
+        rank: 0,
+        team: "vision".into(),
+    };
+    ctx.fleet.hold(vec![("GPU-m-0".into(), hold)]).unwrap();
+    let exposed = cohort_coordinator::metrics::render::render(&ctx, true).await;
+    assert!(
+        exposed.contains(r#"training_id="trn-secret",rank="0""#),
+        "{exposed}"
+    );
+    let redacted = cohort_coordinator::metrics::render::render(&ctx, false).await;
+    assert!(redacted.contains("DCGM_FI_DEV_GPU_UTIL{"), "{redacted}");
+    assert!(!redacted.contains("trn-secret"), "{redacted}");
+}
