@@ -13,6 +13,9 @@ use tokio::sync::oneshot;
 
 /// Reads in flight across all agents.
 pub const MAX_PENDING: usize = 64;
+/// Reads in flight from one agent: downloads from one host cannot take
+/// every slot, nor load that host's disk without bound.
+pub const MAX_PENDING_PER_AGENT: usize = 8;
 /// How long one read may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes one read asks for at most.
@@ -44,7 +47,8 @@ impl Relay {
     /// Registers a read; returns its request id and where the answer comes.
     pub fn start(&self, agent_id: &str) -> Result<(u64, oneshot::Receiver<FileChunk>), RelayError> {
         let mut pending = self.pending.lock().expect("relay lock");
-        if pending.len() >= MAX_PENDING {
+        let from_agent = pending.values().filter(|(a, _)| a == agent_id).count();
+        if pending.len() >= MAX_PENDING || from_agent >= MAX_PENDING_PER_AGENT {
             return Err(RelayError::Busy);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
@@ -98,9 +102,22 @@ mod tests {
         assert_eq!(relay.stray.load(Ordering::Relaxed), 2);
         relay.complete("a1", answer(id));
         assert_eq!(rx.try_recv().unwrap().data, vec![1]);
-        for _ in 0..MAX_PENDING {
+        for _ in 0..MAX_PENDING_PER_AGENT {
             relay.start("a1").unwrap();
         }
-        assert_eq!(relay.start("a1").unwrap_err(), RelayError::Busy);
+        assert_eq!(
+            relay.start("a1").unwrap_err(),
+            RelayError::Busy,
+            "one agent holds at most its share"
+        );
+        let mut agent = 2;
+        while relay.start(&format!("a{agent}")).is_ok() {
+            agent += 1;
+        }
+        assert_eq!(
+            relay.start("a-new").unwrap_err(),
+            RelayError::Busy,
+            "and all agents together at most MAX_PENDING"
+        );
     }
 }
