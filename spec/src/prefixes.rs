@@ -5,6 +5,15 @@
 //! its configured locations before it starts and every object it touches.
 //! Unset: no limit (an agent given no prefixes keeps the old behaviour).
 
+/// The key an `s3://` entry is checked by: a glob pattern by the directory
+/// of its literal part, anything else (an object, a prefix) by itself.
+pub fn checked_key(key: &str) -> &str {
+    match key.find(['*', '?', '[']) {
+        Some(i) => key[..i].rsplit_once('/').map_or("", |(dir, _)| dir),
+        None => key.trim_end_matches('/'),
+    }
+}
+
 /// The environment variable that hands the prefixes to ranks (one per line).
 pub const ENV: &str = "COHORT_S3_PREFIXES";
 
@@ -69,6 +78,18 @@ impl S3Prefixes {
         self.0.is_none()
     }
 
+    /// `Ok` when every `s3://` location of `config` (data, validation,
+    /// checkpoint storage) lies under the prefixes.
+    pub fn check_config(&self, config: &crate::TrainingConfig) -> Result<(), String> {
+        for uri in crate::roots::locations(config) {
+            if let Some(rest) = uri.strip_prefix("s3://") {
+                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+                self.check(bucket, checked_key(key))?;
+            }
+        }
+        Ok(())
+    }
+
     /// `Ok` when object `key` of `bucket` (or every key under it, for a
     /// listing prefix) lies under one of the prefixes; else why not. A key
     /// holding a `..` segment is refused: stores differ on what it means.
@@ -130,6 +151,26 @@ mod tests {
         assert!(S3Prefixes::open().check("x", "y").is_ok());
         let none = S3Prefixes::only(&[]).unwrap();
         assert!(none.check("x", "y").unwrap_err().contains("(none)"));
+    }
+
+    #[test]
+    fn entries_are_checked_by_their_literal_part() {
+        assert_eq!(checked_key("team-a/acts/*.npy"), "team-a/acts");
+        assert_eq!(checked_key("team-a/acts/"), "team-a/acts");
+        assert_eq!(checked_key("team-a/x.npy"), "team-a/x.npy");
+        assert_eq!(checked_key("team-*/x"), "");
+        let config = crate::TrainingConfig::from_toml(
+            "[model]\nd_in = 4\n[optim]\nbatch_size = 1\nsteps = 1\n\
+             [data.files]\npaths = [\"s3://data/team-a/acts/*.npy\"]\n\
+             [checkpoint]\nstorage = \"s3://ckpt/team-b\"\n",
+        )
+        .unwrap();
+        let a = S3Prefixes::only(&["s3://data/team-a".into(), "s3://ckpt/team-a".into()]).unwrap();
+        let err = a.check_config(&config).unwrap_err();
+        assert!(err.contains("s3://ckpt/team-b"), "{err}");
+        let both =
+            S3Prefixes::only(&["s3://data/team-a".into(), "s3://ckpt/team-b".into()]).unwrap();
+        assert!(both.check_config(&config).is_ok());
     }
 
     #[test]

@@ -96,14 +96,19 @@ impl DataRoots {
 /// The paths of a config that name the local file system (`file://`
 /// stripped; `s3://` left out).
 pub fn local_paths(config: &TrainingConfig) -> Vec<String> {
-    let data = config.data.files.iter().flat_map(|f| f.paths.iter());
-    let validation = config.validation.iter().flat_map(|v| v.paths.iter());
-    let storage = config.checkpoint.storage.iter();
-    data.chain(validation)
-        .chain(storage)
+    locations(config)
         .filter(|p| !p.starts_with("s3://"))
         .map(|p| p.strip_prefix("file://").unwrap_or(p).to_string())
         .collect()
+}
+
+/// Every location a config names: data and validation entries, then the
+/// checkpoint storage.
+pub fn locations(config: &TrainingConfig) -> impl Iterator<Item = &String> {
+    let data = config.data.files.iter().flat_map(|f| f.paths.iter());
+    let validation = config.validation.iter().flat_map(|v| v.paths.iter());
+    data.chain(validation)
+        .chain(config.checkpoint.storage.iter())
 }
 
 /// `path` made absolute with `..` and `.` removed, then its longest

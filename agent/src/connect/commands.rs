@@ -191,25 +191,11 @@ fn check_prefixes(prefixes: &S3Prefixes, config_json: &str) -> Result<(), String
     if prefixes.is_open() {
         return Ok(());
     }
-    let Ok(config) = cohort_spec::TrainingConfig::from_json(config_json) else {
-        return Ok(());
-    };
-    let data = config.data.files.iter().flat_map(|f| f.paths.iter());
-    let validation = config.validation.iter().flat_map(|v| v.paths.iter());
-    for uri in data
-        .chain(validation)
-        .chain(config.checkpoint.storage.iter())
-    {
-        let Some(rest) = uri.strip_prefix("s3://") else {
-            continue;
-        };
-        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-        // A glob is checked by its literal part.
-        let key = key.find(['*', '?', '[', '{']).map_or(key, |i| &key[..i]);
-        let key = key.rsplit_once('/').map_or(key, |(dir, _)| dir);
-        prefixes.check(bucket, key)?;
+    // A config the agent cannot read is the rank's to report, as for roots.
+    match cohort_spec::TrainingConfig::from_json(config_json) {
+        Ok(config) => prefixes.check_config(&config),
+        Err(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// Checks a StartRanks before anything is written or started.

@@ -128,12 +128,7 @@ const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
 /// pattern over keys.
 fn resolve_s3(entry: &str, bucket: &str, key: &str) -> Result<Vec<ShardFile>, String> {
     // Outside the team's prefixes: refused before anything is listed.
-    // A glob is checked by the directory of its literal part.
-    let checked = match key.find(['*', '?', '[']) {
-        Some(i) => key[..i].rsplit_once('/').map_or("", |(dir, _)| dir),
-        None => key.trim_end_matches('/'),
-    };
-    s3::allowed(bucket, checked).map_err(|e| data_err(entry, e))?;
+    s3::allowed(bucket, cohort_spec::prefixes::checked_key(key)).map_err(|e| data_err(entry, e))?;
     let store = s3::bucket(bucket).map_err(|e| data_err(entry, e))?;
     let shard = |k: &str, len: u64| -> Option<ShardFile> {
         let format = Format::of(k)?;

@@ -59,20 +59,31 @@ impl std::fmt::Debug for Denials {
 
 impl Denials {
     /// Counts `entry`. Returns what to write now: the entry itself when it
-    /// is the first of its key in the window, and the folded rows of
-    /// windows that are over.
+    /// is the first of its key in the window (with the folded row of the
+    /// key's last window, when that one is over). Other keys' windows are
+    /// left to [`Denials::flush`], so a refusal costs one map look-up.
     pub fn count(&self, entry: AuditEntry, now: Instant) -> Vec<AuditEntry> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut write = Self::expired(&mut inner, now);
         let k = key(&entry);
         if let Some(c) = inner.counts.get_mut(&k) {
-            c.more += 1;
-            return write;
+            if now.duration_since(c.since) < WINDOW {
+                c.more += 1;
+                return Vec::new();
+            }
+            let over = std::mem::replace(
+                c,
+                Counted {
+                    first: entry.clone(),
+                    since: now,
+                    more: 0,
+                },
+            );
+            return folded(over).into_iter().chain([entry]).collect();
         }
         if inner.counts.len() >= MAX_KEYS {
             inner.overflow += 1;
             inner.overflow_since.get_or_insert(now);
-            return write;
+            return Vec::new();
         }
         inner.counts.insert(
             k,
@@ -82,8 +93,7 @@ impl Denials {
                 more: 0,
             },
         );
-        write.push(entry);
-        write
+        vec![entry]
     }
 
     /// The folded rows of windows over by `now` (for a periodic flush).
@@ -98,14 +108,11 @@ impl Denials {
             if now.duration_since(c.since) < WINDOW {
                 return true;
             }
-            if c.more > 0 {
-                let mut row = c.first.clone();
-                row.detail = format!(
-                    "and {} more like it in the minute after the first: {}",
-                    c.more, c.first.detail
-                );
-                rows.push(row);
-            }
+            rows.extend(folded(Counted {
+                first: c.first.clone(),
+                since: c.since,
+                more: c.more,
+            }));
             false
         });
         if let Some(since) = inner.overflow_since {
@@ -124,6 +131,18 @@ impl Denials {
         }
         rows
     }
+}
+
+/// The row a window's repeats are written as, if it had any.
+fn folded(c: Counted) -> Option<AuditEntry> {
+    (c.more > 0).then(|| {
+        let mut row = c.first;
+        row.detail = format!(
+            "and {} more like it in the minute after the first: {}",
+            c.more, row.detail
+        );
+        row
+    })
 }
 
 #[cfg(test)]
