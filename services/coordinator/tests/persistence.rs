@@ -450,3 +450,100 @@ async fn an_event_for_no_such_rank_is_not_retried() {
         );
     }
 }
+
+/// A pass's placements are written together: each training placed whole
+/// (its rank map, SCHEDULED at attempt 1, its transition and event), and
+/// one that moved on meanwhile (cancelled) refused alone with nothing of
+/// it written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_placements_places_each_whole_or_not_at_all() {
+    use cohort_coordinator::model::{Placement, RankSlot};
+    use cohort_coordinator::persistence::placements::NewPlacement;
+    for t in common::databases().await {
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(
+                t.db.create_training(new_training(None))
+                    .await
+                    .unwrap()
+                    .training
+                    .id,
+            );
+        }
+        t.db.transition(&ids[1], JobState::Cancelled, "cancelled meanwhile")
+            .await
+            .unwrap();
+        let batch: Vec<NewPlacement> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| NewPlacement {
+                training_id: id.clone(),
+                placement: Placement {
+                    master_addr: "host-a".into(),
+                    master_port: 29500 + i as u16,
+                    slots: (0..2)
+                        .map(|rank| RankSlot {
+                            rank,
+                            agent_id: "agent-a".into(),
+                            gpu_uuid: format!("GPU-{i}-{rank}"),
+                            gpu_index: rank,
+                            local_rank: rank,
+                            local_world_size: 2,
+                        })
+                        .collect(),
+                },
+                reason: "placed 2 ranks on 1 agent(s)".into(),
+            })
+            .collect();
+        let out = t.db.place_trainings(batch).await.unwrap();
+        assert_eq!(out.len(), 3, "{}", t.name);
+        assert!(
+            matches!(
+                &out[1],
+                Err(DatabaseError::IllegalTransition {
+                    from: JobState::Cancelled,
+                    ..
+                })
+            ),
+            "{}: {:?}",
+            t.name,
+            out[1]
+        );
+        assert!(
+            t.db.ranks(&ids[1], 1).await.unwrap().is_empty(),
+            "{}",
+            t.name
+        );
+        for i in [0, 2] {
+            let answered = out[i].as_ref().unwrap();
+            let stored = t.db.get_training(&ids[i]).await.unwrap().unwrap();
+            assert_eq!(
+                (stored.state, stored.attempt, stored.world_size),
+                (JobState::Scheduled, 1, 2),
+                "{}",
+                t.name
+            );
+            assert_eq!(stored.master_port, Some(29500 + i as i32), "{}", t.name);
+            assert_eq!(answered.last_event_seq, stored.last_event_seq, "{}", t.name);
+            assert_eq!(answered.state_reason, stored.state_reason, "{}", t.name);
+            let ranks = t.db.ranks(&ids[i], 1).await.unwrap();
+            assert_eq!(ranks.len(), 2, "{}", t.name);
+            let events = t.db.events_after(&ids[i], 0, 10).await.unwrap();
+            let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, [1, 2], "{}", t.name);
+            assert!(matches!(
+                &events[1].payload,
+                EventPayload::StateChange(c) if c.to == JobState::Scheduled && c.from == Some(JobState::Queued)
+            ));
+            let history = t.db.transitions(&ids[i]).await.unwrap();
+            assert_eq!(history.last().map(|h| h.attempt), Some(1), "{}", t.name);
+        }
+        // The cancelled one kept its own history: created, cancelled.
+        assert_eq!(
+            t.db.transitions(&ids[1]).await.unwrap().len(),
+            2,
+            "{}",
+            t.name
+        );
+    }
+}

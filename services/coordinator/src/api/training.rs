@@ -14,6 +14,7 @@ use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
 use cohort_spec::TrainingConfig;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -42,7 +43,8 @@ pub struct TrainingApi {
 
 /// Shared facts for describing trainings (see `TrainingApi::lookups`).
 struct Lookups {
-    agents: Vec<crate::model::AgentRecord>,
+    /// Host names of the ranks' agents, by agent id.
+    hosts: HashMap<String, String>,
     /// Waiting trainings' positions (read when one described is waiting).
     positions: Option<std::sync::Arc<crate::jobs::positions::QueuePositions>>,
     /// Ranks and newest progress of the trainings described.
@@ -140,14 +142,9 @@ fn is_final_change(e: &StoredEvent) -> bool {
 impl TrainingApi {
     /// What describing `trainings` needs beyond their rows, loaded once per
     /// request: their ranks and newest progress (one transaction for all),
-    /// the agents (for rank hosts) and the waiting order (for queue
+    /// the ranks' agents' hosts and the waiting order (for queue
     /// positions), each only when some training needs it.
     async fn lookups(&self, trainings: &[&crate::model::Training]) -> Result<Lookups, Status> {
-        let agents = if trainings.iter().any(|t| t.attempt > 0) {
-            self.ctx.db.list_agents().await.map_err(ApiError::from)?
-        } else {
-            Vec::new()
-        };
         let positions = if trainings
             .iter()
             .any(|t| matches!(t.state, JobState::Queued | JobState::Restarting))
@@ -168,8 +165,20 @@ impl TrainingApi {
             .training_details(trainings)
             .await
             .map_err(ApiError::from)?;
+        let agent_ids: HashSet<&str> = details
+            .ranks
+            .values()
+            .flatten()
+            .map(|r| r.slot.agent_id.as_str())
+            .collect();
+        let hosts = if agent_ids.is_empty() {
+            HashMap::new()
+        } else {
+            let ids = agent_ids.into_iter().map(str::to_string).collect();
+            self.ctx.db.agent_hosts(ids).await.map_err(ApiError::from)?
+        };
         Ok(Lookups {
-            agents,
+            hosts,
             positions,
             details,
         })
@@ -184,10 +193,9 @@ impl TrainingApi {
                 .iter()
                 .map(|r| {
                     let host = lookups
-                        .agents
-                        .iter()
-                        .find(|a| a.id == r.slot.agent_id)
-                        .map_or("", |a| a.host_name.as_str());
+                        .hosts
+                        .get(&r.slot.agent_id)
+                        .map_or("", String::as_str);
                     super::convert::rank_assignment(r, host)
                 })
                 .collect();
@@ -271,7 +279,7 @@ impl TrainingService for TrainingApi {
         let t = &created.training;
         if created.created {
             tracing::info!(training_id = %t.id, request_id = ?t.request_id, "training created");
-            self.ctx.jobs.kick();
+            self.ctx.jobs.arrived();
         } else {
             tracing::info!(training_id = %t.id, request_id = ?t.request_id, "create replayed by request_id");
         }

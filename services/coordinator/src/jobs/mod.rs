@@ -91,6 +91,8 @@ pub struct Jobs {
     db: Persistence,
     fleet: Fleet,
     wake: Arc<Notify>,
+    /// New trainings (see [`Jobs::arrived`]).
+    arrivals: Arc<Notify>,
     settings: Arc<JobSettings>,
     runtime: Arc<Mutex<Runtime>>,
     /// Where report writers and pending decisions run (drained at shutdown).
@@ -128,6 +130,7 @@ impl Jobs {
             db,
             fleet,
             wake: Arc::new(Notify::new()),
+            arrivals: Arc::new(Notify::new()),
             settings: Arc::new(settings),
             runtime: Arc::default(),
             positions: Default::default(),
@@ -155,6 +158,14 @@ impl Jobs {
         self.wake.notify_one();
     }
 
+    /// A new training is waiting: a pass comes at once while some GPU is
+    /// free; while none is (no agent, every GPU held), the next regular pass
+    /// (within `schedule_interval`) gives it its pending reason, so a burst
+    /// of creates does not run a pass over the whole queue after each batch.
+    pub fn arrived(&self) {
+        self.arrivals.notify_one();
+    }
+
     /// Ranks of a training's current attempt that straggle.
     pub fn stragglers(&self, training_id: &str) -> Vec<i32> {
         self.rt()
@@ -174,7 +185,7 @@ impl Jobs {
                 .map(|r| {
                     (
                         r.slot.gpu_uuid.clone(),
-                        hold_of(training, training.attempt, r.slot.rank),
+                        hold_of(&training.id, &training.team, training.attempt, r.slot.rank),
                     )
                 })
                 .collect();
@@ -214,8 +225,10 @@ impl Jobs {
                 tracing::warn!(error = %e, "scheduling pass failed");
             }
             let rested = Instant::now() + (began.elapsed() * 2).min(MAX_REST);
+            let full = self.passes.full();
             tokio::select! {
                 _ = self.wake.notified() => {}
+                _ = self.arrivals.notified(), if !full => {}
                 _ = tokio::time::sleep(self.settings.schedule_interval) => {}
                 _ = &mut shutdown => return,
             }
@@ -263,12 +276,15 @@ impl Jobs {
     /// One look at the waiting trainings: place what fits, in order; refresh
     /// the pending reason of what doesn't.
     ///
-    /// The fleet is looked at once and again only after a placement took
-    /// GPUs; a first placement that failed is not planned again for a
-    /// training asking the same (same selection, same memory need) until
-    /// then; pending reasons that changed are written together at the end,
-    /// in one transaction. So a pass over a long queue that cannot move
-    /// costs a plan per distinct request, not per training.
+    /// The fleet is looked at once; each placement marks its GPUs held in
+    /// that view. A first placement that failed is not planned again for a
+    /// training asking the same (same selection, same memory need) until a
+    /// placement took GPUs. The pass's placements are written together at
+    /// its end (rank maps in one transaction per [`start::PLACE_BATCH`]),
+    /// then their agents told; pending reasons that changed are written
+    /// together too. So a pass over a long queue that cannot move costs a
+    /// plan per distinct request, and a burst of placements a few
+    /// transactions, not one (and a look at every GPU) per training.
     pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
         let started = std::time::Instant::now();
         let now = chrono::Utc::now();
@@ -280,6 +296,7 @@ impl Jobs {
         let mut view: Option<FleetView> = None;
         let mut failed: HashMap<(GpuSelection, u64), Unplaceable> = HashMap::new();
         let mut reasons: Vec<(String, String)> = Vec::new();
+        let mut chosen: Vec<start::Chosen> = Vec::new();
         for training in waiting {
             if training.state == JobState::Restarting
                 && !self.torn_down(&training.id, training.attempt).await?
@@ -338,17 +355,25 @@ impl Jobs {
             }
             match plan {
                 Ok(slots) => {
-                    // The whole training (its config) only for the one placed.
-                    let Some(training) = self.db.get_training(&training.id).await? else {
-                        continue;
+                    // Held now, placed with the pass's others at its end.
+                    let attempt = training.attempt + 1;
+                    let hold = |s: &crate::model::RankSlot| {
+                        hold_of(&training.id, &training.team, attempt, s.rank)
                     };
-                    if !matches!(training.state, JobState::Queued | JobState::Restarting) {
-                        continue; // cancelled since the pass began
+                    let holds = slots
+                        .iter()
+                        .map(|s| (s.gpu_uuid.clone(), hold(s)))
+                        .collect();
+                    if self.fleet.hold(holds).is_err() {
+                        continue; // raced with another placement: next pass
                     }
                     quotas.take(&training.team, slots.len());
-                    self.start(&training, slots).await?;
-                    // GPUs were taken: look again, plan again.
-                    view = None;
+                    fleet.take(&slots, hold);
+                    chosen.push(start::Chosen {
+                        id: training.id.clone(),
+                        slots,
+                    });
+                    // GPUs were taken: plan again.
                     failed.clear();
                 }
                 Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
@@ -375,12 +400,18 @@ impl Jobs {
                 }
             }
         }
+        // No GPU left for any rank: new arrivals wait for the regular pass.
+        let full = view
+            .as_ref()
+            .is_some_and(|v| v.candidates.iter().all(|c| !c.fits(0)));
+        self.passes.set_full(full);
+        let placed = self.start_all(chosen).await;
         let rewritten = reasons.len();
         if !reasons.is_empty() {
             self.db.set_pending_reasons(reasons).await?;
         }
         self.passes.record(started.elapsed(), looked_at, rewritten);
-        Ok(())
+        placed
     }
 
     /// Move to `to`, free the GPUs and forget the attempt (and, in a final
@@ -496,12 +527,12 @@ impl Jobs {
     }
 }
 
-fn hold_of(training: &Training, attempt: i32, rank: i32) -> Hold {
+fn hold_of(training_id: &str, team: &str, attempt: i32, rank: i32) -> Hold {
     Hold {
-        training_id: training.id.clone(),
+        training_id: training_id.to_string(),
         attempt,
         rank,
-        team: training.team.clone(),
+        team: team.to_string(),
     }
 }
 

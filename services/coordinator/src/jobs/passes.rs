@@ -2,7 +2,7 @@
 //! trainings it looked at, how many pending reasons it rewrote (the
 //! Prometheus endpoint shows them; the control bench reads them there).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,10 @@ pub struct PassStats {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// The last pass found no GPU free for any rank (no agent, every GPU
+    /// held or unhealthy): a new training cannot be placed before something
+    /// else changes.
+    full: AtomicBool,
     last_us: AtomicU64,
     max_us: AtomicU64,
     looked_at: AtomicU64,
@@ -43,6 +47,16 @@ impl PassStats {
         c.looked_at.store(looked_at as u64, Ordering::Relaxed);
         c.rewritten.store(rewritten as u64, Ordering::Relaxed);
         c.passes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records whether the fleet had no free GPU at the end of a pass.
+    pub fn set_full(&self, full: bool) {
+        self.inner.full.store(full, Ordering::Relaxed);
+    }
+
+    /// Whether the last pass ended with no free GPU.
+    pub fn full(&self) -> bool {
+        self.inner.full.load(Ordering::Relaxed)
     }
 
     pub fn figures(&self) -> PassFigures {

@@ -9,34 +9,72 @@
 //! By ids: exactly those GPUs, in rank order, each free. Rank order follows
 //! agents, so ranks on one host are contiguous and `local_rank` counts up.
 
-use crate::fleet::{Fleet, FreeGpu};
+use crate::fleet::{Fleet, FreeGpu, Hold};
 use crate::model::{GpuRequest, GpuSelection, RankSlot};
-use crate::selection::{recommend, Candidate, Unsuitable};
+use crate::selection::{choose_in, host_groups, recommend, Candidate, Unsuitable};
 use cohort_proto::error::reason;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// What placement sees of the fleet, taken once.
+/// What placement sees of the fleet: taken once per scheduling pass, then
+/// kept up to date by [`FleetView::take`] as the pass places trainings (so a
+/// burst of placements does not look at every GPU again for each one).
 #[derive(Debug, Clone, Default)]
 pub struct FleetView {
     /// Agents connected.
     pub agents: usize,
-    /// GPUs free to take a rank (not held, no foreign process).
-    pub free: Vec<FreeGpu>,
     /// Every connected GPU with its health, hold and free memory.
     pub candidates: Vec<Candidate>,
+    /// A candidate's position by GPU uuid.
+    by_uuid: HashMap<String, usize>,
+    /// Candidates' positions by agent (see [`host_groups`]).
+    hosts: Vec<Vec<usize>>,
 }
 
 impl FleetView {
     pub fn of(fleet: &Fleet) -> Self {
+        Self::new(fleet.agent_count(), crate::selection::candidates(fleet))
+    }
+
+    pub fn new(agents: usize, candidates: Vec<Candidate>) -> Self {
+        let by_uuid = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.uuid.clone(), i))
+            .collect();
         Self {
-            agents: fleet.agent_count(),
-            free: fleet.free_gpus(),
-            candidates: crate::selection::candidates(fleet),
+            agents,
+            hosts: host_groups(&candidates),
+            candidates,
+            by_uuid,
         }
     }
 
-    fn known(&self) -> Vec<String> {
-        self.candidates.iter().map(|c| c.uuid.clone()).collect()
+    /// GPUs free to take a rank: not held, no foreign process.
+    pub fn free(&self) -> Vec<FreeGpu> {
+        self.candidates
+            .iter()
+            .filter(|c| c.hold.is_none() && c.foreign.is_empty())
+            .map(|c| FreeGpu {
+                agent_id: c.agent_id.clone(),
+                uuid: c.uuid.clone(),
+                index: c.index,
+                memory_total_bytes: c.memory_total_bytes,
+            })
+            .collect()
+    }
+
+    /// Whether a connected agent has the GPU.
+    fn knows(&self, uuid: &str) -> bool {
+        self.by_uuid.contains_key(uuid)
+    }
+
+    /// Marks the GPUs of `slots` held (as the fleet now holds them).
+    pub fn take(&mut self, slots: &[RankSlot], hold: impl Fn(&RankSlot) -> Hold) {
+        for slot in slots {
+            if let Some(&i) = self.by_uuid.get(&slot.gpu_uuid) {
+                self.candidates[i].hold = Some(hold(slot));
+            }
+        }
     }
 }
 
@@ -70,20 +108,23 @@ pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
             auto_count(suitable, max_gpus)
         }
     };
-    let choice = recommend(&view.candidates, need, count, false);
-    if let Some(why) = choice.shortfall {
-        let unhealthy = choice
-            .rejected
-            .iter()
-            .filter(|(_, u)| matches!(u, Unsuitable::Unhealthy(_)))
-            .count();
-        if choice.chosen.len() + unhealthy >= count {
-            return Err(Unplaceable::WaitingForHealthy(why));
-        }
-        return Err(Unplaceable::NotSuitable(why));
+    // The usual case, a fit, allocates nothing per GPU; a shortfall asks the
+    // recommender why.
+    let chosen = choose_in(&view.candidates, &view.hosts, need, count, false);
+    if chosen.len() == count {
+        return Ok(slots(chosen.iter().map(|c| Gpu::of_candidate(c)).collect()));
     }
-    let ids: Vec<String> = choice.chosen.iter().map(|c| c.uuid.clone()).collect();
-    by_ids(&view.free, &view.known(), &ids)
+    let choice = recommend(&view.candidates, need, count, false);
+    let why = choice.shortfall.unwrap_or_default();
+    let unhealthy = choice
+        .rejected
+        .iter()
+        .filter(|(_, u)| matches!(u, Unsuitable::Unhealthy(_)))
+        .count();
+    if choice.chosen.len() + unhealthy >= count {
+        return Err(Unplaceable::WaitingForHealthy(why));
+    }
+    Err(Unplaceable::NotSuitable(why))
 }
 
 /// A restart's placement: avoiding the `avoid` GPUs when possible and
@@ -95,23 +136,28 @@ pub fn plan_restart(
     avoid: &HashSet<String>,
     leader: Option<&str>,
 ) -> Plan {
-    let preferred: Vec<FreeGpu> = view
-        .free
+    let free = view.free();
+    let preferred: Vec<FreeGpu> = free
         .iter()
         .filter(|g| !avoid.contains(&g.uuid))
         .cloned()
         .collect();
     let any_agent = view.agents > 0;
-    let attempt = |free: &[FreeGpu]| -> Plan {
+    let attempt = |candidates: &[FreeGpu]| -> Plan {
         match &request.selection {
-            GpuSelection::Count { count } => by_count(free, *count as usize, any_agent, leader),
-            GpuSelection::Auto { max_gpus } => {
-                by_count(free, auto_count(free.len(), *max_gpus), any_agent, leader)
+            GpuSelection::Count { count } => {
+                by_count(candidates, *count as usize, any_agent, leader)
             }
-            GpuSelection::Ids { ids } => by_ids(&view.free, &view.known(), ids),
+            GpuSelection::Auto { max_gpus } => by_count(
+                candidates,
+                auto_count(candidates.len(), *max_gpus),
+                any_agent,
+                leader,
+            ),
+            GpuSelection::Ids { ids } => by_ids(&free, |id| view.knows(id), ids),
         }
     };
-    attempt(&preferred).or_else(|_| attempt(&view.free))
+    attempt(&preferred).or_else(|_| attempt(&free))
 }
 
 /// Why a placement is not possible now.
@@ -169,25 +215,50 @@ impl std::fmt::Display for Unplaceable {
 
 impl std::error::Error for Unplaceable {}
 
+/// A chosen GPU, borrowed from a candidate or a free GPU.
+struct Gpu<'a> {
+    agent_id: &'a str,
+    uuid: &'a str,
+    index: i32,
+}
+
+impl<'a> Gpu<'a> {
+    fn of_candidate(c: &'a Candidate) -> Self {
+        Self {
+            agent_id: &c.agent_id,
+            uuid: &c.uuid,
+            index: c.index,
+        }
+    }
+
+    fn of_free(g: &'a FreeGpu) -> Self {
+        Self {
+            agent_id: &g.agent_id,
+            uuid: &g.uuid,
+            index: g.index,
+        }
+    }
+}
+
 /// Assign ranks to the chosen GPUs (grouped by agent, in the given order).
-fn slots(chosen: Vec<&FreeGpu>) -> Vec<RankSlot> {
+fn slots(chosen: Vec<Gpu<'_>>) -> Vec<RankSlot> {
     let mut per_agent: BTreeMap<&str, i32> = BTreeMap::new();
     for g in &chosen {
-        *per_agent.entry(&g.agent_id).or_default() += 1;
+        *per_agent.entry(g.agent_id).or_default() += 1;
     }
     let mut seen: BTreeMap<&str, i32> = BTreeMap::new();
     chosen
         .iter()
         .enumerate()
         .map(|(rank, g)| {
-            let local = seen.entry(&g.agent_id).or_default();
+            let local = seen.entry(g.agent_id).or_default();
             let slot = RankSlot {
                 rank: rank as i32,
-                agent_id: g.agent_id.clone(),
-                gpu_uuid: g.uuid.clone(),
+                agent_id: g.agent_id.to_string(),
+                gpu_uuid: g.uuid.to_string(),
                 gpu_index: g.index,
                 local_rank: *local,
-                local_world_size: per_agent[g.agent_id.as_str()],
+                local_world_size: per_agent[g.agent_id],
             };
             *local += 1;
             slot
@@ -226,7 +297,9 @@ pub fn by_count(
         .filter(|g| g.len() >= count)
         .min_by_key(|g| (!is_leader(g), g.len()));
     if let Some(fit) = alone {
-        return Ok(slots(fit[..count].to_vec()));
+        return Ok(slots(
+            fit[..count].iter().map(|g| Gpu::of_free(g)).collect(),
+        ));
     }
     // the leader's GPUs first when it is among the chosen agents
     let mut chosen_agents: Vec<Vec<&FreeGpu>> = Vec::new();
@@ -239,21 +312,22 @@ pub fn by_count(
         chosen_agents.push(g);
     }
     chosen_agents.sort_by_key(|g| !is_leader(g));
-    let chosen: Vec<&FreeGpu> = chosen_agents.into_iter().flatten().take(count).collect();
+    let chosen: Vec<Gpu<'_>> = chosen_agents
+        .into_iter()
+        .flatten()
+        .take(count)
+        .map(Gpu::of_free)
+        .collect();
     Ok(slots(chosen))
 }
 
 /// Exactly the GPUs named (uuids), in rank order.
 pub fn by_ids(
     free: &[FreeGpu],
-    known: &[String],
+    known: impl Fn(&str) -> bool,
     ids: &[String],
 ) -> Result<Vec<RankSlot>, Unplaceable> {
-    let unknown: Vec<String> = ids
-        .iter()
-        .filter(|id| !known.contains(id))
-        .cloned()
-        .collect();
+    let unknown: Vec<String> = ids.iter().filter(|id| !known(id)).cloned().collect();
     if !unknown.is_empty() {
         return Err(Unplaceable::Unknown(unknown));
     }
@@ -281,7 +355,7 @@ pub fn by_ids(
                 v
             });
     chosen.sort_by_key(|g| order.iter().position(|a| *a == g.agent_id).expect("listed"));
-    Ok(slots(chosen))
+    Ok(slots(chosen.into_iter().map(Gpu::of_free).collect()))
 }
 
 #[cfg(test)]
@@ -351,17 +425,17 @@ mod tests {
     #[test]
     fn ids_must_be_known_and_free() {
         let free = gpus(&[("a", 0), ("b", 0)]);
-        let known = vec!["a-0".to_string(), "a-1".to_string(), "b-0".to_string()];
+        let known = |id: &str| ["a-0", "a-1", "b-0"].contains(&id);
         let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            by_ids(&free, &known, &ids(&["zz"])),
+            by_ids(&free, known, &ids(&["zz"])),
             Err(Unplaceable::Unknown(ids(&["zz"])))
         );
         assert_eq!(
-            by_ids(&free, &known, &ids(&["a-1"])),
+            by_ids(&free, known, &ids(&["a-1"])),
             Err(Unplaceable::Busy(ids(&["a-1"])))
         );
-        let s = by_ids(&free, &known, &ids(&["b-0", "a-0"])).unwrap();
+        let s = by_ids(&free, known, &ids(&["b-0", "a-0"])).unwrap();
         assert_eq!(
             (s[0].gpu_uuid.as_str(), s[1].gpu_uuid.as_str()),
             ("b-0", "a-0")
@@ -392,15 +466,41 @@ mod tests {
     }
 
     #[test]
+    fn a_view_follows_the_placements_of_its_pass() {
+        let mut view = FleetView::new(
+            2,
+            vec![
+                candidate("a", 0, &[]),
+                candidate("a", 1, &[]),
+                candidate("b", 0, &[]),
+            ],
+        );
+        let need = 1 << 30;
+        let first = plan_first(&view, &count(2), need).unwrap();
+        assert!(first.iter().all(|s| s.agent_id == "a"), "{first:?}");
+        view.take(&first, |s| Hold {
+            training_id: "t1".into(),
+            attempt: 1,
+            rank: s.rank,
+            team: String::new(),
+        });
+        // The next plan of the same pass sees a's GPUs held.
+        let second = plan_first(&view, &count(1), need).unwrap();
+        assert_eq!(second[0].gpu_uuid, "b-0");
+        let why = plan_first(&view, &count(2), need).unwrap_err();
+        assert!(matches!(why, Unplaceable::NotSuitable(_)), "{why}");
+        assert_eq!(view.free().len(), 1);
+    }
+
+    #[test]
     fn planning_decides_from_a_view_of_the_fleet() {
-        let view = FleetView {
-            agents: 1,
-            free: gpus(&[("a", 0), ("a", 1)]),
-            candidates: vec![
+        let view = FleetView::new(
+            1,
+            vec![
                 candidate("a", 0, &[]),
                 candidate("a", 1, &["ecc_uncorrected"]),
             ],
-        };
+        );
         let need = 1 << 30;
         // Two GPUs exist, one is unhealthy: wait for it, with that reason.
         let why = plan_first(&view, &count(2), need).unwrap_err();

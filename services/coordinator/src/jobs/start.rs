@@ -1,97 +1,167 @@
 //! Placing an attempt (GPU holds, the rank map, a MASTER_PORT, StartRanks to
 //! the agents) and stopping one.
 
-use super::{commands, hold_of, Jobs};
+use super::{commands, Jobs};
 use crate::model::{JobState, Placement, RankSlot, RankState, Training};
+use crate::persistence::placements::NewPlacement;
 use crate::persistence::DatabaseError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The most published checkpoints a StartRanks names (`checkpoint.keep` is
 /// rarely more than a handful).
 const MAX_PUBLISHED: i64 = 64;
 
+/// At most this many placements are written in one transaction (so a
+/// burst does not hold the database's writer for long).
+pub(super) const PLACE_BATCH: usize = 128;
+
+/// A training a pass chose GPUs for; the fleet already holds them.
+#[derive(Debug)]
+pub(super) struct Chosen {
+    pub id: String,
+    pub slots: Vec<RankSlot>,
+}
+
+/// A MASTER_PORT of `range` not in `used`, from a random point of the range.
+fn free_port(range: &std::ops::RangeInclusive<u16>, used: &HashSet<u16>) -> u16 {
+    let span = u64::from(*range.end() - *range.start()) + 1;
+    let offset = (uuid::Uuid::new_v4().as_u128() % u128::from(span)) as u64;
+    (0..span)
+        .map(|i| *range.start() + ((offset + i) % span) as u16)
+        .find(|p| !used.contains(p))
+        .unwrap_or(*range.start())
+}
+
 impl Jobs {
-    /// A MASTER_PORT on `host` that no placed training uses, from a random
-    /// point of the configured range.
-    async fn master_port(&self, host: &str) -> Result<u16, DatabaseError> {
-        let used: HashSet<u16> = self
-            .db
-            .master_ports_in_use(host)
-            .await?
-            .into_iter()
-            .filter_map(|p| u16::try_from(p).ok())
-            .collect();
-        let range = self.settings.master_ports.clone();
-        let span = u64::from(*range.end() - *range.start()) + 1;
-        let offset = (uuid::Uuid::new_v4().as_u128() % u128::from(span)) as u64;
-        Ok((0..span)
-            .map(|i| *range.start() + ((offset + i) % span) as u16)
-            .find(|p| !used.contains(p))
-            .unwrap_or(*range.start()))
+    /// Place what a pass chose: the rank maps of all of them written in one
+    /// transaction (SCHEDULED), then each agent sent its ranks. A training
+    /// that moved on meanwhile (cancelled) is skipped and its GPUs freed; a
+    /// database failure frees every chosen GPU and places none.
+    pub(super) async fn start_all(&self, chosen: Vec<Chosen>) -> Result<(), DatabaseError> {
+        let mut first_error = None;
+        let mut chosen = chosen.into_iter().peekable();
+        while chosen.peek().is_some() {
+            let batch: Vec<Chosen> = chosen.by_ref().take(PLACE_BATCH).collect();
+            let ids: Vec<String> = batch.iter().map(|c| c.id.clone()).collect();
+            let placed = match self.place_all(batch).await {
+                Ok(placed) => placed,
+                Err(e) => {
+                    let rest: Vec<String> = chosen.map(|c| c.id).collect();
+                    for id in ids.iter().chain(&rest) {
+                        self.fleet.release(id);
+                    }
+                    return Err(e);
+                }
+            };
+            for (training, placement, outcome) in placed {
+                match outcome {
+                    Ok(placed) => {
+                        // One agent's trouble does not keep the others' ranks waiting.
+                        if let Err(e) = self.launch(&training, &placed, &placement).await {
+                            tracing::warn!(training_id = %placed.id, error = %e, "launch failed");
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                    Err(e) => {
+                        self.fleet.release(&training.id);
+                        tracing::info!(training_id = %training.id, error = %e,
+                            "not placed: it moved on since the pass began");
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
-    /// Place a training: hold its GPUs, persist the rank map (SCHEDULED), and
-    /// send each agent its ranks.
-    pub(super) async fn start(
+    /// The database half of [`Jobs::start_all`]: whole trainings read at
+    /// once, a MASTER_PORT each (one read of the ports in use on the hosts
+    /// of rank 0), the rank maps written together.
+    #[allow(clippy::type_complexity)]
+    async fn place_all(
+        &self,
+        chosen: Vec<Chosen>,
+    ) -> Result<Vec<(Training, Placement, Result<Training, DatabaseError>)>, DatabaseError> {
+        let ids = chosen.iter().map(|c| c.id.clone()).collect();
+        let mut whole: HashMap<String, Training> = self
+            .db
+            .trainings_by_ids(ids)
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
+        let mut ready = Vec::with_capacity(chosen.len());
+        for c in chosen {
+            let training = whole
+                .remove(&c.id)
+                .filter(|t| matches!(t.state, JobState::Queued | JobState::Restarting));
+            let leader = self.fleet.agent(&c.slots[0].agent_id);
+            let (Some(training), Some(leader)) = (training, leader) else {
+                self.fleet.release(&c.id); // cancelled, or its agent left
+                continue;
+            };
+            let master_addr = if leader.address.is_empty() {
+                leader.host_name.clone()
+            } else {
+                leader.address.clone()
+            };
+            ready.push((training, master_addr, c.slots));
+        }
+        let hosts: HashSet<String> = ready.iter().map(|(_, host, _)| host.clone()).collect();
+        let mut used: HashMap<String, HashSet<u16>> = HashMap::new();
+        for (host, port) in self.db.master_ports_on(hosts.into_iter().collect()).await? {
+            if let Ok(port) = u16::try_from(port) {
+                used.entry(host).or_default().insert(port);
+            }
+        }
+        let mut planned = Vec::with_capacity(ready.len());
+        for (training, master_addr, slots) in ready {
+            let taken = used.entry(master_addr.clone()).or_default();
+            let master_port = free_port(&self.settings.master_ports, taken);
+            taken.insert(master_port);
+            let agents: HashSet<&str> = slots.iter().map(|s| s.agent_id.as_str()).collect();
+            let reason = format!("placed {} ranks on {} agent(s)", slots.len(), agents.len());
+            let placement = Placement {
+                master_port,
+                master_addr,
+                slots,
+            };
+            planned.push((training, placement, reason));
+        }
+        let batch = planned
+            .iter()
+            .map(|(t, placement, reason)| NewPlacement {
+                training_id: t.id.clone(),
+                placement: placement.clone(),
+                reason: reason.clone(),
+            })
+            .collect();
+        let outcomes = self.db.place_trainings(batch).await?;
+        Ok(planned
+            .into_iter()
+            .zip(outcomes)
+            .map(|((t, placement, _), outcome)| (t, placement, outcome))
+            .collect())
+    }
+
+    /// After the rank map is stored: follow the attempt, and send each agent
+    /// its ranks (back to QUEUED when one is gone).
+    async fn launch(
         &self,
         training: &Training,
-        slots: Vec<RankSlot>,
+        placed: &Training,
+        placement: &Placement,
     ) -> Result<(), DatabaseError> {
-        let attempt = training.attempt + 1;
-        let holds = slots
-            .iter()
-            .map(|s| (s.gpu_uuid.clone(), hold_of(training, attempt, s.rank)))
-            .collect();
-        if self.fleet.hold(holds).is_err() {
-            return Ok(()); // raced with another placement: next pass
-        }
-        let Some(leader) = self.fleet.agent(&slots[0].agent_id) else {
-            self.fleet.release(&training.id);
-            return Ok(());
-        };
-        let master_addr = if leader.address.is_empty() {
-            leader.host_name.clone()
-        } else {
-            leader.address.clone()
-        };
-        let master_port = match self.master_port(&master_addr).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.fleet.release(&training.id);
-                return Err(e);
-            }
-        };
-        let placement = Placement {
-            master_port,
-            master_addr,
-            slots,
-        };
-        let hosts: HashSet<&str> = placement
+        self.track(placed);
+        self.rt().teardown_since.remove(&placed.id);
+        let agents = placement
             .slots
             .iter()
             .map(|s| s.agent_id.as_str())
-            .collect();
-        let agents = hosts.len();
-        let reason = format!(
-            "placed {} ranks on {agents} agent(s)",
-            placement.slots.len(),
-        );
-        let placed = match self
-            .db
-            .place_training(&training.id, placement.clone(), &reason)
-            .await
-        {
-            Ok(t) => t,
-            Err(e) => {
-                self.fleet.release(&training.id);
-                return Err(e);
-            }
-        };
-        self.track(&placed);
-        self.rt().teardown_since.remove(&placed.id);
-        tracing::info!(training_id = %placed.id, attempt, world_size = placed.world_size,
+            .collect::<HashSet<_>>()
+            .len();
+        tracing::info!(training_id = %placed.id, attempt = placed.attempt, world_size = placed.world_size,
             master = %format!("{}:{}", placement.master_addr, placement.master_port), "training placed");
-        let config = self.launch_config(&placed);
+        let config = self.launch_config(placed);
         // The wait began at creation, or when the previous attempt ended.
         let waited_since = if placed.attempt <= 1 {
             training.create_time
@@ -101,18 +171,13 @@ impl Jobs {
         let trace = self
             .rt()
             .lifecycle
-            .placed(&placed, waited_since.into(), agents);
-        let published = self.published_checkpoints(&placed).await?;
-        if let Err(agent) = commands::start_ranks(
-            &self.fleet,
-            &placed,
-            &placement,
-            &config,
-            &trace,
-            &published,
-        ) {
+            .placed(placed, waited_since.into(), agents);
+        let published = self.published_checkpoints(placed).await?;
+        if let Err(agent) =
+            commands::start_ranks(&self.fleet, placed, placement, &config, &trace, &published)
+        {
             let why = format!("agent {agent} went away before its ranks started");
-            self.stop_attempt(&placed, &why).await;
+            self.stop_attempt(placed, &why).await;
             self.finish(&placed.id, JobState::Queued, &why).await?;
         }
         Ok(())

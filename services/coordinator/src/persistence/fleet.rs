@@ -10,6 +10,7 @@ use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{AgentRecord, GpuRecord, JobState};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
+use std::collections::HashMap;
 
 /// What an agent says about itself when it registers.
 #[derive(Debug, Clone)]
@@ -134,21 +135,23 @@ fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
     let gpu_rows: Vec<GpuRow> = gpus::table
         .order((gpus::agent_id.asc(), gpus::gpu_index.asc()))
         .load(conn)?;
+    // Grouped once (in index order): 1,000 agents x 8,000 GPUs matched by
+    // scanning would be 8 million comparisons.
+    let mut by_agent: HashMap<String, Vec<GpuRecord>> = HashMap::new();
+    for g in gpu_rows {
+        by_agent.entry(g.agent_id).or_default().push(GpuRecord {
+            uuid: g.uuid,
+            index: g.gpu_index,
+            name: g.name,
+            memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
+            compute_capability: g.compute_capability,
+            simulated: g.simulated,
+        });
+    }
     Ok(rows
         .into_iter()
         .map(|a| AgentRecord {
-            gpus: gpu_rows
-                .iter()
-                .filter(|g| g.agent_id == a.id)
-                .map(|g| GpuRecord {
-                    uuid: g.uuid.clone(),
-                    index: g.gpu_index,
-                    name: g.name.clone(),
-                    memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
-                    compute_capability: g.compute_capability.clone(),
-                    simulated: g.simulated,
-                })
-                .collect(),
+            gpus: by_agent.remove(&a.id).unwrap_or_default(),
             id: a.id,
             name: a.name,
             host_name: a.host_name,
@@ -246,5 +249,26 @@ impl Persistence {
     /// Every known agent with its GPUs, by name.
     pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, DatabaseError> {
         self.read("list_agents", list_in).await
+    }
+
+    /// The host names of the agents `ids` (those known): what a rank map
+    /// shows beside each rank, without reading every agent and GPU.
+    pub async fn agent_hosts(
+        &self,
+        ids: Vec<String>,
+    ) -> Result<HashMap<String, String>, DatabaseError> {
+        self.read("agent_hosts", move |c| {
+            let mut out = HashMap::with_capacity(ids.len());
+            for chunk in ids.chunks(1000) {
+                out.extend(
+                    agents::table
+                        .filter(agents::id.eq_any(chunk))
+                        .select((agents::id, agents::host_name))
+                        .load::<(String, String)>(c)?,
+                );
+            }
+            Ok(out)
+        })
+        .await
     }
 }

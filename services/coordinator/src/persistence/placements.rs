@@ -1,60 +1,191 @@
 //! Placing a training: the rank map of an attempt written with the state
 //! change, the trainings that hold GPUs now, and the start of a restart.
 
+use super::connection::on_backend;
 use super::ranks::RankRow;
-use super::rows::TrainingRow;
-use super::rows::{now, to_db_time};
-use super::schema::{ranks, trainings};
-use super::trainings::{load_training, transition_in};
+use super::rows::{from_db_time, now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
+use super::schema::{ranks, state_transitions, training_events, trainings};
+use super::trainings::transition_in;
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{JobState, Placement, RankRecord, RankState, Training};
+use crate::model::{
+    EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training,
+};
 use diesel::prelude::*;
 use std::collections::HashMap;
 
-fn place_in(
+/// One placement of a batch: the training, where its ranks go, and the
+/// reason its transition records.
+#[derive(Debug, Clone)]
+pub struct NewPlacement {
+    pub training_id: String,
+    pub placement: Placement,
+    pub reason: String,
+}
+
+/// Rows per multi-row insert: well under SQLite's 32,766 parameters.
+const ROWS_PER_INSERT: usize = 1000;
+
+/// Writes each placement's rank map and moves its training to SCHEDULED
+/// (attempt + 1): one read of the batch's rows, one guarded update per
+/// training (its state and event counter unchanged since that read, or it
+/// is left out with a conflict), then the rank maps, transitions and events
+/// of all of them in one multi-row insert each. A training that moved on
+/// gets its own error and nothing of it is written; the answers follow
+/// `batch`'s order.
+fn place_batch_in(
     conn: &mut DbConnection,
-    training_id: &str,
-    placement: &Placement,
-    reason: &str,
-) -> Result<Training, DatabaseError> {
-    let current = load_training(conn, training_id)?
-        .ok_or_else(|| DatabaseError::TrainingNotFound(training_id.to_string()))?;
-    if !current.state.can_transition_to(JobState::Scheduled) {
+    batch: &[NewPlacement],
+) -> Result<Vec<Result<Training, DatabaseError>>, DatabaseError> {
+    let ids: Vec<&str> = batch.iter().map(|n| n.training_id.as_str()).collect();
+    let mut current: HashMap<String, Training> = HashMap::with_capacity(batch.len());
+    for chunk in ids.chunks(ROWS_PER_INSERT) {
+        for row in trainings::table
+            .filter(trainings::id.eq_any(chunk))
+            .select(TrainingRow::as_select())
+            .load(conn)?
+        {
+            let t = Training::try_from(row)?;
+            current.insert(t.id.clone(), t);
+        }
+    }
+    let at = now();
+    let mut out = Vec::with_capacity(batch.len());
+    for new in batch {
+        out.push(match current.remove(&new.training_id) {
+            None => Err(DatabaseError::TrainingNotFound(new.training_id.clone())),
+            Some(t) => schedule_row(conn, t, new, at),
+        });
+    }
+    let placed: Vec<(&NewPlacement, JobState, &Training)> = batch
+        .iter()
+        .zip(&out)
+        .filter_map(|(new, t)| t.as_ref().ok().map(|(from, t)| (new, *from, t)))
+        .collect();
+    let ranks: Vec<_> = placed
+        .iter()
+        .flat_map(|(new, _, t)| {
+            new.placement.slots.iter().map(move |s| {
+                (
+                    ranks::training_id.eq(&t.id),
+                    ranks::attempt.eq(t.attempt),
+                    ranks::rank.eq(s.rank),
+                    ranks::agent_id.eq(&s.agent_id),
+                    ranks::gpu_uuid.eq(&s.gpu_uuid),
+                    ranks::gpu_index.eq(s.gpu_index),
+                    ranks::local_rank.eq(s.local_rank),
+                    ranks::local_world_size.eq(s.local_world_size),
+                    ranks::state.eq(RankState::Pending.as_str()),
+                    ranks::update_time.eq(to_db_time(at)),
+                )
+            })
+        })
+        .collect();
+    for chunk in ranks.chunks(ROWS_PER_INSERT) {
+        on_backend!(conn, |c| diesel::insert_into(ranks::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    let transitions: Vec<NewTransitionRow> = placed
+        .iter()
+        .map(|(new, from, t)| NewTransitionRow {
+            training_id: &t.id,
+            attempt: t.attempt,
+            from_state: Some(from.as_str()),
+            to_state: JobState::Scheduled.as_str(),
+            reason: &new.reason,
+            at: to_db_time(at),
+        })
+        .collect();
+    for chunk in transitions.chunks(ROWS_PER_INSERT) {
+        on_backend!(conn, |c| diesel::insert_into(state_transitions::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    let events: Vec<EventRow> = placed
+        .iter()
+        .map(|(new, from, t)| {
+            let change = EventPayload::StateChange(StateChange {
+                from: Some(*from),
+                to: JobState::Scheduled,
+                reason: new.reason.clone(),
+            });
+            EventRow {
+                training_id: t.id.clone(),
+                seq: t.last_event_seq,
+                attempt: t.attempt,
+                kind: change.kind(),
+                payload_json: change.to_json(),
+                event_time: to_db_time(at),
+            }
+        })
+        .collect();
+    for chunk in events.chunks(ROWS_PER_INSERT) {
+        on_backend!(conn, |c| diesel::insert_into(training_events::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    for (_, _, t) in &placed {
+        super::bell::note(&t.id, t.last_event_seq);
+    }
+    if !placed.is_empty() {
+        super::bell::note_state_change();
+    }
+    Ok(out.into_iter().map(|r| r.map(|(_, t)| t)).collect())
+}
+
+/// The one guarded update of a placement: the state it left, and the
+/// training as it is after it.
+fn schedule_row(
+    conn: &mut DbConnection,
+    current: Training,
+    new: &NewPlacement,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(JobState, Training), DatabaseError> {
+    let from = current.state;
+    if !from.can_transition_to(JobState::Scheduled) {
         return Err(DatabaseError::IllegalTransition {
-            id: training_id.to_string(),
-            from: current.state,
+            id: current.id,
+            from,
             to: JobState::Scheduled,
         });
     }
-    let attempt = current.attempt + 1;
-    let world = placement.slots.len() as i32;
-    diesel::update(trainings::table.find(training_id))
-        .set((
-            trainings::attempt.eq(attempt),
-            trainings::world_size.eq(world),
-            trainings::distributed.eq(world > 1),
-            trainings::master_addr.eq(Some(&placement.master_addr)),
-            trainings::master_port.eq(Some(i32::from(placement.master_port))),
-        ))
-        .execute(conn)?;
-    let at = to_db_time(now());
-    for s in &placement.slots {
-        diesel::insert_into(ranks::table)
-            .values((
-                ranks::training_id.eq(training_id),
-                ranks::attempt.eq(attempt),
-                ranks::rank.eq(s.rank),
-                ranks::agent_id.eq(&s.agent_id),
-                ranks::gpu_uuid.eq(&s.gpu_uuid),
-                ranks::gpu_index.eq(s.gpu_index),
-                ranks::local_rank.eq(s.local_rank),
-                ranks::local_world_size.eq(s.local_world_size),
-                ranks::state.eq(RankState::Pending.as_str()),
-                ranks::update_time.eq(at),
-            ))
-            .execute(conn)?;
+    let placement = &new.placement;
+    let (attempt, world) = (current.attempt + 1, placement.slots.len() as i32);
+    let seq = current.last_event_seq + 1;
+    let updated = diesel::update(
+        trainings::table
+            .filter(trainings::id.eq(&current.id))
+            .filter(trainings::state.eq(from.as_str()))
+            .filter(trainings::last_event_seq.eq(current.last_event_seq)),
+    )
+    .set((
+        trainings::attempt.eq(attempt),
+        trainings::world_size.eq(world),
+        trainings::distributed.eq(world > 1),
+        trainings::master_addr.eq(Some(&placement.master_addr)),
+        trainings::master_port.eq(Some(i32::from(placement.master_port))),
+        trainings::state.eq(JobState::Scheduled.as_str()),
+        trainings::state_reason.eq(&new.reason),
+        trainings::update_time.eq(to_db_time(at)),
+        trainings::last_event_seq.eq(seq),
+    ))
+    .execute(conn)?;
+    if updated == 0 {
+        return Err(DatabaseError::Conflict(format!("training {}", current.id)));
     }
-    transition_in(conn, training_id, JobState::Scheduled, reason)
+    let placed = Training {
+        attempt,
+        world_size: world,
+        distributed: world > 1,
+        master_addr: Some(placement.master_addr.clone()),
+        master_port: Some(i32::from(placement.master_port)),
+        state: JobState::Scheduled,
+        state_reason: new.reason.clone(),
+        update_time: from_db_time(to_db_time(at)),
+        last_event_seq: seq,
+        ..current
+    };
+    Ok((from, placed))
 }
 
 impl Persistence {
@@ -66,29 +197,66 @@ impl Persistence {
         placement: Placement,
         reason: &str,
     ) -> Result<Training, DatabaseError> {
-        let (id, reason) = (training_id.to_string(), reason.to_string());
-        self.transaction("place_training", move |c| {
-            place_in(c, &id, &placement, &reason)
-        })
-        .await
+        let new = NewPlacement {
+            training_id: training_id.to_string(),
+            placement,
+            reason: reason.to_string(),
+        };
+        let mut out = self.place_trainings(vec![new]).await?;
+        out.pop()
+            .unwrap_or_else(|| Err(DatabaseError::TrainingNotFound(training_id.to_string())))
     }
 
-    /// The rendezvous ports of the trainings whose current attempt holds
-    /// GPUs (SCHEDULED or RUNNING) with rank 0 on `host`.
-    pub async fn master_ports_in_use(&self, host: &str) -> Result<Vec<i32>, DatabaseError> {
-        let host = host.to_string();
-        self.read("master_ports_in_use", move |c| {
+    /// Places a batch in one transaction (see [`place_batch_in`]): one that
+    /// moved on meanwhile (cancelled, placed by another pass) gets its own
+    /// error and the others are placed; a database failure places none.
+    pub async fn place_trainings(
+        &self,
+        batch: Vec<NewPlacement>,
+    ) -> Result<Vec<Result<Training, DatabaseError>>, DatabaseError> {
+        self.transaction("place_trainings", move |c| place_batch_in(c, &batch))
+            .await
+    }
+
+    /// The rendezvous ports in use on each of `hosts`: those of the
+    /// trainings whose current attempt holds GPUs (SCHEDULED or RUNNING)
+    /// with rank 0 there.
+    pub async fn master_ports_on(
+        &self,
+        hosts: Vec<String>,
+    ) -> Result<Vec<(String, i32)>, DatabaseError> {
+        self.read("master_ports_on", move |c| {
             Ok(trainings::table
                 .filter(
                     trainings::state
                         .eq_any([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
                 )
-                .filter(trainings::master_addr.eq(&host))
-                .select(trainings::master_port)
-                .load::<Option<i32>>(c)?
+                .filter(trainings::master_addr.eq_any(&hosts))
+                .select((trainings::master_addr, trainings::master_port))
+                .load::<(Option<String>, Option<i32>)>(c)?
                 .into_iter()
-                .flatten()
+                .filter_map(|(host, port)| Some((host?, port?)))
                 .collect())
+        })
+        .await
+    }
+
+    /// Whole trainings (configs included) by id, in no particular order;
+    /// ids not found are left out.
+    pub async fn trainings_by_ids(&self, ids: Vec<String>) -> Result<Vec<Training>, DatabaseError> {
+        self.read("trainings_by_ids", move |c| {
+            let mut out = Vec::with_capacity(ids.len());
+            // Bounded statements: SQLite allows 32,766 parameters, PostgreSQL 65,535.
+            for chunk in ids.chunks(1000) {
+                for row in trainings::table
+                    .filter(trainings::id.eq_any(chunk))
+                    .select(TrainingRow::as_select())
+                    .load(c)?
+                {
+                    out.push(Training::try_from(row)?);
+                }
+            }
+            Ok(out)
         })
         .await
     }

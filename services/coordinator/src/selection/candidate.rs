@@ -107,6 +107,16 @@ impl Candidate {
         }
     }
 
+    /// Whether the GPU can take a rank needing `need` bytes: what
+    /// [`Candidate::unsuitable`] says, without building the reason.
+    pub fn fits(&self, need: u64) -> bool {
+        self.online
+            && self.faults.is_empty()
+            && self.hold.is_none()
+            && self.foreign.is_empty()
+            && need <= self.memory_free_bytes
+    }
+
     /// Why the GPU can't take a rank needing `need` bytes (0: any), if it can't.
     pub fn unsuitable(&self, need: u64) -> Option<Unsuitable> {
         if !self.online {

@@ -11,7 +11,7 @@ mod validate;
 
 pub use candidate::{Candidate, Unsuitable};
 pub use estimate::{estimate, EstimateInput, MemoryEstimate, CUDA_CONTEXT_BYTES};
-pub use recommend::{recommend, Recommendation};
+pub use recommend::{choose_in, host_groups, recommend, Recommendation};
 pub use validate::{validate, Problem};
 
 /// Every connected GPU as a selection candidate (the live fleet's view).

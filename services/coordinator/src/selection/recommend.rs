@@ -5,7 +5,7 @@
 //! within a host the GPUs with the most free memory come first.
 
 use super::candidate::{Candidate, Unsuitable};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// What [`recommend`] chose and why it chose nothing else.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,46 +18,108 @@ pub struct Recommendation {
     pub shortfall: Option<String>,
 }
 
-/// Chooses `count` GPUs (0: every suitable one) that each have `need` bytes
-/// free; `single_host` keeps them on one agent.
-pub fn recommend(
-    candidates: &[Candidate],
+/// Candidates' positions grouped by agent, in the order agents first appear.
+pub fn host_groups(candidates: &[Candidate]) -> Vec<Vec<usize>> {
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let g = *at.entry(c.agent_id.as_str()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    groups
+}
+
+/// The GPUs that fit a rank of `need` bytes, host by host, best host first:
+/// most suitable GPUs, then most free memory, then by name; within a host
+/// the most free memory first; only as many hosts as hold `want` GPUs (0:
+/// all). `hosts` is [`host_groups`] of `candidates`.
+fn ranked_hosts<'a>(
+    candidates: &'a [Candidate],
+    hosts: &[Vec<usize>],
+    need: u64,
+    want: usize,
+) -> Vec<Vec<&'a Candidate>> {
+    // Each host's count and free memory first, without collecting its GPUs:
+    // only the hosts that are taken get sorted lists.
+    let mut ranked: Vec<(usize, u64, &Vec<usize>)> = hosts
+        .iter()
+        .filter_map(|group| {
+            let (n, free) = group
+                .iter()
+                .map(|&i| &candidates[i])
+                .filter(|c| c.fits(need))
+                .fold((0, 0u64), |(n, free), c| {
+                    (n + 1, free + c.memory_free_bytes)
+                });
+            (n > 0).then_some((n, free, group))
+        })
+        .collect();
+    ranked.sort_by(|(n_a, free_a, a), (n_b, free_b, b)| {
+        let (a, b) = (&candidates[a[0]], &candidates[b[0]]);
+        n_b.cmp(n_a)
+            .then(free_b.cmp(free_a))
+            .then(a.agent_name.cmp(&b.agent_name))
+            .then(a.agent_id.cmp(&b.agent_id))
+    });
+    let mut taken = 0;
+    ranked
+        .into_iter()
+        .take_while(|(n, _, _)| {
+            let more = want == 0 || taken < want;
+            taken += n;
+            more
+        })
+        .map(|(_, _, group)| {
+            let mut gpus: Vec<&Candidate> = group
+                .iter()
+                .map(|&i| &candidates[i])
+                .filter(|c| c.fits(need))
+                .collect();
+            gpus.sort_by(|a, b| {
+                b.memory_free_bytes
+                    .cmp(&a.memory_free_bytes)
+                    .then(a.index.cmp(&b.index))
+            });
+            gpus
+        })
+        .collect()
+}
+
+/// `count` GPUs (0: every suitable one) that each have `need` bytes free,
+/// in rank order; fewer when fewer fit. `single_host` keeps them on one agent.
+fn choose(candidates: &[Candidate], need: u64, count: usize, single_host: bool) -> Vec<&Candidate> {
+    choose_in(
+        candidates,
+        &host_groups(candidates),
+        need,
+        count,
+        single_host,
+    )
+}
+
+/// [`choose`] with the candidates' [`host_groups`] at hand (a scheduling
+/// pass groups 8,000 GPUs once, not per plan).
+pub fn choose_in<'a>(
+    candidates: &'a [Candidate],
+    hosts: &[Vec<usize>],
     need: u64,
     count: usize,
     single_host: bool,
-) -> Recommendation {
-    let mut rejected = Vec::new();
-    let mut hosts: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
-    for c in candidates {
-        match c.unsuitable(need) {
-            Some(why) => rejected.push((c.clone(), why)),
-            None => hosts.entry(c.agent_id.as_str()).or_default().push(c),
-        }
-    }
-    let mut hosts: Vec<Vec<&Candidate>> = hosts.into_values().collect();
-    for gpus in &mut hosts {
-        gpus.sort_by(|a, b| {
-            b.memory_free_bytes
-                .cmp(&a.memory_free_bytes)
-                .then(a.index.cmp(&b.index))
-        });
-    }
-    let free_memory =
-        |gpus: &[&Candidate]| -> u64 { gpus.iter().map(|g| g.memory_free_bytes).sum::<u64>() };
-    // Most suitable GPUs first, then the most free memory, then by name.
-    hosts.sort_by(|a, b| {
-        b.len()
-            .cmp(&a.len())
-            .then(free_memory(b).cmp(&free_memory(a)))
-            .then(a[0].agent_name.cmp(&b[0].agent_name))
-    });
-    let suitable: usize = hosts.iter().map(Vec::len).sum();
-    let want = if count == 0 { suitable } else { count };
-
-    let mut chosen: Vec<Candidate> = Vec::new();
+) -> Vec<&'a Candidate> {
+    // One host is enough to look at when the gang must fit on one.
+    let hosts = ranked_hosts(candidates, hosts, need, if single_host { 1 } else { count });
+    let want = if count == 0 {
+        hosts.iter().map(Vec::len).sum()
+    } else {
+        count
+    };
+    let mut chosen: Vec<&Candidate> = Vec::with_capacity(want);
     if single_host {
         if let Some(best) = hosts.first() {
-            chosen.extend(best.iter().take(want).map(|c| (*c).clone()));
+            chosen.extend(best.iter().take(want));
         }
     } else {
         for gpus in &hosts {
@@ -65,9 +127,30 @@ pub fn recommend(
             if room == 0 {
                 break;
             }
-            chosen.extend(gpus.iter().take(room).map(|c| (*c).clone()));
+            chosen.extend(gpus.iter().take(room));
         }
     }
+    chosen
+}
+
+/// Chooses `count` GPUs (0: every suitable one) that each have `need` bytes
+/// free; `single_host` keeps them on one agent. Says why of every other GPU.
+pub fn recommend(
+    candidates: &[Candidate],
+    need: u64,
+    count: usize,
+    single_host: bool,
+) -> Recommendation {
+    let rejected: Vec<(Candidate, Unsuitable)> = candidates
+        .iter()
+        .filter_map(|c| c.unsuitable(need).map(|why| (c.clone(), why)))
+        .collect();
+    let suitable = candidates.len() - rejected.len();
+    let want = if count == 0 { suitable } else { count };
+    let chosen: Vec<Candidate> = choose(candidates, need, count, single_host)
+        .into_iter()
+        .cloned()
+        .collect();
 
     let shortfall = (chosen.len() < want).then(|| {
         let mut why = format!(
