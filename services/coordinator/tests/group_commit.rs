@@ -170,3 +170,66 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
         );
     }
 }
+
+/// Bursts of `n` concurrent creates for `team`; how many were created.
+async fn burst(db: &cohort_coordinator::persistence::Persistence, team: &str, n: usize) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let db = db.clone();
+            let new = audited(team, None);
+            tokio::spawn(async move { db.create_training(new).await })
+        })
+        .collect();
+    let mut created = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(c) if c.created => created += 1,
+            Ok(_) => {}
+            Err(DatabaseError::QueueFull { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    created
+}
+
+/// The create worker remembers each team's QUEUED count between batches
+/// instead of counting the queue in every one: the cap still holds across
+/// bursts, and a training that leaves the queue (or joins it) by another
+/// way is seen by the next burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_holds_across_batches_and_sees_other_state_changes() {
+    for t in common::databases().await {
+        t.db.set_quota(
+            TeamQuota {
+                team: "vision".into(),
+                gpus: None,
+                max_queued: Some(6),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(burst(&t.db, "vision", 4).await, 4, "{}", t.name);
+        assert_eq!(burst(&t.db, "vision", 8).await, 2, "{}", t.name);
+        assert_eq!(burst(&t.db, "vision", 8).await, 0, "{}", t.name);
+        // Two leave the queue by a cancel: two places free up.
+        let queued: Vec<String> =
+            t.db.list_trainings(cohort_coordinator::persistence::ListTrainings {
+                states: vec![JobState::Queued],
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        for id in &queued[..2] {
+            t.db.transition(id, JobState::Cancelled, "test")
+                .await
+                .unwrap();
+        }
+        assert_eq!(burst(&t.db, "vision", 8).await, 2, "{}", t.name);
+        assert_eq!(burst(&t.db, "vision", 8).await, 0, "{}", t.name);
+    }
+}

@@ -98,7 +98,8 @@ async fn a_takeover_deposes_the_old_leader_and_fences_its_writes() {
 }
 
 /// A leader frozen in the middle of a write transaction (SIGSTOP, a hung
-/// host) holds the lease row FOR SHARE. Without a bound the standby's
+/// host) holds the lease row FOR KEY SHARE, which the takeover (FOR UPDATE)
+/// waits for. Without a bound the standby's
 /// takeover would wait for that lock until the frozen connection dies,
 /// hours later; PostgreSQL ends a coordinator's session idle in a
 /// transaction after 3 s, so the takeover comes within the lease.
@@ -111,7 +112,7 @@ async fn a_leader_frozen_inside_a_transaction_does_not_block_the_takeover() {
     );
     assert_eq!(a.campaign("a", "http://a:1", SHORT).await.unwrap(), Some(1));
     let (fenced_a, _) = leading(&a, "a", 1);
-    // a's write transaction passes the fence (FOR SHARE), then a "freezes"
+    // a's write transaction passes the fence (FOR KEY SHARE), then a "freezes"
     // between two statements for longer than any lease.
     let frozen = tokio::spawn(async move {
         fenced_a
@@ -133,4 +134,61 @@ async fn a_leader_frozen_inside_a_transaction_does_not_block_the_takeover() {
     // The frozen transaction did not commit as leader.
     let _ = frozen.await;
     assert!(!a.renew_lease("a", 1, SHORT).await.unwrap());
+}
+
+/// The leader renews every second while its writes are in flight. A renewal
+/// must neither wait for a write past the fence nor hold new writes back
+/// (with the fence's lock FOR SHARE, it did both: writes stalled every
+/// second behind the slowest one in flight). A takeover still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_does_not_wait_for_writes_in_flight_but_a_takeover_does() {
+    let pg = common::postgres().await;
+    let (a, b) = (
+        pg.db.clone(),
+        Persistence::open(pg.target.clone()).await.unwrap(),
+    );
+    assert_eq!(a.campaign("a", "http://a:1", SHORT).await.unwrap(), Some(1));
+    let (fenced_a, _) = leading(&a, "a", 1);
+    // A write past the fence that takes `ms` to commit.
+    let write_in_flight = |ms: u64| {
+        let slow = fenced_a.clone();
+        tokio::spawn(async move {
+            slow.transaction("slow_write", move |_| {
+                std::thread::sleep(Duration::from_millis(ms));
+                Ok(())
+            })
+            .await
+        })
+    };
+    let in_flight = write_in_flight(1500);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    assert!(a.renew_lease("a", 1, SHORT * 10).await.unwrap());
+    let renewed = started.elapsed();
+    // A write begun after the renewal passes the fence at once too.
+    let started = std::time::Instant::now();
+    fenced_a
+        .transaction("quick_write", |_| Ok(()))
+        .await
+        .unwrap();
+    let quick = started.elapsed();
+    assert!(
+        renewed < Duration::from_millis(500) && quick < Duration::from_millis(500),
+        "the renewal took {renewed:?} and a new write {quick:?} beside a write in flight"
+    );
+    in_flight.await.unwrap().unwrap();
+
+    // A takeover of an expired lease waits for the write in flight.
+    tokio::time::sleep(SHORT * 11).await;
+    let in_flight = write_in_flight(1000);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(b.campaign("b", "http://b:1", SHORT).await.unwrap(), Some(2));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500),
+        "the takeover took {took:?}: it did not wait for the write past the fence"
+    );
+    // That write committed under the old epoch, before the takeover.
+    in_flight.await.unwrap().unwrap();
 }

@@ -85,7 +85,7 @@ impl DatabaseTarget {
             DatabaseTarget::Postgres(url) => {
                 let mut conn = PgConnection::establish(url)?;
                 // A coordinator frozen in the middle of a transaction (SIGSTOP,
-                // a hung host) would hold its locks — the lease row's FOR SHARE
+                // a hung host) would hold its locks — the lease row's FOR KEY SHARE
                 // among them — until its TCP connection dies, hours later, and
                 // no standby could take the lease. PostgreSQL ends such a
                 // session after this long idle inside a transaction.

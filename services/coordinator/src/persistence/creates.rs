@@ -12,6 +12,7 @@
 //! again one create per transaction, so each caller gets its own outcome.
 
 use super::connection::on_backend;
+use super::queue_counts::QueueCounts;
 use super::rows::{now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
 use super::schema::{state_transitions, team_quotas, training_events, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
@@ -91,7 +92,14 @@ impl TeamQueue {
     /// On PostgreSQL a per-team advisory lock (held to the end of the
     /// transaction) makes concurrent writers count one after the other;
     /// SQLite's writers are serial already.
-    fn load(conn: &mut DbConnection, team: &str, default: i64) -> Result<Self, DatabaseError> {
+    /// `known`: the count the worker kept from its last batch, when still
+    /// true (see [`super::queue_counts`]); else it is counted.
+    fn load(
+        conn: &mut DbConnection,
+        team: &str,
+        default: i64,
+        known: Option<i64>,
+    ) -> Result<Self, DatabaseError> {
         if let DbConnection::Pg(pg) = conn {
             diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext($1))")
                 .bind::<diesel::sql_types::Text, _>(format!("cohort-queue/{team}"))
@@ -102,11 +110,14 @@ impl TeamQueue {
             .select(team_quotas::max_queued)
             .first(conn)
             .optional()?;
-        let queued = trainings::table
-            .filter(trainings::team.eq(team))
-            .filter(trainings::state.eq(JobState::Queued.as_str()))
-            .count()
-            .get_result(conn)?;
+        let queued = match known {
+            Some(n) => n,
+            None => trainings::table
+                .filter(trainings::team.eq(team))
+                .filter(trainings::state.eq(JobState::Queued.as_str()))
+                .count()
+                .get_result(conn)?,
+        };
         Ok(Self {
             queued,
             cap: own.flatten().map_or(default, i64::from),
@@ -189,14 +200,25 @@ fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> Tr
     }
 }
 
+/// What a batch wrote: one outcome per create, in order, and each capped
+/// team's QUEUED count after it.
+pub(super) struct BatchOutcome {
+    pub outcomes: Vec<Result<Created, DatabaseError>>,
+    pub queued: HashMap<String, i64>,
+    /// Whether any training was created (the commit changes the state epoch).
+    pub created: bool,
+}
+
 /// Writes `batch` inside the caller's transaction and returns one outcome
 /// per create, in order: a new QUEUED training with its first transition,
 /// event and audit row; the stored training of a replayed request_id; or
-/// the refusal of this create alone (it wrote nothing).
+/// the refusal of this create alone (it wrote nothing). `known` holds
+/// QUEUED counts still true from the worker's last batch.
 pub(super) fn create_batch_in(
     conn: &mut DbConnection,
     batch: &[NewTraining],
-) -> Result<Vec<Result<Created, DatabaseError>>, DatabaseError> {
+    known: &HashMap<String, i64>,
+) -> Result<BatchOutcome, DatabaseError> {
     let mut stored = stored_by_key(conn, batch)?;
     let mut queues: HashMap<&str, TeamQueue> = HashMap::new();
     let mut rows: Vec<TrainingRow> = Vec::new();
@@ -218,7 +240,10 @@ pub(super) fn create_batch_in(
             (Some(default), entry) => {
                 let queue = match entry {
                     Entry::Occupied(e) => e.into_mut(),
-                    Entry::Vacant(e) => e.insert(TeamQueue::load(conn, &new.team, default)?),
+                    Entry::Vacant(e) => {
+                        let known = known.get(&new.team).copied();
+                        e.insert(TeamQueue::load(conn, &new.team, default, known)?)
+                    }
                 };
                 if queue.queued >= queue.cap {
                     outcomes.push(Err(DatabaseError::QueueFull {
@@ -251,7 +276,14 @@ pub(super) fn create_batch_in(
     }
     insert_queued(conn, &rows)?;
     super::audit::insert_all_in(conn, &audits, now())?;
-    Ok(outcomes)
+    Ok(BatchOutcome {
+        outcomes,
+        queued: queues
+            .into_iter()
+            .map(|(team, q)| (team.to_string(), q.queued))
+            .collect(),
+        created: !rows.is_empty(),
+    })
 }
 
 /// The rows of new QUEUED trainings, each with its "created" transition and
@@ -340,36 +372,48 @@ impl CreateQueue {
 
 async fn work(db: Persistence, mut rx: mpsc::Receiver<Pending>) {
     let mut waiting = Vec::with_capacity(MAX_BATCH);
+    let mut counts = QueueCounts::default();
     while rx.recv_many(&mut waiting, MAX_BATCH).await > 0 {
         let batch = std::mem::take(&mut waiting);
         tracing::debug!(creates = batch.len(), "writing a batch of creates");
-        write(&db, batch).await;
+        write(&db, batch, &mut counts).await;
     }
 }
 
 /// Writes one batch and answers each of its callers.
-async fn write(db: &Persistence, batch: Vec<Pending>) {
+async fn write(db: &Persistence, batch: Vec<Pending>, counts: &mut QueueCounts) {
     if batch.len() == 1 {
+        counts.forget();
         let Pending { new, reply } = batch.into_iter().next().expect("one create");
         let _ = reply.send(create_one(db, new).await);
         return;
     }
+    let before = db.events_bell().state_epoch();
+    let known = Arc::new(counts.known(before));
     let news: Arc<Vec<NewTraining>> = Arc::new(batch.iter().map(|p| p.new.clone()).collect());
+    let carried = known.clone();
     let written = db
-        .transaction("create_trainings", move |c| create_batch_in(c, &news))
+        .transaction("create_trainings", move |c| {
+            create_batch_in(c, &news, &carried)
+        })
         .await;
     match written {
-        Ok(outcomes) => {
-            for (pending, outcome) in batch.into_iter().zip(outcomes) {
+        Ok(done) => {
+            let after = db.events_bell().state_epoch();
+            let known = Arc::try_unwrap(known).unwrap_or_else(|k| (*k).clone());
+            counts.after_batch(before, known, done.queued, done.created, after);
+            for (pending, outcome) in batch.into_iter().zip(done.outcomes) {
                 let _ = pending.reply.send(outcome);
             }
         }
         Err(e) if e.is_shared() => {
+            counts.forget();
             for pending in batch {
                 let _ = pending.reply.send(Err(e.replica()));
             }
         }
         Err(e) => {
+            counts.forget();
             tracing::warn!(error = %e, creates = batch.len(), "a batch of creates failed; writing them one by one");
             for Pending { new, reply } in batch {
                 let _ = reply.send(create_one(db, new).await);
@@ -387,10 +431,13 @@ async fn create_one(db: &Persistence, new: NewTraining) -> Result<Created, Datab
     let run = || {
         let batch = news.clone();
         async move {
-            db.transaction("create_training", move |c| create_batch_in(c, &batch))
-                .await?
-                .pop()
-                .ok_or_else(|| DatabaseError::Logical("a create without an outcome".into()))?
+            db.transaction("create_training", move |c| {
+                create_batch_in(c, &batch, &HashMap::new())
+            })
+            .await?
+            .outcomes
+            .pop()
+            .ok_or_else(|| DatabaseError::Logical("a create without an outcome".into()))?
         }
     };
     match run().await {

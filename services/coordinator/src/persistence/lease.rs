@@ -5,11 +5,18 @@
 //! fencing epoch and when it expires, on the database's clock (`now()`), so
 //! coordinators' clocks never have to agree. A standby takes the row once
 //! it has expired and raises the epoch; the leader renews it. Every write
-//! transaction of a fenced [`Persistence`] first reads the row `FOR SHARE`
-//! and goes on only if it still names this coordinator at its epoch: a
-//! takeover's UPDATE waits for writes already past the check, and a write
-//! that checks after it sees the new epoch and is refused, in the same
-//! transaction as the write it guards.
+//! transaction of a fenced [`Persistence`] first reads the row `FOR KEY
+//! SHARE` and goes on only if it still names this coordinator at its epoch.
+//! A takeover locks the row `FOR UPDATE` before changing it, so it waits for
+//! writes already past the check, and a write that checks after it sees the
+//! new epoch and is refused, in the same transaction as the write it guards.
+//!
+//! The leader's renewals (every second) change only `expires_at`, which
+//! takes PostgreSQL's `FOR NO KEY UPDATE` lock: compatible with `FOR KEY
+//! SHARE`, so a renewal neither waits for the writes in flight nor makes
+//! new ones queue behind it. (With `FOR SHARE` it did both: every second
+//! the writes stalled until the slowest one in flight committed, the tail
+//! of CreateTraining under load.)
 //!
 //! Raw SQL on purpose: PostgreSQL only (SQLite has one coordinator, held by
 //! [`super::exclusive`]), and `timestamptz` arithmetic on the server's clock.
@@ -83,8 +90,9 @@ pub(super) fn pg(conn: &mut DbConnection) -> Result<&mut diesel::PgConnection, D
 }
 
 /// Inside a write transaction: refused unless the lease still names
-/// `holder` at `epoch`. Holds the row FOR SHARE to the end of the
-/// transaction, so a takeover waits for this write to commit.
+/// `holder` at `epoch`. Holds the row FOR KEY SHARE to the end of the
+/// transaction, so a takeover (FOR UPDATE) waits for this write to commit;
+/// a renewal does not.
 pub(super) fn check_in(
     conn: &mut DbConnection,
     holder: &str,
@@ -92,7 +100,7 @@ pub(super) fn check_in(
 ) -> Result<(), DatabaseError> {
     let rows: Vec<Epoch> = diesel::sql_query(
         "SELECT epoch FROM coordinator_lease \
-         WHERE id = 1 AND holder = $1 AND epoch = $2 FOR SHARE",
+         WHERE id = 1 AND holder = $1 AND epoch = $2 FOR KEY SHARE",
     )
     .bind::<Text, _>(holder)
     .bind::<BigInt, _>(epoch)
@@ -118,6 +126,10 @@ impl Persistence {
     ) -> Result<Option<i64>, DatabaseError> {
         let (holder, advertise) = (holder.to_string(), advertise.to_string());
         self.unfenced("lease_campaign", move |c| {
+            // FOR UPDATE conflicts with the writes' FOR KEY SHARE: the
+            // takeover waits for the writes past the old leader's check.
+            diesel::sql_query("SELECT 1 FROM coordinator_lease WHERE id = 1 FOR UPDATE")
+                .execute(pg(c)?)?;
             let won: Vec<Epoch> = diesel::sql_query(
                 "UPDATE coordinator_lease SET holder = $1, advertise = $2, epoch = epoch + 1, \
                  expires_at = now() + make_interval(secs => $3) \

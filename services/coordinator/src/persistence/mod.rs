@@ -25,6 +25,7 @@ pub mod lease;
 pub mod measure;
 mod members;
 pub mod placements;
+mod queue_counts;
 pub mod quotas;
 pub mod ranks;
 mod rows;
