@@ -42,6 +42,28 @@ async fn live_gpus(c: &SecureCoordinator, token: &str) -> Result<Vec<v1::Gpu>, S
         .collect())
 }
 
+/// Live GPUs, asked over a channel that trusts `ca` (a rotated server's).
+async fn live_trusting(
+    c: &SecureCoordinator,
+    ca: &std::path::Path,
+    token: &str,
+) -> Result<usize, String> {
+    let channel = c
+        .channel_with(Some(ca))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let gpus = GpuServiceClient::new(channel)
+        .list_gpus(authed(v1::ListGpusRequest::default(), token))
+        .await
+        .map_err(|s| format!("{s:?}"))?
+        .into_inner()
+        .gpus;
+    Ok(gpus
+        .iter()
+        .filter(|g| g.availability() != v1::GpuAvailability::Offline)
+        .count())
+}
+
 fn audit_has(events: &serde_json::Value, method: &str, code: &str) -> bool {
     events["events"].as_array().is_some_and(|events| {
         events
@@ -288,23 +310,34 @@ async fn tls_agent_certificates_and_rotation() {
     })
     .await;
     eventually("agent-0's GPU live again", AGENT_TIMEOUT, || async {
-        let channel = c
-            .channel_with(Some(&next.ca()))
-            .await
-            .map_err(|e| format!("{e:?}"))?;
-        let gpus = GpuServiceClient::new(channel)
-            .list_gpus(authed(v1::ListGpusRequest::default(), &admin))
-            .await
-            .map_err(|s| format!("{s:?}"))?
-            .into_inner()
-            .gpus;
-        let live = gpus
-            .iter()
-            .filter(|g| g.availability() != v1::GpuAvailability::Offline)
-            .count();
+        let live = live_trusting(&c, &next.ca(), &admin).await?;
         (live == 1).then_some(()).ok_or(format!("{live} live"))
     })
     .await;
+
+    // The agent CA is replaced (a compromised CA, say) and reloaded: the
+    // session of agent-0, whose certificate the old CA signed, ends at
+    // once, and it cannot come back with that certificate.
+    std::fs::copy(next.ca(), pki.ca()).unwrap();
+    c.signal(nix::sys::signal::Signal::SIGHUP);
+    eventually(
+        "agent-0's session ended by the CA reload",
+        Duration::from_secs(10),
+        || async {
+            let live = live_trusting(&c, &next.ca(), &admin).await?;
+            (live == 0 && c.log().contains("no longer verifies"))
+                .then_some(())
+                .ok_or(format!("{live} live"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = c.agent_log("agent-0");
+    assert_eq!(
+        registrations(&log),
+        2,
+        "agent-0 came back with a certificate of the replaced CA: {log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,17 +461,25 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         Code::PermissionDenied,
         reason::PERMISSION_DENIED,
     );
+    let refused = trainings
+        .cancel_training(authed(
+            v1::CancelTrainingRequest {
+                id: vision_job.id.clone(),
+                ..Default::default()
+            },
+            &token("nlp/dev"),
+        ))
+        .await;
+    // The audit row names the training and its team; the caller sees neither.
+    let metadata = refused.as_ref().unwrap_err().metadata();
+    assert!(
+        metadata.get("cohort-audit-target").is_none()
+            && metadata.get("cohort-audit-target-team").is_none(),
+        "the denial's audit target leaked to the caller: {metadata:?}"
+    );
     expect_error(
         "nlp cancelling vision's training",
-        trainings
-            .cancel_training(authed(
-                v1::CancelTrainingRequest {
-                    id: vision_job.id.clone(),
-                    ..Default::default()
-                },
-                &token("nlp/dev"),
-            ))
-            .await,
+        refused,
         Code::PermissionDenied,
         reason::PERMISSION_DENIED,
     );
@@ -734,6 +775,19 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             "no {method} {code} in {out}"
         );
     }
+    let cross_team = format!("training {}", vision_job.id);
+    assert!(
+        events["events"].as_array().unwrap().iter().any(|e| {
+            e["method"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("CancelTraining"))
+                && e["code"] == "PERMISSION_DENIED"
+                && e["actor_team"] == "nlp"
+                && e["target"] == cross_team.as_str()
+                && e["target_team"] == "vision"
+        }),
+        "no denial naming {cross_team} of team vision in {out}"
+    );
     let out = c
         .cli_ok(
             Some(&token("vision/lead")),

@@ -37,6 +37,8 @@ pub struct Context {
     /// (`--team-env-file TEAM=FILE`); other teams' use the coordinator's own
     /// AWS_* environment.
     pub storage_env: std::sync::Arc<crate::export::source::TeamEnv>,
+    /// `--agent-ca` as reloaded: agent sessions it no longer trusts end.
+    pub agent_ca: crate::tls::AgentCa,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -66,6 +68,7 @@ impl Context {
             leadership: Default::default(),
             forwarder: Default::default(),
             storage_env: Default::default(),
+            agent_ca: Default::default(),
             stopping,
         }
     }
@@ -73,6 +76,12 @@ impl Context {
     /// Read each team's checkpoint storage with its own variables.
     pub fn with_storage_env(mut self, env: crate::export::source::TeamEnv) -> Self {
         self.storage_env = std::sync::Arc::new(env);
+        self
+    }
+
+    /// End agent sessions that a reloaded `--agent-ca` no longer trusts.
+    pub fn with_agent_ca(mut self, agent_ca: crate::tls::AgentCa) -> Self {
+        self.agent_ca = agent_ca;
         self
     }
 

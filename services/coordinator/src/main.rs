@@ -302,11 +302,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let mut reloader = None;
+    let mut agent_ca = cohort_coordinator::tls::AgentCa::default();
     let listener: cohort_coordinator::server::Listener = match security.tls.clone() {
         Some(files) => {
             let tls = cohort_coordinator::tls::TlsListener::new(tcp, files)
                 .context("loading TLS files")?;
             reloader = Some(tls.reloader());
+            agent_ca = tls.agent_ca();
             tls.into()
         }
         None => tcp.into(),
@@ -353,6 +355,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     let ctx = Context::with_settings(db, settings)
         .with_storage_env(storage_env)
+        .with_agent_ca(agent_ca)
         .with_leadership(leadership)
         .with_forwarding(forward)
         .with_history(history)

@@ -24,17 +24,20 @@ pub fn ensure_team(who: &Principal, team: &str, what: &str) -> Result<(), Status
     if who.sees_team(team) {
         return Ok(());
     }
-    Err(not_yours(who, what))
+    Err(not_yours(who, what, team))
 }
 
 /// The PERMISSION_DENIED of something outside the caller's team (or that
-/// does not exist: the same answer).
-pub fn not_yours(who: &Principal, what: &str) -> Status {
-    permission_denied(
+/// does not exist: the same answer). Its audit row names `what` and its
+/// `team` (see [`crate::auth::audit_target`]); the caller sees neither.
+pub fn not_yours(who: &Principal, what: &str, team: &str) -> Status {
+    let mut status = permission_denied(
         format!("{what} belongs to another team"),
         "team",
         who.team(),
-    )
+    );
+    crate::auth::audit_target::attach(&mut status, what, team);
+    status
 }
 
 /// Training `id` (named by request field `field`), if `who` may see it:
@@ -55,7 +58,7 @@ pub async fn visible_training(
             ensure_training(who, &training)?;
             Ok(training)
         }
-        None if !who.is_cluster_admin() => Err(not_yours(who, &format!("training {id}"))),
+        None if !who.is_cluster_admin() => Err(not_yours(who, &format!("training {id}"), "")),
         None => Err(ApiError::TrainingNotFound(id.to_string()).into()),
     }
 }
@@ -115,6 +118,6 @@ impl TeamScope {
         if training_id.is_empty() || self.sees(training_id).await {
             return Ok(());
         }
-        Err(not_yours(&self.who, &format!("training {training_id}")))
+        Err(not_yours(&self.who, &format!("training {training_id}"), ""))
     }
 }

@@ -193,9 +193,18 @@ pub async fn download(
     };
     let shared = storage.is_some();
     let env = ctx.storage_env.get(&team).map(Vec::as_slice);
-    let source = Source::open(&location, shared, &ctx.fleet, &checkpoint.agent_id, env)
-        .await
-        .map_err(|e| export_status(&id, step, e))?;
+    let (kind, actor, _) = who.actor();
+    let caller = format!("{kind}:{actor}");
+    let source = Source::open(
+        &location,
+        shared,
+        &ctx.fleet,
+        &checkpoint.agent_id,
+        &caller,
+        env,
+    )
+    .await
+    .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a
     // broken stream.
     source

@@ -120,10 +120,11 @@ where
                         _ => None,
                     };
                     request.extensions_mut().insert(principal.clone());
-                    let response = inner.call(request).await?;
+                    let mut response = inner.call(request).await?;
+                    let target = super::audit_target::take(response.headers_mut());
                     let status = tonic::Status::from_header_map(response.headers());
                     if let Some(status) = status {
-                        audit_failure(&auth, &path, principal, status).await;
+                        audit_failure(&auth, &path, principal, status, target).await;
                         return Ok(response);
                     }
                     // A stream held open under a token ends when the token does.
@@ -143,19 +144,34 @@ where
 }
 
 /// The audit row of a call that failed after the layer let it through: a
-/// handler's denial (another team's resource), or any failed change (a
-/// change that succeeds writes its own row in its transaction). Streams
-/// that fail later, in their trailers, are reads and not audited.
-async fn audit_failure(auth: &Authenticator, path: &str, who: Principal, status: tonic::Status) {
+/// handler's denial (another team's resource, named with its team: see
+/// [`super::audit_target`]), or any failed change (a change that succeeds
+/// writes its own row in its transaction). Streams that fail later, in
+/// their trailers, are reads and not audited. A call the layer itself
+/// refuses is audited before its body is read (no untrusted input is
+/// decoded before authentication), so its row names the method, not a
+/// target.
+async fn audit_failure(
+    auth: &Authenticator,
+    path: &str,
+    who: Principal,
+    status: tonic::Status,
+    (target, target_team): (String, String),
+) {
     let code = status.code();
     let mutating = permissions::MUTATING.contains(&path);
     if code == tonic::Code::Ok || !(mutating || code == tonic::Code::PermissionDenied) {
         return;
     }
     let method = path.trim_start_matches('/');
-    let team = who.team().to_string();
+    // What the handler named, and whose it is; else the caller's own team.
+    let team = if target.is_empty() {
+        who.team().to_string()
+    } else {
+        target_team
+    };
     let entry =
-        AuditEntry::ok(&who, method, "", &team).with(super::code_name(code), status.message());
+        AuditEntry::ok(&who, method, &target, &team).with(super::code_name(code), status.message());
     auth.record(entry).await;
 }
 

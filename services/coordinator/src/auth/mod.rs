@@ -4,6 +4,7 @@
 //! scope what they read and change to the caller's team (they find the
 //! [`Principal`] in the request's extensions).
 
+pub mod audit_target;
 pub mod bootstrap;
 pub mod cache;
 pub mod denials;

@@ -95,6 +95,8 @@ pub enum Source {
     Agent {
         fleet: Fleet,
         agent_id: String,
+        /// Who the reads are for (the relay bounds each caller's share).
+        caller: String,
         dir: String,
     },
     S3 {
@@ -115,6 +117,7 @@ impl Source {
         shared: bool,
         fleet: &Fleet,
         holder: &str,
+        caller: &str,
         env: Option<&[(String, String)]>,
     ) -> Result<Self, ExportError> {
         if let Some(rest) = location.strip_prefix("s3://") {
@@ -131,6 +134,7 @@ impl Source {
             return Ok(Source::Agent {
                 fleet: fleet.clone(),
                 agent_id: holder.to_string(),
+                caller: caller.to_string(),
                 dir: location.to_string(),
             });
         }
@@ -160,9 +164,10 @@ impl Source {
             Source::Agent {
                 fleet,
                 agent_id,
+                caller,
                 dir,
             } => fleet
-                .read_file(agent_id, &format!("{dir}/{file}"), 0, 0)
+                .read_file(agent_id, caller, &format!("{dir}/{file}"), 0, 0)
                 .await
                 .map(|(_, size)| size)
                 .map_err(|e| relay_error(dir, e)),
@@ -184,6 +189,7 @@ impl Source {
             Source::Agent {
                 fleet,
                 agent_id,
+                caller,
                 dir,
             } => {
                 let path = format!("{dir}/{file}");
@@ -191,7 +197,7 @@ impl Source {
                 while out.len() < len {
                     let want = (len - out.len()).min(CHUNK) as u32;
                     let (data, _) = fleet
-                        .read_file(agent_id, &path, offset + out.len() as u64, want)
+                        .read_file(agent_id, caller, &path, offset + out.len() as u64, want)
                         .await
                         .map_err(|e| relay_error(dir, e))?;
                     if data.is_empty() {

@@ -211,15 +211,17 @@ impl Fleet {
     }
 
     /// Reads up to `length` bytes of `path` from `offset` on an agent's host
-    /// (0: only its size); returns the data and the file's size.
+    /// (0: only its size) for `caller` (see [`relay::MAX_PENDING_PER_CALLER`]);
+    /// returns the data and the file's size.
     pub async fn read_file(
         &self,
         agent_id: &str,
+        caller: &str,
         path: &str,
         offset: u64,
         length: u32,
     ) -> Result<(Vec<u8>, u64), RelayError> {
-        let (request_id, answer) = self.relay.start(agent_id)?;
+        let (request_id, answer) = self.relay.start(agent_id, caller)?;
         let message = AgentCommand::ReadFile {
             request_id,
             path: path.to_string(),

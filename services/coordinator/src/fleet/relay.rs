@@ -16,6 +16,9 @@ pub const MAX_PENDING: usize = 64;
 /// Reads in flight from one agent: downloads from one host cannot take
 /// every slot, nor load that host's disk without bound.
 pub const MAX_PENDING_PER_AGENT: usize = 8;
+/// Reads in flight for one caller (a token, an agent, or anonymous callers
+/// together): one caller's downloads cannot take every slot either.
+pub const MAX_PENDING_PER_CALLER: usize = 16;
 /// How long one read may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes one read asks for at most.
@@ -33,7 +36,8 @@ pub enum RelayError {
     Refused { agent: String, reason: String },
 }
 
-type Waiter = (String, oneshot::Sender<FileChunk>);
+/// The agent asked, the caller the read is for, and where the answer goes.
+type Waiter = (String, String, oneshot::Sender<FileChunk>);
 
 #[derive(Clone, Default)]
 pub struct Relay {
@@ -44,16 +48,25 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Registers a read; returns its request id and where the answer comes.
-    pub fn start(&self, agent_id: &str) -> Result<(u64, oneshot::Receiver<FileChunk>), RelayError> {
+    /// Registers a read from `agent_id` for `caller`; returns its request id
+    /// and where the answer comes.
+    pub fn start(
+        &self,
+        agent_id: &str,
+        caller: &str,
+    ) -> Result<(u64, oneshot::Receiver<FileChunk>), RelayError> {
         let mut pending = self.pending.lock().expect("relay lock");
-        let from_agent = pending.values().filter(|(a, _)| a == agent_id).count();
-        if pending.len() >= MAX_PENDING || from_agent >= MAX_PENDING_PER_AGENT {
+        let from_agent = pending.values().filter(|(a, _, _)| a == agent_id).count();
+        let for_caller = pending.values().filter(|(_, c, _)| c == caller).count();
+        if pending.len() >= MAX_PENDING
+            || from_agent >= MAX_PENDING_PER_AGENT
+            || for_caller >= MAX_PENDING_PER_CALLER
+        {
             return Err(RelayError::Busy);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
-        pending.insert(id, (agent_id.to_string(), tx));
+        pending.insert(id, (agent_id.to_string(), caller.to_string(), tx));
         Ok((id, rx))
     }
 
@@ -66,8 +79,8 @@ impl Relay {
     pub fn complete(&self, agent_id: &str, data: FileChunk) {
         let mut pending = self.pending.lock().expect("relay lock");
         match pending.get(&data.request_id) {
-            Some((owner, _)) if owner == agent_id => {
-                let (_, tx) = pending.remove(&data.request_id).expect("present");
+            Some((owner, _, _)) if owner == agent_id => {
+                let (_, _, tx) = pending.remove(&data.request_id).expect("present");
                 let _ = tx.send(data);
             }
             _ => {
@@ -90,7 +103,7 @@ mod tests {
     #[test]
     fn answers_reach_only_their_own_waiter() {
         let relay = Relay::default();
-        let (id, mut rx) = relay.start("a1").unwrap();
+        let (id, mut rx) = relay.start("a1", "me").unwrap();
         let answer = |request_id| FileChunk {
             request_id,
             data: vec![1],
@@ -102,20 +115,31 @@ mod tests {
         assert_eq!(relay.stray.load(Ordering::Relaxed), 2);
         relay.complete("a1", answer(id));
         assert_eq!(rx.try_recv().unwrap().data, vec![1]);
-        for _ in 0..MAX_PENDING_PER_AGENT {
-            relay.start("a1").unwrap();
+        for i in 0..MAX_PENDING_PER_AGENT {
+            relay.start("a1", &format!("c{i}")).unwrap();
         }
         assert_eq!(
-            relay.start("a1").unwrap_err(),
+            relay.start("a1", "c-new").unwrap_err(),
             RelayError::Busy,
             "one agent holds at most its share"
         );
+        for agent in 0..MAX_PENDING_PER_CALLER {
+            relay.start(&format!("b{agent}"), "greedy").unwrap();
+        }
+        assert_eq!(
+            relay.start("b-new", "greedy").unwrap_err(),
+            RelayError::Busy,
+            "one caller holds at most its share, across agents"
+        );
         let mut agent = 2;
-        while relay.start(&format!("a{agent}")).is_ok() {
+        while relay
+            .start(&format!("a{agent}"), &format!("c{agent}"))
+            .is_ok()
+        {
             agent += 1;
         }
         assert_eq!(
-            relay.start("a-new").unwrap_err(),
+            relay.start("a-new", "c-new").unwrap_err(),
             RelayError::Busy,
             "and all agents together at most MAX_PENDING"
         );

@@ -49,29 +49,41 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// What verifies agents' client certificates (`--agent-ca`).
+pub type ClientVerifier = Arc<dyn rustls::server::danger::ClientCertVerifier>;
+
 impl TlsFiles {
+    /// The verifier of client certificates against `--agent-ca` (optional
+    /// at the TLS layer); `None` without one.
+    pub fn client_verifier(&self) -> Result<Option<ClientVerifier>, TlsError> {
+        let Some(ca) = &self.client_ca else {
+            return Ok(None);
+        };
+        let mut roots = RootCertStore::empty();
+        for cert in read_certs(ca)? {
+            roots.add(cert).map_err(|e| file_error(ca, e))?;
+        }
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| file_error(ca, e))?;
+        Ok(Some(verifier))
+    }
+
     /// The server config: h2 only, TLS 1.2 and 1.3, client certificates
-    /// checked against the client CA when there is one (and optional).
-    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    /// checked by `verifier` when there is one (and optional).
+    pub fn server_config(
+        &self,
+        verifier: Option<ClientVerifier>,
+    ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let certs = read_certs(&self.cert)?;
         let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|e| file_error(&self.key, e))?;
         let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?;
-        let builder = match &self.client_ca {
+        let builder = match verifier {
             None => builder.with_no_client_auth(),
-            Some(ca) => {
-                let mut roots = RootCertStore::empty();
-                for cert in read_certs(ca)? {
-                    roots.add(cert).map_err(|e| file_error(ca, e))?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                        .allow_unauthenticated()
-                        .build()
-                        .map_err(|e| file_error(ca, e))?;
-                builder.with_client_cert_verifier(verifier)
-            }
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
         };
         let mut config = builder.with_single_cert(certs, key).map_err(|e| {
             file_error(

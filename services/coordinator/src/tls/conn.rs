@@ -18,6 +18,9 @@ pub struct PeerInfo {
     pub remote: SocketAddr,
     /// The verified client certificate's identity; `None` without one.
     pub identity: Option<PeerIdentity>,
+    /// The client's certificate chain as presented, leaf first (empty
+    /// without one): checked again when `--agent-ca` is reloaded.
+    pub chain: std::sync::Arc<Vec<rustls::pki_types::CertificateDer<'static>>>,
 }
 
 pub struct TlsConn {
@@ -29,16 +32,19 @@ impl TlsConn {
     pub fn new(stream: TlsStream<TcpStream>, remote: SocketAddr) -> Self {
         // rustls has verified the chain against the client CA; an unusable
         // certificate (no name) counts as none.
-        let identity = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|certs| certs.first())
+        let presented = stream.get_ref().1.peer_certificates().unwrap_or_default();
+        let identity = presented
+            .first()
             .and_then(|leaf| identity_of(leaf))
             .map(PeerIdentity);
+        let chain = std::sync::Arc::new(presented.iter().map(|c| c.clone().into_owned()).collect());
         Self {
             stream,
-            info: PeerInfo { remote, identity },
+            info: PeerInfo {
+                remote,
+                identity,
+                chain,
+            },
         }
     }
 }

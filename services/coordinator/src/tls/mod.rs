@@ -2,14 +2,18 @@
 //! with `--agent-ca`, client certificates verified against that CA but not
 //! required at the TLS layer (users may come with tokens alone; the auth
 //! layer requires a certificate for `AgentService`). A plaintext client
-//! fails the handshake. The files are re-read on [`TlsListener::reload`]
-//! (SIGHUP): new connections use the new certificate, open ones keep theirs.
+//! fails the handshake. The files are re-read on [`TlsReloader::reload`]
+//! (SIGHUP): new connections use the new certificate, open ones keep theirs,
+//! except agent sessions whose certificate the reloaded `--agent-ca` no
+//! longer verifies: they end ([`AgentCa`]).
 
+mod agent_ca;
 mod config;
 mod conn;
 mod identity;
 
-pub use config::{TlsError, TlsFiles};
+pub use agent_ca::AgentCa;
+pub use config::{ClientVerifier, TlsError, TlsFiles};
 pub use conn::{PeerInfo, TlsConn};
 pub use identity::identity_of;
 
@@ -58,8 +62,7 @@ impl PerPeer {
 /// A TCP listener whose connections are TLS, with a reloadable config.
 pub struct TlsListener {
     listener: TcpListener,
-    files: TlsFiles,
-    config: Arc<RwLock<Arc<rustls::ServerConfig>>>,
+    reloader: TlsReloader,
 }
 
 /// Reloads the listener's certificate, key and client CA (cheap to clone).
@@ -67,13 +70,17 @@ pub struct TlsListener {
 pub struct TlsReloader {
     files: TlsFiles,
     config: Arc<RwLock<Arc<rustls::ServerConfig>>>,
+    agent_ca: AgentCa,
 }
 
 impl TlsReloader {
-    /// Re-reads the files; on an error the old config stays in use.
+    /// Re-reads the files; on an error the old config stays in use. Agent
+    /// sessions are told of the new client CA once it is in use.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let fresh = self.files.server_config()?;
+        let verifier = self.files.client_verifier()?;
+        let fresh = self.files.server_config(verifier.clone())?;
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        self.agent_ca.publish(verifier);
         tracing::info!(cert = %self.files.cert.display(), "TLS certificate and keys reloaded");
         Ok(())
     }
@@ -82,11 +89,15 @@ impl TlsReloader {
 impl TlsListener {
     /// Loads the files (an error names the file and what is wrong with it).
     pub fn new(listener: TcpListener, files: TlsFiles) -> Result<Self, TlsError> {
-        let config = Arc::new(RwLock::new(files.server_config()?));
+        let verifier = files.client_verifier()?;
+        let config = Arc::new(RwLock::new(files.server_config(verifier.clone())?));
         Ok(Self {
             listener,
-            files,
-            config,
+            reloader: TlsReloader {
+                files,
+                config,
+                agent_ca: AgentCa::new(verifier),
+            },
         })
     }
 
@@ -95,10 +106,12 @@ impl TlsListener {
     }
 
     pub fn reloader(&self) -> TlsReloader {
-        TlsReloader {
-            files: self.files.clone(),
-            config: self.config.clone(),
-        }
+        self.reloader.clone()
+    }
+
+    /// What agent sessions watch to end when a reload stops trusting them.
+    pub fn agent_ca(&self) -> AgentCa {
+        self.reloader.agent_ca.clone()
     }
 
     /// The stream of established TLS connections: an accept loop hands each
@@ -139,6 +152,7 @@ impl TlsListener {
                 }
                 let _ = tcp.set_nodelay(true);
                 let config = self
+                    .reloader
                     .config
                     .read()
                     .unwrap_or_else(|e| e.into_inner())

@@ -65,6 +65,12 @@ impl AgentService for AgentApi {
             crate::model::Principal::Agent { name } => Some(name),
             _ => None,
         };
+        // Its certificate as presented, checked again at every --agent-ca reload.
+        let chain = request
+            .extensions()
+            .get::<crate::tls::PeerInfo>()
+            .map(|p| p.chain.clone())
+            .unwrap_or_default();
         let mut accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
         // The member set goes with Registered, then again at every change.
         if let Some(v1::coordinator_message::Message::Registered(r)) =
@@ -76,12 +82,22 @@ impl AgentService for AgentApi {
         }
         let changes = WatchStream::from_changes(ctx.leadership.subscribe_members())
             .map(|members| Some(AgentCommand::Members(members)));
+        // A reloaded --agent-ca that refuses this agent's certificate ends
+        // the session (the `None`).
+        let agent_ca = ctx.agent_ca.clone();
+        let untrusted = tokio_stream::once(())
+            .then(move |()| {
+                let (agent_ca, chain) = (agent_ca.clone(), chain.clone());
+                async move { agent_ca.refused(&chain).await }
+            })
+            .map(|()| None);
         // The session ends with its command channel (the `None` after it),
         // whatever the member set does.
         let commands = ReceiverStream::new(accepted.commands)
             .map(Some)
             .chain(tokio_stream::once(None))
             .merge(changes)
+            .merge(untrusted)
             .map_while(|command| command);
         // Every command carries the epoch it is sent under; none goes out
         // once this coordinator no longer leads (the session ends instead).
