@@ -336,7 +336,8 @@ impl SecureCoordinator {
             .arg(self.url())
             .env_remove("COHORT_COORDINATOR")
             .env_remove("COHORT_TOKEN")
-            .env_remove("COHORT_CA_CERT");
+            .env_remove("COHORT_CA_CERT")
+            .env("COHORT_CACHE_DIR", self.root.join("cli-cache"));
         if self.options.tls.is_some() {
             command
                 .arg("--ca-cert")

@@ -87,7 +87,13 @@ async fn tls_agent_certificates_and_rotation() {
             tls: Some(server.clone()),
             agent_ca: Some(pki.ca()),
             auth: "token".into(),
-            extra: vec!["--health-listen".into(), format!("127.0.0.1:{probe_port}")],
+            extra: vec![
+                "--health-listen".into(),
+                format!("127.0.0.1:{probe_port}"),
+                // The main CA may certify agents named agent-* only.
+                "--agent-names".into(),
+                "main test CA=agent-*".into(),
+            ],
         },
     );
     let admin = c.bootstrap_token("ops", "root", "cluster-admin");
@@ -176,6 +182,9 @@ async fn tls_agent_certificates_and_rotation() {
     // A certificate of agent-0 claiming another name is refused and audited.
     let stolen = pki.agent("stolen", "agent-0");
     c.start_agent("impostor", "impostor", 1, &tls_flags(&stolen, &pki.ca()));
+    // A certificate the CA may not give (outside `agent-*`) is refused.
+    let rogue = pki.agent("rogue-1", "rogue-1");
+    c.start_agent("rogue-1", "rogue-1", 1, &tls_flags(&rogue, &pki.ca()));
     // A certificate of another CA fails the handshake.
     let foreign = Pki::new(&dir.path().join("foreign"), "foreign");
     let outsider = foreign.agent("outsider", "outsider");
@@ -215,6 +224,27 @@ async fn tls_agent_certificates_and_rotation() {
     assert!(
         impostor.contains("cannot register as \"impostor\" (PermissionDenied)"),
         "{impostor}"
+    );
+    eventually("rogue-1 refused by the allowlist", AGENT_TIMEOUT, || async {
+        let rogue = c.agent_log("rogue-1");
+        (rogue.contains("may certify agents named agent-* only"))
+            .then_some(())
+            .ok_or(rogue)
+    })
+    .await;
+    let out = c
+        .cli_ok(Some(&admin), &["-o", "json", "audit", "list"])
+        .await;
+    let events: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        events["events"].as_array().unwrap().iter().any(|e| {
+            e["code"] == "PERMISSION_DENIED"
+                && e["target"] == "rogue-1"
+                && e["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("may not certify"))
+        }),
+        "no audit row of rogue-1's refusal in {out}"
     );
 
     // grpcurl, as a user types it: -cacert and the bearer header.

@@ -30,6 +30,9 @@ pub mod reason {
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
     pub const AGENT_IDENTITY_MISMATCH: &str = "AGENT_IDENTITY_MISMATCH";
+    /// An agent's certificate names an agent its issuing CA may not
+    /// certify (`--agent-names`); metadata `certificate`, `issuer`.
+    pub const AGENT_NAME_NOT_ALLOWED: &str = "AGENT_NAME_NOT_ALLOWED";
     pub const TOKEN_EXISTS: &str = "TOKEN_EXISTS";
     pub const TOKEN_NOT_FOUND: &str = "TOKEN_NOT_FOUND";
     pub const QUEUE_FULL: &str = "QUEUE_FULL";
@@ -67,6 +70,7 @@ pub mod reason {
         UNAUTHENTICATED,
         PERMISSION_DENIED,
         AGENT_IDENTITY_MISMATCH,
+        AGENT_NAME_NOT_ALLOWED,
         TOKEN_EXISTS,
         TOKEN_NOT_FOUND,
         QUEUE_FULL,

@@ -363,6 +363,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_auth(cohort_coordinator::auth::AuthSettings {
             mode: security.mode,
             agent_certs: security.agent_certs,
+            agent_names: security.agent_names.clone(),
             audit_retention: args.security.audit_retention,
         });
     if let Some(reloader) = reloader {

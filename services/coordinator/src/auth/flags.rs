@@ -50,6 +50,11 @@ pub struct SecurityFlags {
         requires = "tls_cert"
     )]
     pub agent_ca: Option<PathBuf>,
+    /// Which agent names an agent CA may certify: ISSUER=PATTERN[,PATTERN]
+    /// (the issuing CA's common name; `*` matches any run), repeatable.
+    /// Once given, a CA without a list certifies no agent.
+    #[arg(long = "agent-names", value_name = "ISSUER=PATTERNS", requires = "agent_ca")]
+    pub agent_names: Vec<super::agent_names::AgentNamesFlag>,
     /// Allow a non-loopback listener without TLS, token auth or an agent CA.
     #[arg(long)]
     pub insecure: bool,
@@ -65,6 +70,8 @@ pub struct Security {
     pub tls: Option<TlsFiles>,
     /// Agents must present a certificate of the agent CA.
     pub agent_certs: bool,
+    /// The names each agent CA may certify (`--agent-names`).
+    pub agent_names: super::agent_names::AgentNames,
 }
 
 impl SecurityFlags {
@@ -108,6 +115,7 @@ impl SecurityFlags {
         Ok(Security {
             mode,
             agent_certs: self.agent_ca.is_some(),
+            agent_names: super::agent_names::AgentNames::new(&self.agent_names),
             tls,
         })
     }

@@ -4,6 +4,7 @@
 //! scope what they read and change to the caller's team (they find the
 //! [`Principal`] in the request's extensions).
 
+pub mod agent_names;
 pub mod audit_target;
 pub mod bootstrap;
 pub mod cache;
@@ -53,6 +54,8 @@ pub struct AuthSettings {
     pub mode: AuthMode,
     /// Agents must present a client certificate (`--agent-ca`).
     pub agent_certs: bool,
+    /// The names each agent CA may certify (`--agent-names`).
+    pub agent_names: agent_names::AgentNames,
     /// Audit rows older than this are deleted.
     pub audit_retention: std::time::Duration,
 }
@@ -63,6 +66,7 @@ impl Default for AuthSettings {
         Self {
             mode: AuthMode::None,
             agent_certs: false,
+            agent_names: Default::default(),
             audit_retention: std::time::Duration::from_secs(90 * 86_400),
         }
     }
@@ -133,6 +137,8 @@ pub struct Authenticator {
     pub mode: AuthMode,
     /// Agents must present a client certificate (`--agent-ca`).
     pub agent_certs: bool,
+    /// The names each agent CA may certify (`--agent-names`).
+    pub agent_names: agent_names::AgentNames,
     pub audit_retention: std::time::Duration,
     db: Persistence,
     cache: TokenCache,
@@ -188,6 +194,7 @@ impl Authenticator {
         Arc::new(Self {
             mode: settings.mode,
             agent_certs: settings.agent_certs,
+            agent_names: settings.agent_names,
             audit_retention: settings.audit_retention,
             db,
             cache: TokenCache::default(),

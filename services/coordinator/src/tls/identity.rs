@@ -27,3 +27,16 @@ pub fn identity_of(cert: &CertificateDer<'_>) -> Option<String> {
         .map(str::to_string);
     cn
 }
+
+/// The common name of the CA that issued a DER certificate (its issuer's
+/// CN); `None` when it has none (or does not parse).
+pub fn issuer_of(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(cert.as_ref()).ok()?;
+    let cn = cert
+        .issuer()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_string);
+    cn
+}

@@ -71,7 +71,9 @@ impl AgentService for AgentApi {
             .get::<crate::tls::PeerInfo>()
             .map(|p| p.chain.clone())
             .unwrap_or_default();
-        let mut accepted = register::accept(ctx.clone(), identity, request.into_inner()).await?;
+        let issuer = chain.first().and_then(crate::tls::issuer_of);
+        let mut accepted =
+            register::accept(ctx.clone(), identity, issuer, request.into_inner()).await?;
         // The member set goes with Registered, then again at every change.
         if let Some(v1::coordinator_message::Message::Registered(r)) =
             accepted.registered.message.as_mut()

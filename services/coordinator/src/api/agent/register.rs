@@ -94,13 +94,20 @@ pub(super) struct Accepted {
 
 /// The name an agent registers must be the identity of its client
 /// certificate, when it presented one: else PERMISSION_DENIED
-/// (AGENT_IDENTITY_MISMATCH), logged and audited, and nothing is recorded.
-async fn check_identity(ctx: &Context, identity: Option<&str>, name: &str) -> Result<(), Status> {
+/// (AGENT_IDENTITY_MISMATCH); and one its issuing CA may certify
+/// (`--agent-names`): else PERMISSION_DENIED (AGENT_NAME_NOT_ALLOWED).
+/// Either is logged and audited, and nothing is recorded.
+async fn check_identity(
+    ctx: &Context,
+    identity: Option<&str>,
+    issuer: Option<&str>,
+    name: &str,
+) -> Result<(), Status> {
     let Some(identity) = identity else {
         return Ok(());
     };
     if identity == name {
-        return Ok(());
+        return check_allowed(ctx, identity, issuer).await;
     }
     tracing::warn!(
         certificate = identity,
@@ -129,11 +136,56 @@ async fn check_identity(ctx: &Context, identity: Option<&str>, name: &str) -> Re
     ))
 }
 
+/// An agent's certified name against its CA's allowlist (`--agent-names`).
+async fn check_allowed(ctx: &Context, identity: &str, issuer: Option<&str>) -> Result<(), Status> {
+    let names = &ctx.auth.agent_names;
+    if names.allows(issuer, identity) {
+        return Ok(());
+    }
+    let issuer = issuer.unwrap_or("");
+    let allowed = names.patterns_of(Some(issuer));
+    tracing::warn!(
+        certificate = identity,
+        issuer,
+        ?allowed,
+        "an agent's CA may not certify its name"
+    );
+    let who = crate::model::Principal::Agent {
+        name: identity.to_string(),
+    };
+    ctx.auth
+        .record(
+            crate::model::AuditEntry::ok(&who, "cohort.v1.AgentService/Connect", identity, "")
+                .with(
+                    "PERMISSION_DENIED",
+                    format!("CA {issuer:?} may not certify this agent name"),
+                ),
+        )
+        .await;
+    Err(cohort_proto::error::status(
+        tonic::Code::PermissionDenied,
+        reason::AGENT_NAME_NOT_ALLOWED,
+        if allowed.is_empty() {
+            format!("the CA {issuer:?} that issued this agent's certificate may certify no agent here")
+        } else {
+            format!(
+                "the CA {issuer:?} may certify agents named {} only, not {identity:?}",
+                allowed.join(", ")
+            )
+        },
+        [
+            ("certificate".to_string(), identity.to_string()),
+            ("issuer".to_string(), issuer.to_string()),
+        ],
+    ))
+}
+
 /// Accept a Connect stream: register the agent (as its certificate's
 /// `identity`, when it has one) and spawn its session.
 pub(super) async fn accept(
     ctx: Context,
     identity: Option<String>,
+    issuer: Option<String>,
     mut inbound: Streaming<v1::AgentMessage>,
 ) -> Result<Accepted, Status> {
     let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
@@ -150,7 +202,13 @@ pub(super) async fn accept(
         ));
     };
     let gpus = validate(&reg)?;
-    check_identity(&ctx, identity.as_deref(), &reg.agent_name).await?;
+    check_identity(
+        &ctx,
+        identity.as_deref(),
+        issuer.as_deref(),
+        &reg.agent_name,
+    )
+    .await?;
     let agent_id = ctx
         .db
         .register_agent(AgentRegistration {
