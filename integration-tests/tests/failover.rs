@@ -336,6 +336,10 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
     cluster
         .wait_state(&id, State::Running, Duration::from_secs(60))
         .await;
+    // A CLI told coordinator 0 alone learns the member set from its answers.
+    let only_first = cluster.coordinator_url(0);
+    let learned = cluster.cli_at(&only_first, &["train", "list"]).await;
+    assert!(learned.status.success(), "{learned:?}");
 
     cluster.kill_coordinator_at(0);
     let leader = cluster.wait_leader(Some(0), TAKEOVER_BOUND * 2).await;
@@ -361,6 +365,16 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
         String::from_utf8_lossy(&listed.stderr)
     );
     assert!(String::from_utf8_lossy(&listed.stdout).contains(&id));
+    // Told only the dead coordinator 0, the CLI reaches the others it learned.
+    let through_members = cluster
+        .cli_at(&only_first, &["-o", "json", "train", "get", &id])
+        .await;
+    assert!(
+        through_members.status.success(),
+        "a CLI told only {only_first} (dead): {}",
+        String::from_utf8_lossy(&through_members.stderr)
+    );
+    assert!(String::from_utf8_lossy(&through_members.stdout).contains(&id));
     succeeded_in_one_attempt(&cluster, &url, &id, 600).await;
 }
 

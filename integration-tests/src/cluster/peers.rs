@@ -181,7 +181,9 @@ impl Cluster {
             .arg("--coordinator")
             .arg(coordinators)
             .args(args)
-            .env_remove("COHORT_COORDINATOR");
+            .env_remove("COHORT_COORDINATOR")
+            // The member sets the CLI learns stay with this cluster.
+            .env("COHORT_CACHE_DIR", self.root().join("cli-cache"));
         procs::output_within(
             &mut command,
             super::CLI_TIMEOUT,

@@ -13,8 +13,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A channel that sends the caller's credentials with every request.
-pub type Conn = InterceptedService<Channel, Credentials>;
+/// A channel that sends the caller's credentials with every request and
+/// notes the member set of every answer ([`crate::members`]).
+pub type Conn = InterceptedService<crate::members::Learn<Channel>, Credentials>;
 
 /// A coordinator address as typed: `http://host:port`, or `host:port` (http assumed).
 pub fn normalize_url(url: &str) -> String {
@@ -32,6 +33,9 @@ pub fn normalize_url(url: &str) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct Coordinator {
     pub url: String,
+    /// The `--coordinator` list as given: what the learned member set is
+    /// kept under (the same after a NOT_LEADER answer reorders `url`).
+    pub members_key: String,
     pub connect_timeout: Duration,
     /// The bearer token (`--token`, `COHORT_TOKEN`).
     pub token: Option<String>,
@@ -43,7 +47,8 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// Dials the first coordinator of the list that answers (`url` may be a
-    /// comma-separated list: coordinators sharing PostgreSQL).
+    /// comma-separated list: coordinators sharing PostgreSQL), then the
+    /// members an earlier run learned for this list (same scheme only).
     pub async fn channel(&self) -> Result<Conn, CliError> {
         let credentials = Credentials::new(self.token.as_deref())?;
         let tls = match &self.ca_cert {
@@ -51,12 +56,21 @@ impl Coordinator {
             None => None,
         };
         let mut unreachable = None;
-        for url in split_urls(&self.url) {
+        let given = split_urls(&self.url);
+        let learned = crate::members::load(&self.members_key)
+            .into_iter()
+            .filter(|m| self.same_scheme(m))
+            .filter(|m| !given.iter().any(|g| normalize_url(g) == normalize_url(m)));
+        let urls: Vec<String> = given.iter().cloned().chain(learned).collect();
+        for url in urls {
             if credentials.header.is_some() && !self.allow_plaintext_token {
                 refuse_plaintext_token(&url)?;
             }
             match connect(&url, self.connect_timeout, tls.clone()).await {
-                Ok(channel) => return Ok(InterceptedService::new(channel, credentials)),
+                Ok(channel) => {
+                    let channel = crate::members::Learn::new(channel);
+                    return Ok(InterceptedService::new(channel, credentials));
+                }
                 Err(e @ CliError::Unreachable { .. }) => {
                     tracing::debug!(%url, error = %e, "trying the next coordinator");
                     unreachable = Some(e);

@@ -13,6 +13,7 @@ mod client;
 mod commands;
 mod config;
 mod errors;
+mod members;
 mod render;
 
 use clap::{Parser, Subcommand};
@@ -126,11 +127,21 @@ pub(crate) fn parse_seconds(text: &str) -> Result<Duration, String> {
 /// How many NOT_LEADER answers a command follows to the leader they name.
 const MAX_FOLLOWS: usize = 2;
 
+/// Runs the command, then keeps the coordinators' member set it learned
+/// for the next run ([`members`]).
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let given = cli.coordinator.clone();
+    let outcome = run_following(cli).await;
+    members::save(&given);
+    outcome
+}
+
 /// Runs the command; a standby's NOT_LEADER answer (which changed nothing)
 /// sends it again to the leader the answer names.
-async fn run(cli: Cli) -> Result<(), CliError> {
+async fn run_following(cli: Cli) -> Result<(), CliError> {
     let mut coordinator = client::Coordinator {
         url: cli.coordinator.clone(),
+        members_key: cli.coordinator.clone(),
         connect_timeout: cli.connect_timeout,
         token: cli.token.clone(),
         ca_cert: cli.ca_cert.clone(),

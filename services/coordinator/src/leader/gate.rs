@@ -56,6 +56,19 @@ pub fn not_leader(path: &str, leader: Option<&str>) -> tonic::Status {
     }
 }
 
+/// Response metadata of every call: the coordinators' `--advertise` URLs,
+/// comma-separated (the member set), so a client that knew one learns the
+/// others (the CLI keeps them for its next run).
+pub const MEMBERS_HEADER: &str = "cohort-members";
+
+fn members_header(leadership: &Leadership) -> Option<http::HeaderValue> {
+    let members = leadership.members();
+    if members.is_empty() {
+        return None;
+    }
+    http::HeaderValue::from_str(&members.join(",")).ok()
+}
+
 /// Never forwarded: an agent holds its session with the leader itself.
 const NEVER_FORWARDED: &[&str] = &["/cohort.v1.AgentService/Connect"];
 
@@ -112,11 +125,18 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let members = members_header(&self.leadership);
         if self.leadership.is_leader() || served_by_standby(request.uri().path()) {
             // The clone that was polled ready serves this call.
             let clone = self.inner.clone();
             let mut inner = std::mem::replace(&mut self.inner, clone);
-            return Box::pin(inner.call(request));
+            return Box::pin(async move {
+                let mut response = inner.call(request).await?;
+                if let Some(members) = members {
+                    response.headers_mut().insert(MEMBERS_HEADER, members);
+                }
+                Ok(response)
+            });
         }
         let path = request.uri().path().to_string();
         let leader = self.leadership.role().leader_hint().map(str::to_string);
@@ -135,7 +155,10 @@ where
         };
         let Some(channel) = channel else {
             tracing::debug!(%path, leader = ?leader, "refused a change on a standby");
-            let refusal = not_leader(&path, leader.as_deref()).into_http();
+            let mut refusal = not_leader(&path, leader.as_deref()).into_http();
+            if let Some(members) = members {
+                refusal.headers_mut().insert(MEMBERS_HEADER, members);
+            }
             return Box::pin(async move { Ok(refusal) });
         };
         if let Ok(me) = http::HeaderValue::from_str(&self.forwarder.settings().me) {
