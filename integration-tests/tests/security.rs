@@ -225,12 +225,16 @@ async fn tls_agent_certificates_and_rotation() {
         impostor.contains("cannot register as \"impostor\" (PermissionDenied)"),
         "{impostor}"
     );
-    eventually("rogue-1 refused by the allowlist", AGENT_TIMEOUT, || async {
-        let rogue = c.agent_log("rogue-1");
-        (rogue.contains("may certify agents named agent-* only"))
-            .then_some(())
-            .ok_or(rogue)
-    })
+    eventually(
+        "rogue-1 refused by the allowlist",
+        AGENT_TIMEOUT,
+        || async {
+            let rogue = c.agent_log("rogue-1");
+            (rogue.contains("may certify agents named agent-* only"))
+                .then_some(())
+                .ok_or(rogue)
+        },
+    )
     .await;
     let out = c
         .cli_ok(Some(&admin), &["-o", "json", "audit", "list"])

@@ -137,7 +137,10 @@ mod tests {
         assert!(load("http://a:1").is_empty());
         *LEARNED.lock().unwrap() = Some(parse("http://a:1, http://b:2,,http://c:3"));
         save("http://a:1");
-        assert_eq!(load("http://a:1"), ["http://a:1", "http://b:2", "http://c:3"]);
+        assert_eq!(
+            load("http://a:1"),
+            ["http://a:1", "http://b:2", "http://c:3"]
+        );
         assert!(load("http://other:1").is_empty(), "another cluster's list");
         assert_eq!(parse(&vec!["http://x:1"; 40].join(",")).len(), MAX_MEMBERS);
     }

@@ -39,7 +39,9 @@ impl FromStr for AgentNamesFlag {
             .map(str::to_string)
             .collect();
         if issuer.is_empty() || patterns.is_empty() {
-            return Err(format!("{s:?}: an issuer and at least one pattern are needed"));
+            return Err(format!(
+                "{s:?}: an issuer and at least one pattern are needed"
+            ));
         }
         Ok(Self {
             issuer: issuer.to_string(),
@@ -119,13 +121,23 @@ mod tests {
 
     #[test]
     fn each_ca_certifies_only_its_own_names() {
-        let n = names(&["rack-a CA=gpu-a-*", "rack-b CA=gpu-b-*,spare", "rack-a CA=login"]);
+        let n = names(&[
+            "rack-a CA=gpu-a-*",
+            "rack-b CA=gpu-b-*,spare",
+            "rack-a CA=login",
+        ]);
         assert!(n.allows(Some("rack-a CA"), "gpu-a-01"));
         assert!(n.allows(Some("rack-a CA"), "login"));
         assert!(!n.allows(Some("rack-a CA"), "gpu-b-01"));
         assert!(n.allows(Some("rack-b CA"), "spare"));
-        assert!(!n.allows(Some("rack-b CA"), "spare-2"), "patterns match whole names");
-        assert!(!n.allows(Some("other CA"), "gpu-a-01"), "a CA without a list certifies none");
+        assert!(
+            !n.allows(Some("rack-b CA"), "spare-2"),
+            "patterns match whole names"
+        );
+        assert!(
+            !n.allows(Some("other CA"), "gpu-a-01"),
+            "a CA without a list certifies none"
+        );
         assert!(!n.allows(None, "gpu-a-01"));
         assert!(AgentNames::default().allows(None, "anything"));
         assert_eq!(n.patterns_of(Some("rack-b CA")), vec!["gpu-b-*", "spare"]);

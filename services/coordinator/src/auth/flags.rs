@@ -53,7 +53,11 @@ pub struct SecurityFlags {
     /// Which agent names an agent CA may certify: ISSUER=PATTERN[,PATTERN]
     /// (the issuing CA's common name; `*` matches any run), repeatable.
     /// Once given, a CA without a list certifies no agent.
-    #[arg(long = "agent-names", value_name = "ISSUER=PATTERNS", requires = "agent_ca")]
+    #[arg(
+        long = "agent-names",
+        value_name = "ISSUER=PATTERNS",
+        requires = "agent_ca"
+    )]
     pub agent_names: Vec<super::agent_names::AgentNamesFlag>,
     /// Allow a non-loopback listener without TLS, token auth or an agent CA.
     #[arg(long)]

@@ -166,7 +166,9 @@ async fn check_allowed(ctx: &Context, identity: &str, issuer: Option<&str>) -> R
         tonic::Code::PermissionDenied,
         reason::AGENT_NAME_NOT_ALLOWED,
         if allowed.is_empty() {
-            format!("the CA {issuer:?} that issued this agent's certificate may certify no agent here")
+            format!(
+                "the CA {issuer:?} that issued this agent's certificate may certify no agent here"
+            )
         } else {
             format!(
                 "the CA {issuer:?} may certify agents named {} only, not {identity:?}",
