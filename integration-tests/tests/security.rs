@@ -30,7 +30,12 @@ fn temp() -> tempfile::TempDir {
 
 /// The live GPUs `token` sees.
 async fn live_gpus(c: &SecureCoordinator, token: &str) -> Result<Vec<v1::Gpu>, String> {
-    let gpus = GpuServiceClient::new(c.channel().await)
+    live_on(c.channel().await, token).await
+}
+
+/// The live GPUs `token` sees through `channel`.
+async fn live_on(channel: tonic::transport::Channel, token: &str) -> Result<Vec<v1::Gpu>, String> {
+    let gpus = GpuServiceClient::new(channel)
         .list_gpus(authed(v1::ListGpusRequest::default(), token))
         .await
         .map_err(|s| format!("{s:?}"))?
@@ -42,7 +47,8 @@ async fn live_gpus(c: &SecureCoordinator, token: &str) -> Result<Vec<v1::Gpu>, S
         .collect())
 }
 
-/// Live GPUs, asked over a channel that trusts `ca` (a rotated server's).
+/// How many GPUs are live, asked over a channel that trusts `ca` (a
+/// rotated server's).
 async fn live_trusting(
     c: &SecureCoordinator,
     ca: &std::path::Path,
@@ -52,16 +58,7 @@ async fn live_trusting(
         .channel_with(Some(ca))
         .await
         .map_err(|e| format!("{e:?}"))?;
-    let gpus = GpuServiceClient::new(channel)
-        .list_gpus(authed(v1::ListGpusRequest::default(), token))
-        .await
-        .map_err(|s| format!("{s:?}"))?
-        .into_inner()
-        .gpus;
-    Ok(gpus
-        .iter()
-        .filter(|g| g.availability() != v1::GpuAvailability::Offline)
-        .count())
+    Ok(live_on(channel, token).await?.len())
 }
 
 fn audit_has(events: &serde_json::Value, method: &str, code: &str) -> bool {

@@ -19,24 +19,20 @@ pub fn identity_of(cert: &CertificateDer<'_>) -> Option<String> {
             return dns;
         }
     }
-    let cn = cert
-        .subject()
-        .iter_common_name()
+    first_cn(cert.subject())
+}
+
+/// A distinguished name's first common name.
+fn first_cn(name: &x509_parser::x509::X509Name<'_>) -> Option<String> {
+    name.iter_common_name()
         .next()
         .and_then(|cn| cn.as_str().ok())
-        .map(str::to_string);
-    cn
+        .map(str::to_string)
 }
 
 /// The common name of the CA that issued a DER certificate (its issuer's
 /// CN); `None` when it has none (or does not parse).
 pub fn issuer_of(cert: &CertificateDer<'_>) -> Option<String> {
     let (_, cert) = X509Certificate::from_der(cert.as_ref()).ok()?;
-    let cn = cert
-        .issuer()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .map(str::to_string);
-    cn
+    first_cn(cert.issuer())
 }
