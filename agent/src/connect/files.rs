@@ -5,13 +5,20 @@
 
 use cohort_proto::v1;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Bytes served per request at most.
 pub const MAX_READ: u64 = 1 << 20;
 
-/// The canonical path `requested` names, if it is one we serve.
-fn allowed(work_dir: &Path, requested: &str) -> Result<PathBuf, String> {
+/// Opens `requested` if it is a file we serve. The checks run on what was
+/// opened — the real path of the open descriptor, read back from
+/// `/proc/self/fd` — not on the name before opening it, so a link swapped
+/// in between (a rank racing the agent) cannot lead the read out of the
+/// checkpoint directories. Opened non-blocking, so a FIFO planted under a
+/// checkpoint name cannot hang the reader; it is then refused as not a file.
+fn open_allowed(work_dir: &Path, requested: &str) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = Path::new(requested);
     if !path.is_absolute() {
         return Err("the path is not absolute".into());
@@ -20,8 +27,12 @@ fn allowed(work_dir: &Path, requested: &str) -> Result<PathBuf, String> {
         .join("trainings")
         .canonicalize()
         .map_err(|e| format!("no trainings directory: {e}"))?;
-    let real = path
-        .canonicalize()
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("{requested}: {e}"))?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
         .map_err(|e| format!("{requested}: {e}"))?;
     let in_step_dir = real
         .parent()
@@ -32,12 +43,13 @@ fn allowed(work_dir: &Path, requested: &str) -> Result<PathBuf, String> {
         .and_then(Path::parent)
         .and_then(Path::file_name)
         .is_some_and(|n| n == "checkpoints");
-    if !real.starts_with(&root) || !in_step_dir || !under_checkpoints || !real.is_file() {
+    let is_file = file.metadata().is_ok_and(|m| m.is_file());
+    if !real.starts_with(&root) || !in_step_dir || !under_checkpoints || !is_file {
         return Err(format!(
             "{requested} is not a checkpoint file of this agent"
         ));
     }
-    Ok(real)
+    Ok(file)
 }
 
 /// Answer one ReadFile (blocking file I/O: run it off the session's loop).
@@ -49,8 +61,7 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
         file_size,
         error,
     };
-    let result = allowed(work_dir, &req.path).and_then(|path| {
-        let mut file = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", req.path))?;
+    let result = open_allowed(work_dir, &req.path).and_then(|mut file| {
         let size = file
             .metadata()
             .map_err(|e| format!("{}: {e}", req.path))?
@@ -77,6 +88,7 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
 #[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn serves_checkpoint_files_only() {
@@ -107,7 +119,16 @@ mod tests {
         assert!(got.error.is_empty());
         let size_only = read(work.path(), &req(step.join("state.safetensors"), 0, 0));
         assert_eq!((size_only.data.len(), size_only.file_size), (0, 10));
+        // A link under a checkpoint name that leads out, and a FIFO there
+        // (which would block an open that waits for a writer).
+        let out = step.join("link.safetensors");
+        std::os::unix::fs::symlink(work.path().join("trainings/t1/secret"), &out).unwrap();
+        let fifo = step.join("fifo.safetensors");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         for bad in [
+            out,
+            fifo,
             work.path().join("trainings/t1/secret"),
             step.join("../../../secret"),
             PathBuf::from("/etc/passwd"),
