@@ -54,9 +54,12 @@ pub trait Blob: Send + Sync {
 }
 
 /// A file on a local or shared file system. It is opened for each call, so
-/// thousands of shards hold no file descriptors between reads.
+/// thousands of shards hold no file descriptors between reads; each open is
+/// checked to be the file first resolved (the one the data roots were
+/// checked against), so a link swapped in later cannot lead a read out.
 pub struct LocalBlob {
-    path: PathBuf,
+    /// The file's real path, links resolved, when it was first opened.
+    real: PathBuf,
     name: String,
     len: u64,
 }
@@ -69,9 +72,30 @@ impl LocalBlob {
         }
         Ok(Self {
             name: path.display().to_string(),
-            path,
+            real: path.canonicalize()?,
             len: meta.len(),
         })
+    }
+
+    /// Opens the file again (non-blocking: a FIFO swapped in cannot hang
+    /// the reader) and checks, on the descriptor, that it is still the file
+    /// first resolved and a regular one.
+    fn reopen(&self) -> io::Result<std::fs::File> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&self.real)?;
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        if opened != self.real || !file.metadata()?.is_file() {
+            return Err(io::Error::other(format!(
+                "{}: the file changed under the rank (now {}): refusing to read it",
+                self.name,
+                opened.display()
+            )));
+        }
+        Ok(file)
     }
 }
 
@@ -85,7 +109,7 @@ impl Blob for LocalBlob {
     }
 
     fn read_ranges(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> io::Result<()> {
-        let file = std::fs::File::open(&self.path)?;
+        let file = self.reopen()?;
         let mut at = 0;
         for &(offset, len) in ranges {
             file.read_exact_at(&mut out[at..at + len], offset)?;
@@ -128,5 +152,28 @@ mod tests {
             coalesce(vec![(5, 6), (0, 2), (2, 3), (10, 12), (11, 13)]),
             vec![(0, 3), (5, 6), (10, 13)]
         );
+    }
+
+    #[test]
+    fn a_link_swapped_after_the_check_leads_nowhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, elsewhere) = (dir.path().join("root"), dir.path().join("elsewhere"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(root.join("real.npy"), [1u8; 8]).unwrap();
+        std::fs::write(elsewhere.join("secret"), [7u8; 8]).unwrap();
+        let link = root.join("shard.npy");
+        std::os::unix::fs::symlink(root.join("real.npy"), &link).unwrap();
+        // Checked and opened while the link leads to a file in the root...
+        let blob = LocalBlob::open(link.clone()).unwrap();
+        let mut out = [0u8; 4];
+        blob.read_ranges(&[(0, 4)], &mut out).unwrap();
+        assert_eq!(out, [1; 4]);
+        // ... then the file itself becomes a link leading out.
+        std::fs::remove_file(root.join("real.npy")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("secret"), root.join("real.npy")).unwrap();
+        let e = blob.read_ranges(&[(0, 4)], &mut out).unwrap_err();
+        assert!(e.to_string().contains("changed under the rank"), "{e}");
+        assert_eq!(out, [1; 4], "nothing of the other file was read");
     }
 }
