@@ -13,7 +13,7 @@ const MAX_PUBLISHED: i64 = 64;
 
 /// At most this many placements are written in one transaction (so a
 /// burst does not hold the database's writer for long).
-pub(super) const PLACE_BATCH: usize = 128;
+pub(super) const PLACE_BATCH: usize = 32;
 
 /// A training a pass chose GPUs for; the fleet already holds them.
 #[derive(Debug)]

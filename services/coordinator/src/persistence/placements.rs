@@ -11,7 +11,7 @@ use crate::model::{
     EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training,
 };
 use diesel::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One placement of a batch: the training, where its ranks go, and the
 /// reason its transition records.
@@ -49,12 +49,22 @@ fn place_batch_in(
         }
     }
     let at = now();
-    let mut out = Vec::with_capacity(batch.len());
-    for new in batch {
-        out.push(match current.remove(&new.training_id) {
+    let mut out: Vec<Result<(JobState, Training), DatabaseError>> = batch
+        .iter()
+        .map(|new| match current.remove(&new.training_id) {
             None => Err(DatabaseError::TrainingNotFound(new.training_id.clone())),
-            Some(t) => schedule_row(conn, t, new, at),
-        });
+            Some(t) => scheduled(t, new, at),
+        })
+        .collect();
+    // The guarded updates: one statement on PostgreSQL, a cheap in-process
+    // statement per training on SQLite. One that matched no row moved on.
+    let updated = write_scheduled(conn, &out, at)?;
+    for entry in &mut out {
+        if let Ok((_, t)) = entry {
+            if !updated.contains(&t.id) {
+                *entry = Err(DatabaseError::Conflict(format!("training {}", t.id)));
+            }
+        }
     }
     let placed: Vec<(&NewPlacement, JobState, &Training)> = batch
         .iter()
@@ -133,10 +143,9 @@ fn place_batch_in(
     Ok(out.into_iter().map(|r| r.map(|(_, t)| t)).collect())
 }
 
-/// The one guarded update of a placement: the state it left, and the
-/// training as it is after it.
-fn schedule_row(
-    conn: &mut DbConnection,
+/// A placement's training as it is once placed, with the state it leaves
+/// (or why it cannot be placed); nothing written yet.
+fn scheduled(
     current: Training,
     new: &NewPlacement,
     at: chrono::DateTime<chrono::Utc>,
@@ -150,31 +159,9 @@ fn schedule_row(
         });
     }
     let placement = &new.placement;
-    let (attempt, world) = (current.attempt + 1, placement.slots.len() as i32);
-    let seq = current.last_event_seq + 1;
-    let updated = diesel::update(
-        trainings::table
-            .filter(trainings::id.eq(&current.id))
-            .filter(trainings::state.eq(from.as_str()))
-            .filter(trainings::last_event_seq.eq(current.last_event_seq)),
-    )
-    .set((
-        trainings::attempt.eq(attempt),
-        trainings::world_size.eq(world),
-        trainings::distributed.eq(world > 1),
-        trainings::master_addr.eq(Some(&placement.master_addr)),
-        trainings::master_port.eq(Some(i32::from(placement.master_port))),
-        trainings::state.eq(JobState::Scheduled.as_str()),
-        trainings::state_reason.eq(&new.reason),
-        trainings::update_time.eq(to_db_time(at)),
-        trainings::last_event_seq.eq(seq),
-    ))
-    .execute(conn)?;
-    if updated == 0 {
-        return Err(DatabaseError::Conflict(format!("training {}", current.id)));
-    }
+    let world = placement.slots.len() as i32;
     let placed = Training {
-        attempt,
+        attempt: current.attempt + 1,
         world_size: world,
         distributed: world > 1,
         master_addr: Some(placement.master_addr.clone()),
@@ -182,10 +169,122 @@ fn schedule_row(
         state: JobState::Scheduled,
         state_reason: new.reason.clone(),
         update_time: from_db_time(to_db_time(at)),
-        last_event_seq: seq,
+        last_event_seq: current.last_event_seq + 1,
         ..current
     };
     Ok((from, placed))
+}
+
+/// Writes the placed rows of `out`, each guarded by the state it leaves and
+/// the event counter read with it; returns the ids of the rows written.
+fn write_scheduled(
+    conn: &mut DbConnection,
+    out: &[Result<(JobState, Training), DatabaseError>],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<HashSet<String>, DatabaseError> {
+    let placed: Vec<&(JobState, Training)> = out.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let mut written = HashSet::with_capacity(placed.len());
+    match conn {
+        DbConnection::Pg(pg) => {
+            for chunk in placed.chunks(ROWS_PER_UPDATE) {
+                written.extend(update_all_pg(pg, chunk, at)?);
+            }
+        }
+        DbConnection::Sqlite(_) => {
+            for (from, t) in placed {
+                let updated = diesel::update(
+                    trainings::table
+                        .filter(trainings::id.eq(&t.id))
+                        .filter(trainings::state.eq(from.as_str()))
+                        .filter(trainings::last_event_seq.eq(t.last_event_seq - 1)),
+                )
+                .set((
+                    trainings::attempt.eq(t.attempt),
+                    trainings::world_size.eq(t.world_size),
+                    trainings::distributed.eq(t.distributed),
+                    trainings::master_addr.eq(&t.master_addr),
+                    trainings::master_port.eq(t.master_port),
+                    trainings::state.eq(JobState::Scheduled.as_str()),
+                    trainings::state_reason.eq(&t.state_reason),
+                    trainings::update_time.eq(to_db_time(at)),
+                    trainings::last_event_seq.eq(t.last_event_seq),
+                ))
+                .execute(conn)?;
+                if updated == 1 {
+                    written.insert(t.id.clone());
+                }
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// Placements per guarded UPDATE on PostgreSQL (8 parameters each).
+const ROWS_PER_UPDATE: usize = 500;
+
+#[derive(QueryableByName)]
+struct WrittenId {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
+}
+
+/// PostgreSQL: the guarded updates of `rows` in one statement (a round trip
+/// per training was most of a burst's time there).
+fn update_all_pg(
+    pg: &mut diesel::PgConnection,
+    rows: &[&(JobState, Training)],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<String>, DatabaseError> {
+    use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: Vec<String> = (0..rows.len())
+        .map(|i| {
+            let p = 2 + i * 8;
+            format!(
+                "(${}::text, ${}::text, ${}::bigint, ${}::int, ${}::int, ${}::text, ${}::int, ${}::text)",
+                p,
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5,
+                p + 6,
+                p + 7
+            )
+        })
+        .collect();
+    let sql = format!(
+        "UPDATE trainings AS t SET attempt = v.attempt, world_size = v.world, \
+         distributed = v.world > 1, master_addr = v.addr, master_port = v.port, \
+         state = '{scheduled}', state_reason = v.reason, update_time = $1, \
+         last_event_seq = v.seq + 1 \
+         FROM (VALUES {values}) AS v(id, from_state, seq, attempt, world, addr, port, reason) \
+         WHERE t.id = v.id AND t.state = v.from_state AND t.last_event_seq = v.seq \
+         RETURNING t.id",
+        scheduled = JobState::Scheduled.as_str(),
+        values = values.join(", ")
+    );
+    let mut query = diesel::sql_query(sql)
+        .into_boxed::<diesel::pg::Pg>()
+        .bind::<Timestamp, _>(to_db_time(at));
+    for (from, t) in rows {
+        query = query
+            .bind::<Text, _>(t.id.clone())
+            .bind::<Text, _>(from.as_str())
+            .bind::<BigInt, _>(t.last_event_seq - 1)
+            .bind::<Integer, _>(t.attempt)
+            .bind::<Integer, _>(t.world_size)
+            .bind::<Text, _>(t.master_addr.clone().unwrap_or_default())
+            .bind::<Integer, _>(t.master_port.unwrap_or_default())
+            .bind::<Text, _>(t.state_reason.clone());
+    }
+    Ok(query
+        .load::<WrittenId>(pg)?
+        .into_iter()
+        .map(|w| w.id)
+        .collect())
 }
 
 impl Persistence {
