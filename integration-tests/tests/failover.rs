@@ -338,8 +338,29 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
         .await;
     // A CLI told coordinator 0 alone learns the member set from its answers.
     let only_first = cluster.coordinator_url(0);
-    let learned = cluster.cli_at(&only_first, &["train", "list"]).await;
-    assert!(learned.status.success(), "{learned:?}");
+    // (The set grows to all three within a few lease renewals of start-up.)
+    eventually(
+        "the CLI to keep all three coordinators",
+        Duration::from_secs(20),
+        || async {
+            let learned = cluster.cli_at(&only_first, &["train", "list"]).await;
+            if !learned.status.success() {
+                return Err(format!("{learned:?}"));
+            }
+            let kept: Vec<String> = std::fs::read_dir(cluster.root().join("cli-cache"))
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            kept.iter()
+                .any(|k| k.lines().count() == 3)
+                .then_some(())
+                .ok_or(format!("kept: {kept:?}"))
+        },
+    )
+    .await;
 
     cluster.kill_coordinator_at(0);
     let leader = cluster.wait_leader(Some(0), TAKEOVER_BOUND * 2).await;
