@@ -515,7 +515,7 @@ async fn a_batch_of_placements_places_each_whole_or_not_at_all() {
             t.name
         );
         for i in [0, 2] {
-            let answered = out[i].as_ref().unwrap();
+            let answered = &out[i].as_ref().unwrap().training;
             let stored = t.db.get_training(&ids[i]).await.unwrap().unwrap();
             assert_eq!(
                 (stored.state, stored.attempt, stored.world_size),

@@ -3,7 +3,7 @@
 
 use super::{commands, Jobs};
 use crate::model::{JobState, Placement, RankSlot, RankState, Training};
-use crate::persistence::placements::NewPlacement;
+use crate::persistence::placements::{NewPlacement, Placed};
 use crate::persistence::DatabaseError;
 use std::collections::{HashMap, HashSet};
 
@@ -53,18 +53,18 @@ impl Jobs {
                     return Err(e);
                 }
             };
-            for (training, placement, outcome) in placed {
+            for (id, placement, outcome) in placed {
                 match outcome {
                     Ok(placed) => {
                         // One agent's trouble does not keep the others' ranks waiting.
-                        if let Err(e) = self.launch(&training, &placed, &placement).await {
-                            tracing::warn!(training_id = %placed.id, error = %e, "launch failed");
+                        if let Err(e) = self.launch(&placed, &placement).await {
+                            tracing::warn!(training_id = %id, error = %e, "launch failed");
                             first_error.get_or_insert(e);
                         }
                     }
                     Err(e) => {
-                        self.fleet.release(&training.id);
-                        tracing::info!(training_id = %training.id, error = %e,
+                        self.fleet.release(&id);
+                        tracing::info!(training_id = %id, error = %e,
                             "not placed: it moved on since the pass began");
                     }
                 }
@@ -73,30 +73,19 @@ impl Jobs {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The database half of [`Jobs::start_all`]: whole trainings read at
-    /// once, a MASTER_PORT each (one read of the ports in use on the hosts
-    /// of rank 0), the rank maps written together.
+    /// The database half of [`Jobs::start_all`]: a MASTER_PORT each (one
+    /// read of the ports in use on the hosts of rank 0), then the rank maps
+    /// written together; whether each training may still be placed is
+    /// decided inside that transaction. Answers (id, placement, outcome).
     #[allow(clippy::type_complexity)]
     async fn place_all(
         &self,
         chosen: Vec<Chosen>,
-    ) -> Result<Vec<(Training, Placement, Result<Training, DatabaseError>)>, DatabaseError> {
-        let ids = chosen.iter().map(|c| c.id.clone()).collect();
-        let mut whole: HashMap<String, Training> = self
-            .db
-            .trainings_by_ids(ids)
-            .await?
-            .into_iter()
-            .map(|t| (t.id.clone(), t))
-            .collect();
+    ) -> Result<Vec<(String, Placement, Result<Placed, DatabaseError>)>, DatabaseError> {
         let mut ready = Vec::with_capacity(chosen.len());
         for c in chosen {
-            let training = whole
-                .remove(&c.id)
-                .filter(|t| matches!(t.state, JobState::Queued | JobState::Restarting));
-            let leader = self.fleet.agent(&c.slots[0].agent_id);
-            let (Some(training), Some(leader)) = (training, leader) else {
-                self.fleet.release(&c.id); // cancelled, or its agent left
+            let Some(leader) = self.fleet.agent(&c.slots[0].agent_id) else {
+                self.fleet.release(&c.id); // its agent left
                 continue;
             };
             let master_addr = if leader.address.is_empty() {
@@ -104,7 +93,7 @@ impl Jobs {
             } else {
                 leader.address.clone()
             };
-            ready.push((training, master_addr, c.slots));
+            ready.push((c.id, master_addr, c.slots));
         }
         let hosts: HashSet<String> = ready.iter().map(|(_, host, _)| host.clone()).collect();
         let mut used: HashMap<String, HashSet<u16>> = HashMap::new();
@@ -114,7 +103,7 @@ impl Jobs {
             }
         }
         let mut planned = Vec::with_capacity(ready.len());
-        for (training, master_addr, slots) in ready {
+        for (id, master_addr, slots) in ready {
             let taken = used.entry(master_addr.clone()).or_default();
             let master_port = free_port(&self.settings.master_ports, taken);
             taken.insert(master_port);
@@ -125,32 +114,27 @@ impl Jobs {
                 master_addr,
                 slots,
             };
-            planned.push((training, placement, reason));
+            planned.push(NewPlacement {
+                training_id: id,
+                placement,
+                reason,
+            });
         }
-        let batch = planned
-            .iter()
-            .map(|(t, placement, reason)| NewPlacement {
-                training_id: t.id.clone(),
-                placement: placement.clone(),
-                reason: reason.clone(),
-            })
-            .collect();
-        let outcomes = self.db.place_trainings(batch).await?;
+        let outcomes = self.db.place_trainings(planned.clone()).await?;
         Ok(planned
             .into_iter()
             .zip(outcomes)
-            .map(|((t, placement, _), outcome)| (t, placement, outcome))
+            .map(|(new, outcome)| (new.training_id, new.placement, outcome))
             .collect())
     }
 
     /// After the rank map is stored: follow the attempt, and send each agent
     /// its ranks (back to QUEUED when one is gone).
-    async fn launch(
-        &self,
-        training: &Training,
-        placed: &Training,
-        placement: &Placement,
-    ) -> Result<(), DatabaseError> {
+    async fn launch(&self, placed: &Placed, placement: &Placement) -> Result<(), DatabaseError> {
+        let Placed {
+            training: placed,
+            waited_since,
+        } = placed;
         self.track(placed);
         self.rt().teardown_since.remove(&placed.id);
         let agents = placement
@@ -164,9 +148,9 @@ impl Jobs {
         let config = self.launch_config(placed);
         // The wait began at creation, or when the previous attempt ended.
         let waited_since = if placed.attempt <= 1 {
-            training.create_time
+            placed.create_time
         } else {
-            training.update_time
+            *waited_since
         };
         let trace = self
             .rt()

@@ -22,6 +22,15 @@ pub struct NewPlacement {
     pub reason: String,
 }
 
+/// A training placed by [`Persistence::place_trainings`].
+#[derive(Debug, Clone)]
+pub struct Placed {
+    /// As it is now: SCHEDULED at its new attempt.
+    pub training: Training,
+    /// When it entered the state it left (its wait for GPUs began then).
+    pub waited_since: chrono::DateTime<chrono::Utc>,
+}
+
 /// Rows per multi-row insert: well under SQLite's 32,766 parameters.
 const ROWS_PER_INSERT: usize = 1000;
 
@@ -35,7 +44,7 @@ const ROWS_PER_INSERT: usize = 1000;
 fn place_batch_in(
     conn: &mut DbConnection,
     batch: &[NewPlacement],
-) -> Result<Vec<Result<Training, DatabaseError>>, DatabaseError> {
+) -> Result<Vec<Result<Placed, DatabaseError>>, DatabaseError> {
     let ids: Vec<&str> = batch.iter().map(|n| n.training_id.as_str()).collect();
     let mut current: HashMap<String, Training> = HashMap::with_capacity(batch.len());
     for chunk in ids.chunks(ROWS_PER_INSERT) {
@@ -49,6 +58,10 @@ fn place_batch_in(
         }
     }
     let at = now();
+    let waited_since: Vec<Option<chrono::DateTime<chrono::Utc>>> = batch
+        .iter()
+        .map(|new| current.get(&new.training_id).map(|t| t.update_time))
+        .collect();
     let mut out: Vec<Result<(JobState, Training), DatabaseError>> = batch
         .iter()
         .map(|new| match current.remove(&new.training_id) {
@@ -140,7 +153,16 @@ fn place_batch_in(
     if !placed.is_empty() {
         super::bell::note_state_change();
     }
-    Ok(out.into_iter().map(|r| r.map(|(_, t)| t)).collect())
+    Ok(out
+        .into_iter()
+        .zip(waited_since)
+        .map(|(r, since)| {
+            r.map(|(_, training)| Placed {
+                waited_since: since.unwrap_or(training.create_time),
+                training,
+            })
+        })
+        .collect())
 }
 
 /// A placement's training as it is once placed, with the state it leaves
@@ -288,31 +310,13 @@ fn update_all_pg(
 }
 
 impl Persistence {
-    /// Writes the attempt's rank map and moves the training to SCHEDULED
-    /// (attempt + 1), all or nothing.
-    pub async fn place_training(
-        &self,
-        training_id: &str,
-        placement: Placement,
-        reason: &str,
-    ) -> Result<Training, DatabaseError> {
-        let new = NewPlacement {
-            training_id: training_id.to_string(),
-            placement,
-            reason: reason.to_string(),
-        };
-        let mut out = self.place_trainings(vec![new]).await?;
-        out.pop()
-            .unwrap_or_else(|| Err(DatabaseError::TrainingNotFound(training_id.to_string())))
-    }
-
     /// Places a batch in one transaction (see [`place_batch_in`]): one that
     /// moved on meanwhile (cancelled, placed by another pass) gets its own
     /// error and the others are placed; a database failure places none.
     pub async fn place_trainings(
         &self,
         batch: Vec<NewPlacement>,
-    ) -> Result<Vec<Result<Training, DatabaseError>>, DatabaseError> {
+    ) -> Result<Vec<Result<Placed, DatabaseError>>, DatabaseError> {
         self.transaction("place_trainings", move |c| place_batch_in(c, &batch))
             .await
     }
@@ -336,26 +340,6 @@ impl Persistence {
                 .into_iter()
                 .filter_map(|(host, port)| Some((host?, port?)))
                 .collect())
-        })
-        .await
-    }
-
-    /// Whole trainings (configs included) by id, in no particular order;
-    /// ids not found are left out.
-    pub async fn trainings_by_ids(&self, ids: Vec<String>) -> Result<Vec<Training>, DatabaseError> {
-        self.read("trainings_by_ids", move |c| {
-            let mut out = Vec::with_capacity(ids.len());
-            // Bounded statements: SQLite allows 32,766 parameters, PostgreSQL 65,535.
-            for chunk in ids.chunks(1000) {
-                for row in trainings::table
-                    .filter(trainings::id.eq_any(chunk))
-                    .select(TrainingRow::as_select())
-                    .load(c)?
-                {
-                    out.push(Training::try_from(row)?);
-                }
-            }
-            Ok(out)
         })
         .await
     }
