@@ -9,11 +9,15 @@
 //! - [`roots`], [`prefixes`]: the local directories and object-storage prefixes a team's ranks may reach.
 //! - [`envfile`]: the environment files that give ranks their variables (credentials per team).
 //! - [`resume`]: which checkpoints a restarted attempt may resume from.
+//! - [`location`]: where data and checkpoints live (path, `file://`, `s3://`), the one parser.
+//! - [`checkpoint`]: a checkpoint's files, directories and typed manifest.
 
+pub mod checkpoint;
 pub mod config;
 pub mod duration;
 pub mod envfile;
 pub mod exit;
+pub mod location;
 pub mod prefixes;
 pub mod progress;
 pub mod resume;

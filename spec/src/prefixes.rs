@@ -5,6 +5,8 @@
 //! its configured locations before it starts and every object it touches.
 //! Unset: no limit (an agent given no prefixes keeps the old behaviour).
 
+use crate::location::{s3_uri, Location};
+
 /// The key an `s3://` entry is checked by: a glob pattern by the directory
 /// of its literal part, anything else (an object, a prefix) by itself.
 pub fn checked_key(key: &str) -> &str {
@@ -32,18 +34,14 @@ impl S3Prefixes {
     pub fn only(uris: &[String]) -> Result<Self, String> {
         let mut prefixes = Vec::with_capacity(uris.len());
         for uri in uris {
-            let rest = uri
-                .strip_prefix("s3://")
-                .ok_or_else(|| format!("{uri}: not an s3://bucket/prefix URI"))?;
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(format!("{uri}: names no bucket"));
-            }
+            let Ok(Location::S3 { bucket, key }) = Location::parse(uri) else {
+                return Err(format!("{uri}: not an s3://bucket/prefix URI"));
+            };
             let key = key.trim_matches('/');
             if key.split('/').any(|part| part == "..") {
                 return Err(format!("{uri}: a prefix may not hold `..`"));
             }
-            prefixes.push((bucket.to_string(), key.to_string()));
+            prefixes.push((bucket, key.to_string()));
         }
         Ok(Self(Some(prefixes)))
     }
@@ -67,7 +65,7 @@ impl S3Prefixes {
     pub fn to_env(&self) -> Option<String> {
         self.0.as_ref().map(|p| {
             p.iter()
-                .map(|(b, k)| format!("s3://{b}/{k}"))
+                .map(|(b, k)| s3_uri(b, k))
                 .collect::<Vec<_>>()
                 .join("\n")
         })
@@ -82,9 +80,8 @@ impl S3Prefixes {
     /// checkpoint storage) lies under the prefixes.
     pub fn check_config(&self, config: &crate::TrainingConfig) -> Result<(), String> {
         for uri in crate::roots::locations(config) {
-            if let Some(rest) = uri.strip_prefix("s3://") {
-                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-                self.check(bucket, checked_key(key))?;
+            if let Ok(Location::S3 { bucket, key }) = Location::parse(uri) {
+                self.check(&bucket, checked_key(&key))?;
             }
         }
         Ok(())
@@ -110,12 +107,10 @@ impl S3Prefixes {
         if inside {
             return Ok(());
         }
-        let open: Vec<String> = prefixes
-            .iter()
-            .map(|(b, k)| format!("s3://{b}/{k}"))
-            .collect();
+        let open: Vec<String> = prefixes.iter().map(|(b, k)| s3_uri(b, k)).collect();
         Err(format!(
-            "s3://{bucket}/{key} lies outside the object storage open to this team on this agent ({})",
+            "{} lies outside the object storage open to this team on this agent ({})",
+            s3_uri(bucket, key),
             if open.is_empty() {
                 "none".to_string()
             } else {

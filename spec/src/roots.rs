@@ -5,6 +5,7 @@
 //! symbolic links resolved, so neither `..` nor a link leads outside.
 //! Object storage (`s3://`) is not a local path and is not limited here.
 
+use crate::location::Location;
 use crate::TrainingConfig;
 use std::path::{Component, Path, PathBuf};
 
@@ -97,8 +98,11 @@ impl DataRoots {
 /// stripped; `s3://` left out).
 pub fn local_paths(config: &TrainingConfig) -> Vec<String> {
     locations(config)
-        .filter(|p| !p.starts_with("s3://"))
-        .map(|p| p.strip_prefix("file://").unwrap_or(p).to_string())
+        .filter_map(|p| match Location::parse(p) {
+            Ok(Location::Local(path)) => Some(path.to_string_lossy().into_owned()),
+            // An invalid entry is refused by validation; none is a path.
+            _ => None,
+        })
         .collect()
 }
 

@@ -11,7 +11,6 @@ pub mod model;
 pub mod report;
 pub mod sampler;
 pub mod state;
-pub mod storage;
 pub mod train;
 
 pub use error::RankError;

@@ -8,7 +8,7 @@
 mod common;
 
 use cohort_rank::data::shard::{npy, safetensors, Format, Selector, Shard};
-use cohort_rank::data::store::Blob;
+use cohort_storage::Blob;
 use proptest::prelude::*;
 use std::io;
 use std::sync::{Arc, OnceLock};

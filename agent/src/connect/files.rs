@@ -4,6 +4,8 @@
 //! served, at most 1 MiB per request; everything else is refused.
 
 use cohort_proto::v1;
+use cohort_spec::checkpoint::{is_checkpoint_dir, CHECKPOINTS_DIR};
+use cohort_storage::local::open_resolved;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -17,8 +19,6 @@ pub const MAX_READ: u64 = 1 << 20;
 /// checkpoint directories. Opened non-blocking, so a FIFO planted under a
 /// checkpoint name cannot hang the reader; it is then refused as not a file.
 fn open_allowed(work_dir: &Path, requested: &str) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = Path::new(requested);
     if !path.is_absolute() {
         return Err("the path is not absolute".into());
@@ -27,24 +27,18 @@ fn open_allowed(work_dir: &Path, requested: &str) -> Result<std::fs::File, Strin
         .join("trainings")
         .canonicalize()
         .map_err(|e| format!("no trainings directory: {e}"))?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("{requested}: {e}"))?;
-    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(|e| format!("{requested}: {e}"))?;
-    let in_step_dir = real
+    let (file, real) = open_resolved(path).map_err(|e| format!("{requested}: {e}"))?;
+    let in_checkpoint_dir = real
         .parent()
         .and_then(Path::file_name)
-        .is_some_and(|n| n.to_string_lossy().starts_with("step-") || n == "best");
+        .is_some_and(|n| is_checkpoint_dir(&n.to_string_lossy()));
     let under_checkpoints = real
         .parent()
         .and_then(Path::parent)
         .and_then(Path::file_name)
-        .is_some_and(|n| n == "checkpoints");
+        .is_some_and(|n| n == CHECKPOINTS_DIR);
     let is_file = file.metadata().is_ok_and(|m| m.is_file());
-    if !real.starts_with(&root) || !in_step_dir || !under_checkpoints || !is_file {
+    if !real.starts_with(&root) || !in_checkpoint_dir || !under_checkpoints || !is_file {
         return Err(format!(
             "{requested} is not a checkpoint file of this agent"
         ));

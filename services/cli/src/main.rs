@@ -224,7 +224,7 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use commands::gpus::GpusCommand;
-    use commands::telemetry::ViewArg;
+    use commands::telemetry::args::ViewArg;
     use commands::train::StateArg;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {

@@ -2,10 +2,12 @@
 //! fleet, the job runner, telemetry history, alerts and the background
 //! tasks. Cheap to clone.
 
-use crate::api::BoxStream;
 use crate::fleet::Fleet;
 use crate::jobs::{JobSettings, Jobs};
 use crate::persistence::Persistence;
+
+/// A boxed stream (what server-streaming RPCs answer with).
+pub type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = T> + Send + 'static>>;
 
 /// What every service shares. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -21,9 +23,9 @@ pub struct Context {
     /// Active alerts and their live feed (the alert task runs in `server::run`).
     pub alerts: crate::alerts::AlertHub,
     /// Open WatchGpuMetrics streams and their lag.
-    pub watchers: crate::api::telemetry::watchers::WatcherStats,
+    pub watchers: crate::fleet::WatcherStats,
     /// Agent messages refused for naming what the agent does not own.
-    pub refusals: crate::api::agent::Refusals,
+    pub refusals: crate::fleet::Refusals,
     /// The background tasks: one token stops them, one tracker waits for them.
     pub tasks: crate::tasks::Tasks,
     /// Who may call what (`--auth`, `--agent-ca`); the layer and the admin

@@ -21,6 +21,7 @@ pub mod api;
 pub mod auth;
 pub mod background;
 pub mod context;
+pub mod error;
 pub mod export;
 pub mod fleet;
 pub mod history;

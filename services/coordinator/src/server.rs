@@ -90,7 +90,7 @@ pub async fn run_with_health(
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     // The leader's work starts now, or once this coordinator is elected.
-    let leading = crate::leader::Leading::start(&ctx, health.clone()).await;
+    let leading = crate::background::Leading::start(&ctx, health.clone()).await;
 
     let streams = ctx.clone();
     let leadership = ctx.leadership.clone();

@@ -16,9 +16,6 @@ use std::path::Path;
 /// (`num_features x d_in` f32 elements, 256 MiB): it is the one part a rank holds.
 pub const MAX_SYNTHETIC_FEATURE_ELEMENTS: u64 = 64 * 1024 * 1024;
 
-/// URI schemes a `data.files.paths` entry may carry (none: a local path).
-pub const DATA_SCHEMES: [&str; 2] = ["file://", "s3://"];
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingConfig {

@@ -2,6 +2,7 @@
 //! returned with the dotted path of its field.
 
 use super::*;
+use crate::location::Location;
 
 type Checked = Result<(), ConfigError>;
 
@@ -200,18 +201,10 @@ fn validate_uri(field: &str, p: &str) -> Checked {
     if p.trim().is_empty() || p.contains('\0') {
         return fail(field, "an entry is empty");
     }
-    if let Some((scheme, rest)) = p.split_once("://") {
-        if !DATA_SCHEMES.contains(&format!("{scheme}://").as_str()) {
-            return fail(
-                field,
-                format!("{p}: scheme {scheme}:// is not one of file://, s3://"),
-            );
-        }
-        if scheme == "s3" && rest.split('/').next().is_none_or(str::is_empty) {
-            return fail(field, format!("{p}: names no bucket (s3://bucket/prefix)"));
-        }
+    match Location::parse(p) {
+        Ok(_) => Ok(()),
+        Err(e) => fail(field, e),
     }
-    Ok(())
 }
 
 /// The entries' form only: whether they exist is for the rank to find out,

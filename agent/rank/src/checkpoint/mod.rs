@@ -1,8 +1,9 @@
 //! Checkpoints: written by rank 0 only, holding the whole training state
 //! ([`TrainState`]: f32 parameters, Adam, step, loss scale, counters, dead
-//! latents) in one safetensors file plus a small JSON manifest written last.
-//! A checkpoint is complete exactly when its manifest parses and its state
-//! file is there; anything else is ignored. On restore the state file's
+//! latents) in one safetensors file plus a small JSON manifest written last
+//! (the layout and the manifest are the contract in
+//! [`cohort_spec::checkpoint`]). A checkpoint is complete exactly when its
+//! manifest parses and its state file is there; anything else is ignored. On restore the state file's
 //! SHA-256 and the parameters' checksum are verified against the manifest:
 //! a corrupt checkpoint is skipped for the next older one.
 //!
@@ -14,117 +15,20 @@
 //! So any host can resume a training whose checkpoints are in shared storage.
 //! Beside the steps, `best/` holds the state with the lowest validation loss.
 
-mod local;
-mod object;
 mod store;
 
-pub use local::{checkpoints_dir, latest, list, prune, save, Loaded};
-pub use store::{Found, Store};
+pub use cohort_spec::checkpoint::{
+    step_dir_name, Manifest, SamplerState, BEST_DIR, FORMAT, MANIFEST_FILE, STATE_FILE,
+};
+pub use store::{latest, Found, Store};
 
 use crate::error::RankError;
 use crate::model::PARAM_NAMES;
 use crate::state::{Numerics, TrainState};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::Path;
 use tch::{Kind, Tensor};
-
-pub const FORMAT: &str = "cohort-sae-checkpoint/1";
-pub const STATE_FILE: &str = "state.safetensors";
-pub const MANIFEST_FILE: &str = "manifest.json";
-/// The directory of the best checkpoint (lowest validation loss), beside the steps'.
-pub const BEST_DIR: &str = "best";
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Manifest {
-    pub format: String,
-    /// Optimizer steps completed; training resumes at this step.
-    pub step: i64,
-    pub epoch: i64,
-    pub world_size: i64,
-    pub global_batch: i64,
-    pub d_in: i64,
-    pub d_sae: i64,
-    pub dtype: String,
-    pub param_checksum: String,
-    pub files: Vec<String>,
-    /// What a reader needs to run the SAE's forward pass without our code:
-    /// "relu" (z = ReLU(x W_enc^T + b_enc)) or "topk".
-    #[serde(default = "relu")]
-    pub architecture: String,
-    /// For "topk": how many latents stay active.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub k: Option<i64>,
-    /// Whether the encoder sees x - b_dec rather than x.
-    #[serde(default)]
-    pub apply_b_dec_to_input: bool,
-    /// Where the data order stood: the next step reads `batch` of `epoch`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampler: Option<SamplerState>,
-    /// SHA-256 of the state file (hex), verified on restore.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_sha256: Option<String>,
-    /// The dtype of the stored weights (always f32: the master weights).
-    #[serde(default = "f32_name")]
-    pub weights_dtype: String,
-    /// The training config the checkpoint was written under.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<serde_json::Value>,
-    /// The attempt that wrote it (absent in checkpoints written before
-    /// checkpoints carried theirs). A restarted attempt resumes only from
-    /// the checkpoints the coordinator published ([`cohort_spec::resume`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<i64>,
-    /// The last progress line before it (`{"event":"progress",...}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<serde_json::Value>,
-    /// The validation of this state, when it was validated
-    /// (`{"event":"validation",...}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub validation: Option<serde_json::Value>,
-}
-
-fn f32_name() -> String {
-    "f32".into()
-}
-
-impl Manifest {
-    /// The validation loss recorded with this state, if any.
-    pub fn validation_loss(&self) -> Option<f64> {
-        self.validation.as_ref()?.get("loss")?.as_f64()
-    }
-}
-
-fn relu() -> String {
-    "relu".into()
-}
-
-/// The sampler's position and what defines its order (docs/data.md).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SamplerState {
-    pub epoch: i64,
-    pub batch: i64,
-    pub num_samples: i64,
-    pub seed: u64,
-    pub shuffle_chunk: i64,
-    pub shuffle_buffer: i64,
-}
-
-pub fn step_dir_name(step: i64) -> String {
-    format!("step-{step:08}")
-}
-
-/// The step a `step-NNNNNNNN` name stands for.
-pub fn step_of(name: &str) -> Option<i64> {
-    name.strip_prefix("step-")?.parse().ok()
-}
-
-/// Parse a manifest; `None` for one of another format or unreadable.
-pub fn parse_manifest(text: &[u8]) -> Option<Manifest> {
-    let manifest: Manifest = serde_json::from_slice(text).ok()?;
-    (manifest.format == FORMAT).then_some(manifest)
-}
 
 /// Write `state` as a safetensors file at `path`; returns its SHA-256.
 pub fn write_state(path: &Path, state: &TrainState) -> Result<String, RankError> {

@@ -8,11 +8,11 @@
 
 use super::elem::Elem;
 use super::shard::{Format, Selector, Shard};
-use super::store::{Blob, LocalBlob};
-use crate::storage::s3::{self, S3Blob};
-use crate::storage::Location;
 use cohort_spec::config::FileData;
+use cohort_spec::location::Location;
 use cohort_spec::roots::DataRoots;
+use cohort_storage::s3::{self, S3Blob};
+use cohort_storage::{Blob, LocalBlob};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

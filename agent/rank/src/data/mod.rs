@@ -6,12 +6,12 @@
 
 pub mod catalog;
 pub mod elem;
+pub mod error;
 pub mod prefetch;
 pub mod preload;
 pub mod reader;
 pub mod shard;
 pub mod source;
-pub mod store;
 pub mod synthetic;
 
 use crate::error::RankError;

@@ -3,8 +3,8 @@
 //! overlaps the training step. Batches stay in the stored element type; on
 //! CUDA they are pinned, so the copy to the device can be asynchronous.
 
+use super::error::ReadError;
 use super::source::Source;
-use super::store::ReadError;
 use crate::error::RankError;
 use crate::sampler::{ChunkTable, DistributedSampler, EpochOrder};
 use std::sync::mpsc::{sync_channel, Receiver};

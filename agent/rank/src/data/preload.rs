@@ -4,8 +4,8 @@
 //! overlaps training instead of stalling it. Requests and answers are in
 //! order; at most two requests wait.
 
+use super::error::ReadError;
 use super::reader::RowReader;
-use super::store::ReadError;
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;

@@ -4,8 +4,9 @@
 
 use super::catalog::Catalog;
 use super::elem::convert;
+use super::error::ReadError;
 use super::shard::Layout;
-use super::store::{coalesce, ReadError};
+use cohort_storage::coalesce;
 use std::collections::VecDeque;
 use std::sync::Arc;
 

@@ -13,10 +13,10 @@
 
 use super::catalog::Catalog;
 use super::elem::Elem;
+use super::error::ReadError;
 use super::preload::{Preloaded, Preloader};
 use super::reader::RowReader;
 use super::shard::Layout;
-use super::store::ReadError;
 use super::synthetic::Synthetic;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ impl Source {
         let preload = catalog
             .shards
             .iter()
-            .any(|s| matches!(s.layout, Layout::Parquet(_)) || s.blob.name().starts_with("s3://"));
+            .any(|s| matches!(s.layout, Layout::Parquet(_)) || s.blob.remote());
         let catalog = Arc::new(catalog);
         Source::Files(Box::new(FileSource {
             direct: RowReader::new(catalog.clone(), chunk),

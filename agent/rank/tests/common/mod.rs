@@ -175,7 +175,9 @@ pub fn checksum(f: &Finished) -> String {
 /// The parameters in the newest checkpoint under `run_dir`, by name.
 pub fn final_params(run_dir: &Path) -> Vec<(String, tch::Tensor)> {
     let latest = cohort_rank::checkpoint::latest(run_dir).expect("a checkpoint");
-    let mut tensors = tch::Tensor::read_safetensors(latest.dir.join("state.safetensors")).unwrap();
+    let mut tensors =
+        tch::Tensor::read_safetensors(Path::new(&latest.location).join("state.safetensors"))
+            .unwrap();
     tensors.retain(|(n, _)| n.starts_with("param."));
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     tensors

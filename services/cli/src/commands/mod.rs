@@ -1,18 +1,16 @@
 //! One module per resource (`gpus`, `agents`, `train`, `checkpoints`,
 //! `telemetry`, `alerts`): each owns its command-line arguments, runs the
 //! RPCs of its commands and draws its tables; `-o json` is the generic
-//! [`crate::render::json::message`]. `watch`, `report`, `history` and
-//! `alerts_list` are the larger commands of `train`, `telemetry` and
-//! `alerts`, in files of their own.
+//! [`crate::render::json::message`]. `watch` and `report` are the larger
+//! commands of `train`, in files of their own; `telemetry` and `alerts` are
+//! folders (their flags, then one file per command).
 
 pub mod admin;
 pub mod agents;
 pub mod alerts;
-pub mod alerts_list;
 pub mod audit;
 pub mod checkpoints;
 pub mod gpus;
-pub mod history;
 pub mod report;
 pub mod telemetry;
 pub mod train;

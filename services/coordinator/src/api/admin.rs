@@ -6,18 +6,18 @@
 use super::caller::{caller, ensure_team};
 use super::convert::timestamp;
 use super::error::ApiError;
+use super::page_token::page_size;
 use super::page_token::{decode_key, encode_key};
-use super::training::page_size;
-use crate::auth::issue::{issue, IssueError, TokenRequest};
+use crate::auth::issue::{issue, TokenRequest};
 use crate::context::Context;
 use crate::model::{valid_team, AuditEntry, Principal, Role};
 use crate::persistence::audit::{AuditQuery, AuditRecord};
 use crate::persistence::quotas::TeamQuota;
 use crate::persistence::tokens::{Revoked, TokenRecord};
-use cohort_proto::error::{bad_field, reason, status};
+use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::admin_service_server::AdminService;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 const SERVICE: &str = "cohort.v1.AdminService";
 
@@ -49,11 +49,11 @@ fn role_of(raw: i32) -> Result<Role, Status> {
         Ok(v1::Role::Editor) => Ok(Role::Editor),
         Ok(v1::Role::Admin) => Ok(Role::Admin),
         Ok(v1::Role::ClusterAdmin) => Ok(Role::ClusterAdmin),
-        _ => Err(bad_field(
-            reason::INVALID_ARGUMENT,
+        _ => Err(ApiError::field(
             "role",
             "required: ROLE_VIEWER, ROLE_EDITOR, ROLE_ADMIN or ROLE_CLUSTER_ADMIN",
-        )),
+        )
+        .into()),
     }
 }
 
@@ -91,11 +91,7 @@ fn checked(field: &str, value: &str) -> Result<(), Status> {
     if valid_team(value) {
         return Ok(());
     }
-    Err(bad_field(
-        reason::INVALID_ARGUMENT,
-        field,
-        "1 to 63 of a-z, 0-9, '-', '_', '.'",
-    ))
+    Err(ApiError::field(field, "1 to 63 of a-z, 0-9, '-', '_', '.'").into())
 }
 
 /// The team a request names (its own when empty), if `who` may act on it.
@@ -122,17 +118,18 @@ impl AdminService for AdminApi {
         checked("name", &req.name)?;
         let role = role_of(req.role)?;
         if Some(role) > who.role() {
-            return Err(crate::auth::permission_denied(
-                format!("a token cannot mint a role above its own ({role})"),
-                role.as_str(),
-                who.team(),
-            ));
+            return Err(ApiError::PermissionDenied {
+                message: format!("a token cannot mint a role above its own ({role})"),
+                permission: role.as_str().to_string(),
+                team: who.team().to_string(),
+            }
+            .into());
         }
         let ttl = match req.ttl {
             None => None,
             Some(ttl) => Some(
                 std::time::Duration::try_from(ttl)
-                    .map_err(|_| bad_field(reason::INVALID_ARGUMENT, "ttl", "must be > 0"))?,
+                    .map_err(|_| ApiError::field("ttl", "must be > 0"))?,
             ),
         };
         let method = format!("{SERVICE}/CreateToken");
@@ -148,20 +145,7 @@ impl AdminService for AdminApi {
             },
         )
         .await
-        .map_err(|e| match e {
-            IssueError::Exists { ref team, ref name } => status(
-                Code::AlreadyExists,
-                reason::TOKEN_EXISTS,
-                e.to_string(),
-                [("team".into(), team.clone()), ("name".into(), name.clone())],
-            ),
-            IssueError::InvalidName { field } => {
-                bad_field(reason::INVALID_ARGUMENT, field, e.to_string())
-            }
-            IssueError::InvalidTtl => bad_field(reason::INVALID_ARGUMENT, "ttl", e.to_string()),
-            IssueError::Random(_) => Status::internal(e.to_string()),
-            IssueError::Database(e) => ApiError::from(e).into(),
-        })?;
+        .map_err(ApiError::from)?;
         Ok(Response::new(v1::CreateTokenResponse {
             token: Some(token_message(token)),
             secret,
@@ -217,25 +201,22 @@ impl AdminService for AdminApi {
         let token = match revoked {
             Revoked::Done(token) => token,
             Revoked::NotFound => {
-                return Err(status(
-                    Code::NotFound,
-                    reason::TOKEN_NOT_FOUND,
-                    format!("team {team} has no token named {}", req.name),
-                    [
-                        ("team".into(), team.clone()),
-                        ("name".into(), req.name.clone()),
-                    ],
-                ))
+                return Err(ApiError::TokenNotFound {
+                    team: team.clone(),
+                    name: req.name.clone(),
+                }
+                .into())
             }
             Revoked::Outranks(role) => {
-                return Err(crate::auth::permission_denied(
-                    format!(
+                return Err(ApiError::PermissionDenied {
+                    message: format!(
                         "token {team}/{} has role {role}, above the caller's ({up_to}): only a cluster-admin revokes it",
                         req.name
                     ),
-                    "team-admin",
-                    &team,
-                ))
+                    permission: "team-admin".into(),
+                    team: team.clone(),
+                }
+                .into())
             }
         };
         tracing::info!(team = %token.team, name = %token.name, "token revoked");
@@ -251,7 +232,7 @@ impl AdminService for AdminApi {
         checked("team", &req.team)?;
         for (field, value) in [("gpus", req.gpus), ("max_queued", req.max_queued)] {
             if value.is_some_and(|v| v < 0) {
-                return Err(bad_field(reason::INVALID_ARGUMENT, field, "must be >= 0"));
+                return Err(ApiError::field(field, "must be >= 0").into());
             }
         }
         let method = format!("{SERVICE}/SetQuota");
@@ -320,7 +301,7 @@ impl AdminService for AdminApi {
         let before_id = decode_key("a1", &req.page_token)?
             .map(|id| {
                 id.parse::<i64>().map_err(|_| {
-                    bad_field(
+                    ApiError::field_with(
                         reason::INVALID_PAGE_TOKEN,
                         "page_token",
                         "not a token this server issued",
@@ -361,7 +342,7 @@ impl AdminService for AdminApi {
         let who = caller(&self.ctx, &request)?;
         let name = request.into_inner().name;
         if name.trim().is_empty() {
-            return Err(bad_field(reason::INVALID_ARGUMENT, "name", "required"));
+            return Err(ApiError::field("name", "required").into());
         }
         if self.ctx.fleet.agents().iter().any(|a| a.name == name) {
             return Err(

@@ -2,10 +2,9 @@
 //! whether it may touch a team's resources.
 
 use super::error::ApiError;
-use crate::auth::{permission_denied, AuthMode};
+use crate::auth::AuthMode;
 use crate::context::Context;
 use crate::model::{Principal, Training};
-use cohort_proto::error::{bad_field, reason};
 use tonic::{Request, Status};
 
 /// The caller of `request`. Without the auth layer (handlers called
@@ -14,7 +13,7 @@ pub fn caller<T>(ctx: &Context, request: &Request<T>) -> Result<Principal, Statu
     match request.extensions().get::<Principal>() {
         Some(p) => Ok(p.clone()),
         None if ctx.auth.mode == AuthMode::None => Ok(Principal::Anonymous),
-        None => Err(Status::internal("the call passed no authentication")),
+        None => Err(ApiError::Internal("the call passed no authentication".into()).into()),
     }
 }
 
@@ -31,13 +30,12 @@ pub fn ensure_team(who: &Principal, team: &str, what: &str) -> Result<(), Status
 /// does not exist: the same answer). Its audit row names `what` and its
 /// `team` (see [`crate::auth::audit_target`]); the caller sees neither.
 pub fn not_yours(who: &Principal, what: &str, team: &str) -> Status {
-    let mut status = permission_denied(
-        format!("{what} belongs to another team"),
-        "team",
-        who.team(),
-    );
-    crate::auth::audit_target::attach(&mut status, what, team);
-    status
+    ApiError::NotYours {
+        what: what.to_string(),
+        caller_team: who.team().to_string(),
+        owner: team.to_string(),
+    }
+    .into()
 }
 
 /// Training `id` (named by request field `field`), if `who` may see it:
@@ -51,7 +49,7 @@ pub async fn visible_training(
     id: &str,
 ) -> Result<Training, Status> {
     if id.is_empty() {
-        return Err(bad_field(reason::INVALID_ARGUMENT, field, "required"));
+        return Err(ApiError::field(field, "required").into());
     }
     match ctx.db.get_training(id).await.map_err(ApiError::from)? {
         Some(training) => {

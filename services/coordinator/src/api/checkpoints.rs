@@ -3,17 +3,18 @@
 //! converted for SAELens.
 
 use super::error::ApiError;
-use super::training::page_size;
+use super::page_token::page_size;
 use super::BoxStream;
 use crate::context::Context;
-use crate::export::source::{Source, CHUNK, MANIFEST, STATE};
+use crate::export::source::{Source, CHUNK};
 use crate::export::{saelens, ExportError};
 use crate::model::Principal;
 use crate::persistence::CheckpointRecord;
-use cohort_proto::error::{bad_field, reason, status};
+use cohort_proto::error::reason;
 use cohort_proto::v1;
+use cohort_spec::checkpoint::{Manifest, MANIFEST_FILE as MANIFEST, STATE_FILE as STATE};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Status};
+use tonic::Status;
 
 type ChunkStream = BoxStream<Result<v1::CheckpointChunk, Status>>;
 
@@ -66,7 +67,7 @@ pub async fn list(
         token => (
             false,
             token.parse().map_err(|_| {
-                bad_field(
+                ApiError::field_with(
                     reason::INVALID_PAGE_TOKEN,
                     "page_token",
                     "not a token this server issued",
@@ -106,29 +107,13 @@ pub async fn list(
     })
 }
 
-fn export_status(training_id: &str, step: i64, err: ExportError) -> Status {
-    let meta = [
-        ("training_id".to_string(), training_id.to_string()),
-        ("step".to_string(), step.to_string()),
-    ];
-    match err {
-        ExportError::Unreachable(_) => status(
-            Code::FailedPrecondition,
-            reason::CHECKPOINT_UNREACHABLE,
-            format!(
-                "{err}, and its agent is not connected; give trainings shared checkpoint.storage (a shared path or s3://bucket/prefix) to download checkpoints whatever happens to their hosts"
-            ),
-            meta,
-        ),
-        ExportError::Storage(_) => {
-            tracing::warn!(training_id, step, error = %err, "checkpoint storage failed");
-            status(Code::Unavailable, reason::INTERNAL, err.to_string(), meta)
-        }
-        ExportError::Malformed(_) => {
-            tracing::error!(training_id, step, error = %err, "checkpoint cannot be exported");
-            status(Code::Internal, reason::INTERNAL, err.to_string(), meta)
-        }
+fn export_status(training_id: &str, step: i64, error: ExportError) -> Status {
+    ApiError::Export {
+        training_id: training_id.to_string(),
+        step,
+        error,
     }
+    .into()
 }
 
 pub async fn download(
@@ -136,19 +121,10 @@ pub async fn download(
     who: &Principal,
     req: v1::DownloadCheckpointRequest,
 ) -> Result<ChunkStream, Status> {
-    let format = v1::CheckpointFormat::try_from(req.format).map_err(|_| {
-        bad_field(
-            reason::INVALID_ARGUMENT,
-            "format",
-            format!("unknown format {}", req.format),
-        )
-    })?;
+    let format = v1::CheckpointFormat::try_from(req.format)
+        .map_err(|_| ApiError::field("format", format!("unknown format {}", req.format)))?;
     if req.best && req.step.is_some() {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
-            "best",
-            "give step or best, not both",
-        ));
+        return Err(ApiError::field("best", "give step or best, not both").into());
     }
     let Kept {
         steps,
@@ -167,12 +143,11 @@ pub async fn download(
             (false, None) => "no complete checkpoint".to_string(),
             (false, Some(s)) => format!("no complete checkpoint at step {s}"),
         };
-        return Err(status(
-            Code::NotFound,
-            reason::CHECKPOINT_NOT_FOUND,
-            format!("training {} has {what}", req.training_id),
-            [("training_id".to_string(), req.training_id.clone())],
-        ));
+        return Err(ApiError::CheckpointNotFound {
+            training_id: req.training_id.clone(),
+            what,
+        }
+        .into());
     };
     let (id, step) = (req.training_id.clone(), checkpoint.step);
     // Shared storage is read under its configured root and the training's
@@ -279,13 +254,13 @@ async fn send_files(
             within(MANIFEST, manifest_size, MAX_MANIFEST_BYTES)?;
             source.copy_to(STATE, &state).await?;
             let manifest = source.read(MANIFEST, 0, manifest_size as usize).await?;
-            let manifest: serde_json::Value = serde_json::from_slice(&manifest)
+            let manifest = Manifest::parse(&manifest)
                 .map_err(|e| ExportError::Malformed(format!("{MANIFEST}: {e}")))?;
             let out = scratch.path().to_path_buf();
             tokio::task::spawn_blocking(move || saelens::convert(&state, &manifest, &out))
                 .await
                 .map_err(|e| ExportError::Storage(format!("conversion task: {e}")))??;
-            let converted = Source::Dir(scratch.path().to_path_buf());
+            let converted = Source::local(scratch.path())?;
             for file in [saelens::CFG, saelens::WEIGHTS] {
                 send_file(&converted, file, step, tx).await?;
             }

@@ -1,41 +1,23 @@
-//! The one error table of the gRPC services: every domain error a handler
-//! meets converts into [`ApiError`] (`?` does it), and [`ApiError`] into the
-//! `tonic::Status` the client gets — a precise code and a
-//! `google.rpc.ErrorInfo` whose stable reason comes from
-//! [`cohort_proto::error::reason`], the only place reason strings are spelled.
+//! The one error table of the gRPC services: every failure a handler, the
+//! auth layer or the leader gate meets is an [`ApiError`] (defined below
+//! `api/`, in `crate::error`), and this file is the one place an
+//! [`ApiError`] becomes the `tonic::Status` a client gets — a precise code
+//! and a `google.rpc.ErrorInfo` whose stable reason comes from
+//! [`cohort_proto::error::reason`], the only place reason strings are
+//! spelled; field violations as `google.rpc.BadRequest`.
 
+use crate::auth::issue::IssueError;
+pub use crate::error::ApiError;
+use crate::export::ExportError;
 use crate::jobs::placement::Unplaceable;
-use crate::model::InvalidGpuRequest;
 use crate::persistence::DatabaseError;
 use cohort_proto::error::{bad_field, invalid_config, reason, status};
-use cohort_spec::ConfigError;
 use tonic::{Code, Status};
 
-/// Why a request failed, before it becomes a status.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("training {0} not found")]
-    TrainingNotFound(String),
-    /// A request's training config (its `config` field) is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    GpuRequest(#[from] InvalidGpuRequest),
-    /// The training cannot be placed now and queueing is off.
-    #[error("cannot place the training now and queueing is off: {0}")]
-    Unplaceable(#[from] Unplaceable),
-    /// What the database said (see the table in `From<ApiError> for Status`).
-    #[error(transparent)]
-    Database(DatabaseError),
-}
+type Meta = Vec<(String, String)>;
 
-impl From<DatabaseError> for ApiError {
-    fn from(err: DatabaseError) -> Self {
-        match err {
-            DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id),
-            err => ApiError::Database(err),
-        }
-    }
+fn meta<const N: usize>(pairs: [(&str, String); N]) -> Meta {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 impl Unplaceable {
@@ -58,23 +40,162 @@ impl From<ApiError> for Status {
     fn from(err: ApiError) -> Self {
         let message = err.to_string();
         match err {
+            ApiError::Field {
+                reason,
+                field,
+                description,
+            } => bad_field(reason, &field, description),
+            ApiError::Config(e) => invalid_config(&e, "config."),
+            ApiError::GpuRequest(e) => bad_field(reason::INVALID_ARGUMENT, e.field, e.reason),
             ApiError::TrainingNotFound(id) => status(
                 Code::NotFound,
                 reason::TRAINING_NOT_FOUND,
                 message,
-                [("training_id".to_string(), id)],
+                meta([("training_id", id)]),
             ),
-            ApiError::Config(e) => invalid_config(&e, "config."),
-            ApiError::GpuRequest(e) => bad_field(reason::INVALID_ARGUMENT, e.field, e.reason),
+            ApiError::GpusNotFound(ids) => status(
+                Code::NotFound,
+                reason::GPU_NOT_FOUND,
+                message,
+                meta([("gpu_ids", ids.join(","))]),
+            ),
+            ApiError::CheckpointNotFound { training_id, .. } => status(
+                Code::NotFound,
+                reason::CHECKPOINT_NOT_FOUND,
+                message,
+                meta([("training_id", training_id)]),
+            ),
+            ApiError::TokenNotFound { team, name } => status(
+                Code::NotFound,
+                reason::TOKEN_NOT_FOUND,
+                message,
+                meta([("team", team), ("name", name)]),
+            ),
+            ApiError::Issue(e) => from_issue(e),
             ApiError::Unplaceable(why) => {
                 let code = match why {
                     Unplaceable::Unknown(_) => Code::NotFound,
                     _ => Code::FailedPrecondition,
                 };
                 let (key, value) = why.metadata();
-                status(code, why.reason(), message, [(key.to_string(), value)])
+                status(code, why.reason(), message, meta([(key, value)]))
             }
             ApiError::Database(e) => from_database(e),
+            ApiError::Export {
+                training_id,
+                step,
+                error,
+            } => from_export(training_id, step, error),
+            ApiError::Unauthenticated(_) => {
+                status(Code::Unauthenticated, reason::UNAUTHENTICATED, message, [])
+            }
+            ApiError::PermissionDenied {
+                permission, team, ..
+            } => permission_denied(message, permission, team),
+            ApiError::NotYours {
+                what,
+                caller_team,
+                owner,
+            } => {
+                let mut status = permission_denied(message, "team".into(), caller_team);
+                crate::auth::audit_target::attach(&mut status, &what, &owner);
+                status
+            }
+            ApiError::AgentIdentityMismatch {
+                certificate,
+                agent_name,
+            } => status(
+                Code::PermissionDenied,
+                reason::AGENT_IDENTITY_MISMATCH,
+                message,
+                meta([("certificate", certificate), ("agent_name", agent_name)]),
+            ),
+            ApiError::AgentNameNotAllowed {
+                certificate,
+                issuer,
+                ..
+            } => status(
+                Code::PermissionDenied,
+                reason::AGENT_NAME_NOT_ALLOWED,
+                message,
+                meta([("certificate", certificate), ("issuer", issuer)]),
+            ),
+            ApiError::TooManyStreams(_) => status(
+                Code::ResourceExhausted,
+                reason::TOO_MANY_STREAMS,
+                message,
+                [],
+            ),
+            ApiError::NotLeader { leader, .. } => status(
+                Code::Unavailable,
+                reason::NOT_LEADER,
+                message,
+                leader.map(|url| ("leader".to_string(), url)),
+            ),
+            ApiError::RegisterTimeout(_) => Status::deadline_exceeded(message),
+            ApiError::Unavailable(_) => status(Code::Unavailable, reason::INTERNAL, message, []),
+            ApiError::Internal(_) => status(Code::Internal, reason::INTERNAL, message, []),
+        }
+    }
+}
+
+/// PERMISSION_DENIED with reason PERMISSION_DENIED and what was missing.
+fn permission_denied(message: String, permission: String, team: String) -> Status {
+    let mut meta = vec![("permission".to_string(), permission)];
+    if !team.is_empty() {
+        meta.push(("team".to_string(), team));
+    }
+    status(
+        Code::PermissionDenied,
+        reason::PERMISSION_DENIED,
+        message,
+        meta,
+    )
+}
+
+fn from_issue(err: IssueError) -> Status {
+    let message = err.to_string();
+    match err {
+        IssueError::Exists { team, name } => status(
+            Code::AlreadyExists,
+            reason::TOKEN_EXISTS,
+            message,
+            meta([("team", team), ("name", name)]),
+        ),
+        IssueError::InvalidName { field } => bad_field(reason::INVALID_ARGUMENT, field, message),
+        IssueError::InvalidTtl => bad_field(reason::INVALID_ARGUMENT, "ttl", message),
+        IssueError::Random(_) => {
+            tracing::error!(error = %message, "cannot issue a token");
+            status(Code::Internal, reason::INTERNAL, message, [])
+        }
+        IssueError::Database(e) => ApiError::from(e).into(),
+    }
+}
+
+/// A checkpoint that cannot be exported: unreachable is the caller's to
+/// fix (shared storage), the rest is logged.
+fn from_export(training_id: String, step: i64, err: ExportError) -> Status {
+    let message = err.to_string();
+    let meta = meta([
+        ("training_id", training_id.clone()),
+        ("step", step.to_string()),
+    ]);
+    match err {
+        ExportError::Unreachable(_) => status(
+            Code::FailedPrecondition,
+            reason::CHECKPOINT_UNREACHABLE,
+            format!(
+                "{message}, and its agent is not connected; give trainings shared checkpoint.storage (a shared path or s3://bucket/prefix) to download checkpoints whatever happens to their hosts"
+            ),
+            meta,
+        ),
+        ExportError::Storage(_) => {
+            tracing::warn!(training_id, step, error = %message, "checkpoint storage failed");
+            status(Code::Unavailable, reason::INTERNAL, message, meta)
+        }
+        ExportError::Malformed(_) => {
+            tracing::error!(training_id, step, error = %message, "checkpoint cannot be exported");
+            status(Code::Internal, reason::INTERNAL, message, meta)
         }
     }
 }

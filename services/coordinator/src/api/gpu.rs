@@ -8,7 +8,7 @@ use super::error::ApiError;
 use crate::context::Context;
 use crate::model::Principal;
 use crate::selection::{self, Candidate, MemoryEstimate};
-use cohort_proto::error::{bad_field, reason};
+use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_server::GpuService;
 use cohort_spec::TrainingConfig;
@@ -182,11 +182,7 @@ impl GpuService for GpuApi {
         let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         if !(0..=MAX_COUNT).contains(&req.count) {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
-                "count",
-                format!("must be in 0..={MAX_COUNT}"),
-            ));
+            return Err(ApiError::field("count", format!("must be in 0..={MAX_COUNT}")).into());
         }
         // The config's estimate is computed once: it is the need and is returned.
         let (need, config, estimate) = match req.need {
@@ -196,13 +192,7 @@ impl GpuService for GpuApi {
                 let estimate = estimate_of(&config);
                 (estimate.total, Some(config), Some(estimate))
             }
-            None => {
-                return Err(bad_field(
-                    reason::INVALID_ARGUMENT,
-                    "need",
-                    "give config or memory_bytes",
-                ))
-            }
+            None => return Err(ApiError::field("need", "give config or memory_bytes").into()),
         };
         let (candidates, mut protos): (Vec<Candidate>, Vec<v1::Gpu>) =
             self.snapshot(&who).into_iter().unzip();
@@ -250,11 +240,7 @@ impl GpuService for GpuApi {
         let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         if req.gpu_ids.is_empty() {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
-                "gpu_ids",
-                "name at least one GPU",
-            ));
+            return Err(ApiError::field("gpu_ids", "name at least one GPU").into());
         }
         let config = req.config.map(parse_config).transpose()?;
         let estimate = config.as_ref().map(estimate_of);
@@ -286,7 +272,7 @@ impl GpuService for GpuApi {
         let config = request
             .into_inner()
             .config
-            .ok_or_else(|| bad_field(reason::INVALID_CONFIG, "config", "required"))?;
+            .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
         let config = parse_config(config)?;
         Ok(Response::new(estimate_proto(&estimate_of(&config))))
     }

@@ -21,8 +21,7 @@ pub mod report;
 pub mod telemetry;
 pub mod training;
 
-/// A boxed response stream.
-pub type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = T> + Send + 'static>>;
+pub use crate::context::BoxStream;
 
 /// A server-streaming RPC's response stream.
 pub type StatusStream<T> = BoxStream<Result<T, tonic::Status>>;

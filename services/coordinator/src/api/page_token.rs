@@ -2,10 +2,26 @@
 //! hex-encoded so clients treat it as a blob. Not a secret, not a signature:
 //! a token that does not decode is INVALID_ARGUMENT.
 
+use crate::api::error::ApiError;
 use crate::persistence::TrainingCursor;
 use chrono::DateTime;
-use cohort_proto::error::{bad_field, reason};
+use cohort_proto::error::reason;
 use tonic::Status;
+
+/// Items per page of a listing when the request leaves `page_size` 0.
+const DEFAULT_PAGE_SIZE: i64 = 100;
+/// The most items per page of a listing (a larger `page_size` is capped).
+const MAX_PAGE_SIZE: i64 = 1000;
+
+/// The items per page a request's `page_size` asks for (AIP-158: 0 means
+/// the default, more than the maximum means the maximum).
+pub(crate) fn page_size(raw: i32) -> Result<i64, Status> {
+    match raw {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n < 0 => Err(ApiError::field("page_size", "must be >= 0").into()),
+        n => Ok(i64::from(n).min(MAX_PAGE_SIZE)),
+    }
+}
 
 /// Hex of `bytes` (what every page token is on the wire).
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -34,13 +50,7 @@ pub fn decode_training_cursor(token: &str) -> Result<Option<TrainingCursor>, Sta
     if token.is_empty() {
         return Ok(None);
     }
-    let invalid = || {
-        bad_field(
-            reason::INVALID_PAGE_TOKEN,
-            "page_token",
-            "not a token this server issued",
-        )
-    };
+    let invalid = not_ours;
     let text = unhex(token)
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or_else(invalid)?;
@@ -65,6 +75,16 @@ pub fn encode_key(kind: &str, key: &str) -> String {
     hex(format!("{kind}:{key}").as_bytes())
 }
 
+/// INVALID_ARGUMENT (INVALID_PAGE_TOKEN) for a token this server did not issue.
+fn not_ours() -> Status {
+    ApiError::field_with(
+        reason::INVALID_PAGE_TOKEN,
+        "page_token",
+        "not a token this server issued",
+    )
+    .into()
+}
+
 /// The key a token of kind `kind` names; `None` for an empty token.
 pub fn decode_key(kind: &str, token: &str) -> Result<Option<String>, Status> {
     if token.is_empty() {
@@ -74,13 +94,7 @@ pub fn decode_key(kind: &str, token: &str) -> Result<Option<String>, Status> {
         .and_then(|b| String::from_utf8(b).ok())
         .and_then(|t| t.strip_prefix(&format!("{kind}:")).map(str::to_string))
         .map(Some)
-        .ok_or_else(|| {
-            bad_field(
-                reason::INVALID_PAGE_TOKEN,
-                "page_token",
-                "not a token this server issued",
-            )
-        })
+        .ok_or_else(not_ours)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! `query`).
 
 use crate::api::caller::{caller, team_filter, TeamScope};
+use crate::api::error::ApiError;
 use crate::context::Context;
 use crate::fleet::ReadingFilter;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,7 +18,6 @@ mod aggregate;
 pub mod alerts;
 mod query;
 mod watch;
-pub mod watchers;
 mod wire;
 
 use cohort_proto::v1;
@@ -34,11 +34,7 @@ pub(crate) fn metrics_view(raw: i32) -> Result<v1::MetricsView, Status> {
     match v1::MetricsView::try_from(raw) {
         Ok(v1::MetricsView::Unspecified | v1::MetricsView::PerGpu) => Ok(v1::MetricsView::PerGpu),
         Ok(v1::MetricsView::Aggregated) => Ok(v1::MetricsView::Aggregated),
-        Err(_) => Err(cohort_proto::error::bad_field(
-            cohort_proto::error::reason::INVALID_ARGUMENT,
-            "view",
-            format!("{raw} is not a metrics view"),
-        )),
+        Err(_) => Err(ApiError::field("view", format!("{raw} is not a metrics view")).into()),
     }
 }
 

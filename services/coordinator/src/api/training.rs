@@ -6,11 +6,11 @@
 use super::caller::{caller, team_filter, visible_training};
 use super::convert::training_event;
 use super::error::ApiError;
-use super::page_token::{decode_training_cursor, encode_training_cursor};
+use super::page_token::{decode_training_cursor, encode_training_cursor, page_size};
 use crate::context::Context;
 use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, Principal, StoredEvent};
 use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
-use cohort_proto::error::{bad_field, reason};
+use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
 use cohort_spec::TrainingConfig;
@@ -24,9 +24,6 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 pub const DEFAULT_MAX_RESTARTS: i32 = 3;
 /// Longest accepted request_id.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
-const DEFAULT_PAGE_SIZE: i64 = 100;
-const MAX_PAGE_SIZE: i64 = 1000;
-/// How often WatchTraining looks for new events.
 /// How long a watcher with nothing new waits before it looks again even
 /// without a ring from the event bell (a safety net: every event this
 /// coordinator writes rings at once).
@@ -63,24 +60,20 @@ const CANCEL: &str = "cohort.v1.TrainingService/CancelTraining";
 /// Checks a CreateTraining request of `who`; nothing is written when this fails.
 fn validate_create(who: &Principal, req: v1::CreateTrainingRequest) -> Result<NewTraining, Status> {
     if req.request_id.len() > MAX_REQUEST_ID_LEN {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
+        return Err(ApiError::field(
             "request_id",
             format!("at most {MAX_REQUEST_ID_LEN} characters"),
-        ));
+        )
+        .into());
     }
     let config = req
         .config
-        .ok_or_else(|| bad_field(reason::INVALID_CONFIG, "config", "required"))?;
+        .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
     let config = TrainingConfig::try_from(config).map_err(ApiError::from)?;
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
     if max_restarts < 0 {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
-            "max_restarts",
-            "must be >= 0",
-        ));
+        return Err(ApiError::field("max_restarts", "must be >= 0").into());
     }
     Ok(NewTraining {
         request_id: Some(req.request_id).filter(|r| !r.is_empty()),
@@ -97,18 +90,6 @@ fn validate_create(who: &Principal, req: v1::CreateTrainingRequest) -> Result<Ne
     })
 }
 
-pub(super) fn page_size(raw: i32) -> Result<i64, Status> {
-    match raw {
-        0 => Ok(DEFAULT_PAGE_SIZE),
-        n if n < 0 => Err(bad_field(
-            reason::INVALID_ARGUMENT,
-            "page_size",
-            "must be >= 0",
-        )),
-        n => Ok(i64::from(n).min(MAX_PAGE_SIZE)),
-    }
-}
-
 fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
     raw.iter()
         .map(|&n| {
@@ -116,11 +97,7 @@ fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
                 .ok()
                 .and_then(|s| JobState::try_from(s).ok())
                 .ok_or_else(|| {
-                    bad_field(
-                        reason::INVALID_ARGUMENT,
-                        "states",
-                        format!("{n} is not a training state"),
-                    )
+                    ApiError::field("states", format!("{n} is not a training state")).into()
                 })
         })
         .collect()
@@ -223,25 +200,19 @@ impl TrainingApi {
     /// GPU ids the coordinator has never seen (NOT_FOUND), and, when queueing
     /// is off, a request that can't be placed right now (FAILED_PRECONDITION).
     async fn check_placeable(&self, new: &NewTraining) -> Result<(), Status> {
-        use cohort_proto::error::status;
         if let crate::model::GpuSelection::Ids { ids } = &new.gpu_request.selection {
             let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
             let known: Vec<&str> = agents
                 .iter()
                 .flat_map(|a| a.gpus.iter().map(|g| g.uuid.as_str()))
                 .collect();
-            let unknown: Vec<&str> = ids
+            let unknown: Vec<String> = ids
                 .iter()
-                .map(String::as_str)
-                .filter(|id| !known.contains(id))
+                .filter(|id| !known.contains(&id.as_str()))
+                .cloned()
                 .collect();
             if !unknown.is_empty() {
-                return Err(status(
-                    tonic::Code::NotFound,
-                    reason::GPU_NOT_FOUND,
-                    format!("no agent has GPU {}", unknown.join(", ")),
-                    [("gpu_ids".to_string(), unknown.join(","))],
-                ));
+                return Err(ApiError::GpusNotFound(unknown).into());
             }
         }
         if new.gpu_request.queue {

@@ -5,6 +5,7 @@
 
 use super::permissions;
 use super::{Authenticator, Denial};
+use crate::error::ApiError;
 use crate::model::{AuditEntry, Principal};
 use http::{Request, Response};
 use std::future::Future;
@@ -84,11 +85,11 @@ where
                 Some(None) => {
                     let who = Principal::Anonymous;
                     let denial = Denial {
-                        status: super::permission_denied(
-                            format!("{path} is not a method this server allows"),
-                            "none",
-                            "",
-                        ),
+                        error: ApiError::PermissionDenied {
+                            message: format!("{path} is not a method this server allows"),
+                            permission: "none".into(),
+                            team: String::new(),
+                        },
                         audit: AuditEntry::ok(&who, &path, "", "")
                             .with("PERMISSION_DENIED", "not in the permission table"),
                     };
@@ -179,5 +180,5 @@ async fn refuse(auth: &Authenticator, denial: Denial) -> Response<tonic::body::B
     tracing::info!(method = %denial.audit.method, code = %denial.audit.code,
         actor = %denial.audit.actor, detail = %denial.audit.detail, "call refused");
     auth.record(denial.audit).await;
-    denial.status.into_http()
+    tonic::Status::from(denial.error).into_http()
 }

@@ -16,14 +16,15 @@ pub mod permissions;
 pub mod secret;
 pub mod streams;
 
+use crate::error::ApiError;
 use crate::model::{AuditEntry, Principal};
 use crate::persistence::Persistence;
+use crate::tls::PeerIdentity;
 use cache::TokenCache;
-use cohort_proto::error::{reason, status};
 use permissions::Permission;
 use std::sync::Arc;
 use std::time::Instant;
-use tonic::{Code, Status};
+use tonic::Code;
 
 pub use layer::AuthLayer;
 
@@ -37,14 +38,9 @@ pub enum AuthMode {
     Token,
 }
 
-/// The identity a client certificate carries (its DNS SAN, else its CN),
-/// put into the request's extensions by the TLS listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerIdentity(pub String);
-
-/// A refused call: the status the client gets and the audit row.
+/// A refused call: what the client is told and the audit row.
 pub struct Denial {
-    pub status: Status,
+    pub error: ApiError,
     pub audit: AuditEntry,
 }
 
@@ -101,15 +97,7 @@ pub async fn prune_audit(
 /// The refusal of one stream more than a token may hold open.
 fn too_many_streams(who: &Principal, method: &str) -> Denial {
     Denial {
-        status: status(
-            Code::ResourceExhausted,
-            reason::TOO_MANY_STREAMS,
-            format!(
-                "this token already holds {} streams open: close some first",
-                streams::MAX_PER_TOKEN
-            ),
-            [],
-        ),
+        error: ApiError::TooManyStreams(streams::MAX_PER_TOKEN),
         audit: AuditEntry::ok(who, method, "", who.team())
             .with("RESOURCE_EXHAUSTED", "too many open streams"),
     }
@@ -171,20 +159,6 @@ pub fn code_name(code: Code) -> &'static str {
     }
 }
 
-/// PERMISSION_DENIED with reason PERMISSION_DENIED and what was missing.
-pub fn permission_denied(message: impl Into<String>, permission: &str, team: &str) -> Status {
-    let mut meta = vec![("permission".to_string(), permission.to_string())];
-    if !team.is_empty() {
-        meta.push(("team".to_string(), team.to_string()));
-    }
-    status(
-        Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
-        message,
-        meta,
-    )
-}
-
 fn anonymous_entry(method: &str) -> AuditEntry {
     AuditEntry::ok(&Principal::Anonymous, method, "", "")
 }
@@ -216,11 +190,8 @@ impl Authenticator {
                 Some(PeerIdentity(name)) => Ok(Principal::Agent { name: name.clone() }),
                 None if !self.agent_certs => Ok(Principal::Anonymous),
                 None => Err(Denial {
-                    status: status(
-                        Code::Unauthenticated,
-                        reason::UNAUTHENTICATED,
-                        "agents must present a client certificate signed by the coordinator's agent CA",
-                        [],
+                    error: ApiError::Unauthenticated(
+                        "agents must present a client certificate signed by the coordinator's agent CA".into(),
                     ),
                     audit: anonymous_entry(method)
                         .with("UNAUTHENTICATED", "agent without a client certificate"),
@@ -236,14 +207,14 @@ impl Authenticator {
             return Ok(user);
         }
         Err(Denial {
-            status: permission_denied(
-                format!(
+            error: ApiError::PermissionDenied {
+                message: format!(
                     "{method} needs the {} permission; the token's role is {role}",
                     permission.as_str()
                 ),
-                permission.as_str(),
-                user.team(),
-            ),
+                permission: permission.as_str().to_string(),
+                team: user.team().to_string(),
+            },
             audit: AuditEntry::ok(&user, method, "", user.team()).with(
                 "PERMISSION_DENIED",
                 format!("role {role} lacks {}", permission.as_str()),
@@ -254,12 +225,9 @@ impl Authenticator {
     /// The user a bearer token stands for.
     async fn user(&self, method: &str, bearer: Option<&str>) -> Result<Principal, Denial> {
         let unauthenticated = |why: &str| Denial {
-            status: status(
-                Code::Unauthenticated,
-                reason::UNAUTHENTICATED,
-                format!("{why}: send `authorization: Bearer <token>`"),
-                [],
-            ),
+            error: ApiError::Unauthenticated(format!(
+                "{why}: send `authorization: Bearer <token>`"
+            )),
             audit: anonymous_entry(method).with("UNAUTHENTICATED", why),
         };
         let Some(secret) = bearer else {
@@ -271,12 +239,7 @@ impl Authenticator {
             Some(found) => found,
             None => {
                 let found = self.db.token_by_hash(&hash).await.map_err(|e| Denial {
-                    status: status(
-                        Code::Unavailable,
-                        reason::INTERNAL,
-                        "cannot check the token now",
-                        [],
-                    ),
+                    error: ApiError::Unavailable("cannot check the token now".into()),
                     audit: anonymous_entry(method).with("UNAVAILABLE", e.to_string()),
                 })?;
                 self.cache.put(hash, found.clone(), now);

@@ -13,7 +13,7 @@
 //! and tasks with thousands of idle watches.
 
 use super::Authenticator;
-use cohort_proto::error::{reason, status};
+use crate::error::ApiError;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::codegen::Bytes;
-use tonic::Code;
 
 /// Streams one token may hold open at once.
 pub const MAX_PER_TOKEN: usize = 64;
@@ -91,8 +90,8 @@ async fn invalidated(auth: Arc<Authenticator>, method: String, secret: String) -
     loop {
         tokio::time::sleep(RECHECK).await;
         if let Err(denial) = auth.user(&method, Some(&secret)).await {
-            if denial.status.code() == Code::Unauthenticated {
-                return denial.status.message().to_string();
+            if let ApiError::Unauthenticated(why) = denial.error {
+                return why;
             }
         }
     }
@@ -138,12 +137,9 @@ impl Body for Guarded {
         if let Poll::Ready(why) = this.ended.as_mut().poll(cx) {
             this.done = true;
             tracing::info!(reason = %why, "ending a stream: its token no longer authenticates");
-            let end = status(
-                Code::Unauthenticated,
-                reason::UNAUTHENTICATED,
-                format!("{why}: the stream ended"),
-                [],
-            );
+            let end = tonic::Status::from(ApiError::Unauthenticated(format!(
+                "{why}: the stream ended"
+            )));
             let mut trailers = http::HeaderMap::new();
             return Poll::Ready(Some(
                 end.add_header(&mut trailers)

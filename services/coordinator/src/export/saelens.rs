@@ -7,8 +7,9 @@
 //! x_hat = z W_dec + b_dec.
 
 use super::ExportError;
+use cohort_spec::checkpoint::Manifest;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::Path;
 
 pub const CFG: &str = "cfg.json";
@@ -57,7 +58,7 @@ fn bytes(values: &[f32]) -> Vec<u8> {
 /// Write `cfg.json` and `sae_weights.safetensors` into `out` from the native
 /// state file and manifest. Blocking: the API runs it on a blocking thread.
 #[allow(clippy::disallowed_methods)]
-pub fn convert(state: &Path, manifest: &Value, out: &Path) -> Result<(), ExportError> {
+pub fn convert(state: &Path, manifest: &Manifest, out: &Path) -> Result<(), ExportError> {
     let raw = std::fs::read(state)
         .map_err(|e| ExportError::Storage(format!("{}: {e}", state.display())))?;
     let st = SafeTensors::deserialize(&raw).map_err(|e| bad(format!("{e:?}")))?;
@@ -71,8 +72,7 @@ pub fn convert(state: &Path, manifest: &Value, out: &Path) -> Result<(), ExportE
     if dec_shape != [d_in, d_sae] || b_enc.len() != d_sae || b_dec.len() != d_in {
         return Err(bad("the decoder's shapes do not match the encoder's"));
     }
-    let architecture = manifest["architecture"].as_str().unwrap_or("relu");
-    let sae_architecture = match architecture {
+    let sae_architecture = match manifest.architecture.as_str() {
         "relu" => "standard",
         "topk" => "topk",
         other => {
@@ -102,15 +102,15 @@ pub fn convert(state: &Path, manifest: &Value, out: &Path) -> Result<(), ExportE
         "d_sae": d_sae,
         "dtype": "float32",
         "device": "cpu",
-        "apply_b_dec_to_input": manifest["apply_b_dec_to_input"].as_bool().unwrap_or(false),
+        "apply_b_dec_to_input": manifest.apply_b_dec_to_input,
         "normalize_activations": "none",
         "metadata": {
             "model_name": "cohort",
-            "cohort_step": manifest["step"],
+            "cohort_step": manifest.step,
         },
     });
     if sae_architecture == "topk" {
-        cfg["k"] = manifest["k"].clone();
+        cfg["k"] = json!(manifest.k);
     }
     let path = out.join(CFG);
     std::fs::write(&path, serde_json::to_vec_pretty(&cfg).expect("json"))
@@ -155,7 +155,13 @@ mod tests {
         .unwrap();
         let out = dir.path().join("sae");
         std::fs::create_dir(&out).unwrap();
-        convert(&state, &json!({"architecture": "relu", "step": 7}), &out).unwrap();
+        let manifest = Manifest::parse(
+            br#"{"format":"cohort-sae-checkpoint/1","step":7,"epoch":0,"world_size":1,
+                "global_batch":4,"d_in":2,"d_sae":3,"dtype":"f32","param_checksum":"x",
+                "files":["state.safetensors"]}"#,
+        )
+        .unwrap();
+        convert(&state, &manifest, &out).unwrap();
         let raw = std::fs::read(out.join(WEIGHTS)).unwrap();
         let st = SafeTensors::deserialize(&raw).unwrap();
         let (w, shape) = f32_tensor(&st, "W_enc").unwrap();
@@ -164,7 +170,8 @@ mod tests {
         let (w, shape) = f32_tensor(&st, "W_dec").unwrap();
         assert_eq!(shape, [3, 2]);
         assert_eq!(w, [7., 10., 8., 11., 9., 12.]);
-        let cfg: Value = serde_json::from_slice(&std::fs::read(out.join(CFG)).unwrap()).unwrap();
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join(CFG)).unwrap()).unwrap();
         assert_eq!(cfg["architecture"], "standard");
         assert_eq!(
             (cfg["d_in"].as_u64(), cfg["d_sae"].as_u64()),

@@ -6,12 +6,11 @@
 
 use super::ExportError;
 use crate::fleet::{Fleet, RelayError};
-use object_store::aws::{AmazonS3, AmazonS3Builder};
-use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use cohort_spec::checkpoint::{step_of, BEST_DIR, MANIFEST_FILE};
+use cohort_spec::location::Location;
+use cohort_storage::Objects;
+use std::path::Path;
+use tokio::io::AsyncWriteExt;
 
 /// Where a checkpoint in shared storage is read: under the training's
 /// configured `storage`, in the training's own directory
@@ -31,11 +30,9 @@ pub fn in_storage(
     let reported = reported.trim_end_matches('/');
     let name = reported.rsplit('/').next().unwrap_or_default();
     let own = if best {
-        name == "best"
+        name == BEST_DIR
     } else {
-        name.strip_prefix("step-")
-            .and_then(|n| n.parse::<i64>().ok())
-            == Some(step)
+        step_of(name) == Some(step)
     };
     let misplaced = || {
         ExportError::Malformed(format!(
@@ -47,8 +44,12 @@ pub fn in_storage(
         return Err(misplaced());
     }
     let base = storage.trim_end_matches('/');
-    let local = base.strip_prefix("file://").unwrap_or(base);
-    if !base.starts_with("s3://") && !Path::new(local).is_absolute() {
+    let relative = match Location::parse(base).map_err(ExportError::Malformed)? {
+        Location::Local(dir) if !dir.is_absolute() => Some(dir),
+        _ => None,
+    };
+    if let Some(local) = relative {
+        let local = local.to_string_lossy();
         let tail = format!("/{}/{training_id}/{name}", local.trim_start_matches("./"));
         let escapes = reported.split('/').any(|part| part == "..");
         return if reported.ends_with(&tail) && !escapes {
@@ -63,46 +64,17 @@ pub fn in_storage(
 /// Per team, the variables (AWS_*) its checkpoint storage is read with.
 pub type TeamEnv = std::collections::HashMap<String, Vec<(String, String)>>;
 
-/// An S3 client for `bucket`: configured from `env` (a team's env file)
-/// when given, else from the coordinator's own AWS_* environment;
-/// S3-compatible servers (an endpoint given) take path-style requests.
-fn s3_store(bucket: &str, env: Option<&[(String, String)]>) -> Result<AmazonS3, ExportError> {
-    let mut builder = match env {
-        None => AmazonS3Builder::from_env(),
-        Some(vars) => vars
-            .iter()
-            .filter(|(k, _)| k.starts_with("AWS_"))
-            .filter_map(|(k, v)| Some((k.to_ascii_lowercase().parse().ok()?, v)))
-            .fold(AmazonS3Builder::new(), |b, (key, value)| {
-                b.with_config(key, value)
-            }),
-    };
-    let endpoint = |name: &str| match env {
-        None => std::env::var_os(name).is_some(),
-        Some(vars) => vars.iter().any(|(k, _)| k == name),
-    };
-    if endpoint("AWS_ENDPOINT_URL") || endpoint("AWS_ENDPOINT") {
-        builder = builder.with_virtual_hosted_style_request(false);
-    }
-    builder
-        .with_bucket_name(bucket)
-        .build()
-        .map_err(|e| ExportError::Storage(format!("s3://{bucket}: {e}")))
-}
-
 pub enum Source {
-    Dir(PathBuf),
+    /// Shared storage this coordinator reads itself (a directory or an S3
+    /// prefix), or a directory of its own (a converted checkpoint).
+    Storage(Objects),
+    /// A directory on the disk of the agent that holds it.
     Agent {
         fleet: Fleet,
         agent_id: String,
         /// Who the reads are for (the relay bounds each caller's share).
         caller: String,
         dir: String,
-    },
-    S3 {
-        store: Arc<dyn ObjectStore>,
-        uri: String,
-        prefix: String,
     },
 }
 
@@ -120,16 +92,14 @@ impl Source {
         caller: &str,
         env: Option<&[(String, String)]>,
     ) -> Result<Self, ExportError> {
-        if let Some(rest) = location.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            let store = s3_store(bucket, env)?;
-            return Ok(Source::S3 {
-                store: Arc::new(store),
-                uri: location.to_string(),
-                prefix: prefix.trim_end_matches('/').to_string(),
-            });
-        }
-        let dir = PathBuf::from(location.strip_prefix("file://").unwrap_or(location));
+        let at = Location::parse(location).map_err(ExportError::Malformed)?;
+        let dir = match &at {
+            Location::S3 { .. } => {
+                let objects = Objects::open(&at, env).map_err(ExportError::Storage)?;
+                return Ok(Source::Storage(objects));
+            }
+            Location::Local(dir) => dir,
+        };
         if !shared && fleet.is_connected(holder) {
             return Ok(Source::Agent {
                 fleet: fleet.clone(),
@@ -138,8 +108,8 @@ impl Source {
                 dir: location.to_string(),
             });
         }
-        match tokio::fs::metadata(dir.join(MANIFEST)).await {
-            Ok(m) if m.is_file() => Ok(Source::Dir(dir)),
+        match tokio::fs::metadata(dir.join(MANIFEST_FILE)).await {
+            Ok(m) if m.is_file() => Self::local(dir),
             _ if shared => Err(ExportError::Storage(format!(
                 "{location}: not readable from the coordinator's host (mount the shared storage there)"
             ))),
@@ -147,16 +117,11 @@ impl Source {
         }
     }
 
-    fn key(prefix: &str, file: &str) -> ObjectPath {
-        ObjectPath::from(format!("{prefix}/{file}"))
-    }
-
-    fn storage(&self, file: &str, e: impl std::fmt::Display) -> ExportError {
-        match self {
-            Source::Agent { dir, .. } => ExportError::Storage(format!("{dir}/{file}: {e}")),
-            Source::Dir(d) => ExportError::Storage(format!("{}: {e}", d.join(file).display())),
-            Source::S3 { uri, .. } => ExportError::Storage(format!("{uri}/{file}: {e}")),
-        }
+    /// A directory on this coordinator's host.
+    pub fn local(dir: &Path) -> Result<Self, ExportError> {
+        Objects::open(&Location::Local(dir.to_path_buf()), None)
+            .map(Source::Storage)
+            .map_err(ExportError::Storage)
     }
 
     pub async fn size(&self, file: &str) -> Result<u64, ExportError> {
@@ -171,15 +136,7 @@ impl Source {
                 .await
                 .map(|(_, size)| size)
                 .map_err(|e| relay_error(dir, e)),
-            Source::Dir(d) => tokio::fs::metadata(d.join(file))
-                .await
-                .map(|m| m.len())
-                .map_err(|e| self.storage(file, e)),
-            Source::S3 { store, prefix, .. } => store
-                .head(&Self::key(prefix, file))
-                .await
-                .map(|m| m.size)
-                .map_err(|e| self.storage(file, e)),
+            Source::Storage(objects) => objects.size(file).await.map_err(ExportError::Storage),
         }
     }
 
@@ -201,30 +158,18 @@ impl Source {
                         .await
                         .map_err(|e| relay_error(dir, e))?;
                     if data.is_empty() {
-                        return Err(self.storage(file, "the file ended early"));
+                        return Err(ExportError::Storage(format!(
+                            "{path}: the file ended early"
+                        )));
                     }
                     out.extend_from_slice(&data);
                 }
                 Ok(out)
             }
-            Source::Dir(d) => {
-                let mut f = tokio::fs::File::open(d.join(file))
-                    .await
-                    .map_err(|e| self.storage(file, e))?;
-                f.seek(std::io::SeekFrom::Start(offset))
-                    .await
-                    .map_err(|e| self.storage(file, e))?;
-                let mut buf = vec![0u8; len];
-                f.read_exact(&mut buf)
-                    .await
-                    .map_err(|e| self.storage(file, e))?;
-                Ok(buf)
-            }
-            Source::S3 { store, prefix, .. } => store
-                .get_range(&Self::key(prefix, file), offset..offset + len as u64)
+            Source::Storage(objects) => objects
+                .read(file, offset, len)
                 .await
-                .map(|b| b.to_vec())
-                .map_err(|e| self.storage(file, e)),
+                .map_err(ExportError::Storage),
         }
     }
 
@@ -258,9 +203,6 @@ fn relay_error(dir: &str, e: RelayError) -> ExportError {
     }
 }
 
-/// The checkpoint's files, as cohort-rank writes them.
-pub const MANIFEST: &str = "manifest.json";
-pub const STATE: &str = "state.safetensors";
 /// Bytes per streamed chunk.
 pub const CHUNK: usize = 1 << 20;
 

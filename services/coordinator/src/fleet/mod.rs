@@ -3,13 +3,17 @@
 //! watchers. In memory only; the database keeps the durable part.
 
 mod command;
+mod refusals;
 mod relay;
 mod telemetry;
+mod watchers;
 
 pub use command::{AgentCommand, FileChunk, LocalRank, StartRanks};
+pub use refusals::Refusals;
 pub use relay::{Relay, RelayError};
 
 pub use telemetry::{GpuReading, ReadingFilter, TelemetryBatch};
+pub use watchers::{WatcherCounts, WatcherGuard, WatcherStats};
 
 use crate::model::{GpuRecord, GpuSample};
 use std::collections::HashMap;

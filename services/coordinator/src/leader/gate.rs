@@ -9,7 +9,7 @@
 
 use super::forward::{Forwarder, FORWARDED_HEADER};
 use super::Leadership;
-use cohort_proto::error::{reason, status};
+use crate::error::ApiError;
 use http::{Request, Response};
 use std::future::Future;
 use std::pin::Pin;
@@ -39,21 +39,11 @@ pub fn served_by_standby(path: &str) -> bool {
 
 /// The NOT_LEADER answer, naming the leader when one is known.
 pub fn not_leader(path: &str, leader: Option<&str>) -> tonic::Status {
-    let method = path.trim_start_matches('/');
-    match leader {
-        Some(url) => status(
-            tonic::Code::Unavailable,
-            reason::NOT_LEADER,
-            format!("this coordinator is a standby: send {method} to the leader at {url}"),
-            [("leader".to_string(), url.to_string())],
-        ),
-        None => status(
-            tonic::Code::Unavailable,
-            reason::NOT_LEADER,
-            format!("no coordinator leads right now (an election is under way): retry {method} in a few seconds"),
-            [],
-        ),
+    ApiError::NotLeader {
+        method: path.trim_start_matches('/').to_string(),
+        leader: leader.map(str::to_string),
     }
+    .into()
 }
 
 /// Response metadata of every call: the coordinators' `--advertise` URLs,
@@ -181,6 +171,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cohort_proto::error::reason;
 
     #[test]
     fn standbys_serve_reads_health_and_reflection_only() {

@@ -4,17 +4,15 @@
 //! by, serving reads from the database and pointing changes at the leader.
 //!
 //! [`Leadership`] is the role as every part of the server sees it;
-//! [`elector`] moves it; [`gate`] refuses changes on a standby; [`Leading`]
-//! starts the leader's work (scheduler, runner, alerts, history) when the
-//! role becomes leader.
+//! [`elector`] moves it; [`gate`] refuses changes on a standby;
+//! [`crate::background::Leading`] starts the leader's work (scheduler,
+//! runner, alerts, history) when the role becomes leader.
 
 pub mod elector;
 pub mod forward;
 pub mod gate;
-mod leading;
 
 pub use elector::{Elector, LeaseSettings};
-pub use leading::Leading;
 
 use std::sync::Arc;
 use tokio::sync::watch;

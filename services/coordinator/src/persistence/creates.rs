@@ -13,7 +13,7 @@
 
 use super::connection::on_backend;
 use super::queue_counts::QueueCounts;
-use super::rows::{now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
+use super::rows::{now, request_key, to_db_time, EventRow, NewTransitionRow, TrainingRow};
 use super::schema::{state_transitions, team_quotas, training_events, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, StateChange, Training};
@@ -58,24 +58,6 @@ pub struct Created {
     pub training: Training,
     /// False when the request_id matched an existing training (nothing written).
     pub created: bool,
-}
-
-/// How a client's request_id is stored: under its team, so teams never see
-/// each other's keys (team "" keeps the key as given).
-pub(crate) fn request_key(team: &str, request_id: &str) -> String {
-    if team.is_empty() {
-        request_id.to_string()
-    } else {
-        format!("{team}/{request_id}")
-    }
-}
-
-/// The client's request_id of a stored key.
-pub(crate) fn client_request_id(team: &str, key: String) -> String {
-    match key.strip_prefix(team).and_then(|k| k.strip_prefix('/')) {
-        Some(id) if !team.is_empty() => id.to_string(),
-        _ => key,
-    }
 }
 
 fn new_training_id() -> String {

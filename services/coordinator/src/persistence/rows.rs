@@ -82,9 +82,7 @@ impl TryFrom<TrainingRow> for Training {
             master_port: row.master_port,
             last_event_seq: row.last_event_seq,
             trace_context: row.trace_context,
-            request_id: row
-                .request_id
-                .map(|key| super::creates::client_request_id(&row.team, key)),
+            request_id: row.request_id.map(|key| client_request_id(&row.team, key)),
             team: row.team,
             creator: row.creator,
         })
@@ -157,5 +155,23 @@ impl TryFrom<EventRow> for StoredEvent {
             payload,
             time: from_db_time(row.event_time),
         })
+    }
+}
+
+/// How a client's request_id is stored: under its team, so teams never see
+/// each other's keys (team "" keeps the key as given).
+pub(crate) fn request_key(team: &str, request_id: &str) -> String {
+    if team.is_empty() {
+        request_id.to_string()
+    } else {
+        format!("{team}/{request_id}")
+    }
+}
+
+/// The client's request_id of a stored key.
+pub(crate) fn client_request_id(team: &str, key: String) -> String {
+    match key.strip_prefix(team).and_then(|k| k.strip_prefix('/')) {
+        Some(id) if !team.is_empty() => id.to_string(),
+        _ => key,
     }
 }

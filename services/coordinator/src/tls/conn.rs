@@ -3,7 +3,7 @@
 //! every request's extensions (tonic's [`Connected`]).
 
 use super::identity_of;
-use crate::auth::PeerIdentity;
+use super::PeerIdentity;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};

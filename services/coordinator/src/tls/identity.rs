@@ -6,6 +6,11 @@ use rustls::pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+/// The identity a client certificate carries (its DNS SAN, else its CN),
+/// put into the request's extensions by the TLS listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerIdentity(pub String);
+
 /// The identity of a DER certificate; `None` when it has neither a DNS SAN
 /// nor a CN (or does not parse).
 pub fn identity_of(cert: &CertificateDer<'_>) -> Option<String> {

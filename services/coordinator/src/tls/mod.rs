@@ -15,7 +15,7 @@ mod identity;
 pub use agent_ca::AgentCa;
 pub use config::{ClientVerifier, TlsError, TlsFiles};
 pub use conn::{PeerInfo, TlsConn};
-pub use identity::{identity_of, issuer_of};
+pub use identity::{identity_of, issuer_of, PeerIdentity};
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -8,7 +8,7 @@ pub mod parquet;
 pub mod safetensors;
 
 use super::elem::Elem;
-use super::store::Blob;
+use cohort_storage::Blob;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

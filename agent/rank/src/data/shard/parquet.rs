@@ -9,9 +9,10 @@
 //! reader uses ranged reads of the shard, never the whole file.
 
 use super::super::elem::Elem;
-use super::super::store::{Blob, ReadError};
+use super::super::error::ReadError;
 use super::Selector;
 use bytes::Bytes;
+use cohort_storage::Blob;
 use parquet::basic::{LogicalType, Type as Physical};
 use parquet::column::reader::{ColumnReader, ColumnReaderImpl};
 use parquet::data_type::DataType;

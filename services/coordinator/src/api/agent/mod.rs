@@ -5,7 +5,7 @@
 //! hands each message to a handler: [`samples`] (telemetry) and
 //! [`rank_events`]. An agent may speak only of the GPUs it registered and
 //! the ranks placed on it; anything else is refused and counted
-//! ([`Refusals`], exported as metrics).
+//! ([`Refusals`](crate::fleet::Refusals), exported as metrics).
 
 mod convert;
 #[cfg(test)]
@@ -14,8 +14,8 @@ mod rank_events;
 mod register;
 mod samples;
 mod session;
+mod state;
 
-pub use rank_events::Refusals;
 pub use register::{HEARTBEAT_INTERVAL, REGISTER_TIMEOUT, TELEMETRY_INTERVAL};
 
 use super::convert::timestamp;

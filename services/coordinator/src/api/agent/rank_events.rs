@@ -3,36 +3,10 @@
 //! job runner. Anything else is refused, logged and counted, and writes
 //! nothing.
 
-use super::session::Session;
+use super::state::{Delivery, Session, OWNED_CAPACITY};
 use crate::model::RankReport;
 use crate::persistence::DatabaseError;
 use cohort_proto::v1;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// Ranks remembered per session before the memory starts over (an agent
-/// runs a handful of ranks per attempt; this bounds what a misbehaving one
-/// can make the coordinator keep).
-const OWNED_CAPACITY: usize = 1024;
-
-/// (training id, attempt, rank) placed on a session's agent, as learned
-/// from the database.
-#[derive(Default)]
-pub(in crate::api::agent) struct OwnedRanks(HashSet<(String, i32, i32)>);
-
-/// Messages refused because they named what the agent does not own.
-#[derive(Debug, Clone, Default)]
-pub struct Refusals {
-    rank_events: Arc<AtomicU64>,
-}
-
-impl Refusals {
-    /// Rank events refused since start.
-    pub fn rank_events(&self) -> u64 {
-        self.rank_events.load(Ordering::Relaxed)
-    }
-}
 
 /// Whether the rank of `event` is placed on the session's agent.
 async fn owns(session: &mut Session, event: &RankReport) -> Result<bool, DatabaseError> {
@@ -55,15 +29,6 @@ async fn owns(session: &mut Session, event: &RankReport) -> Result<bool, Databas
     Ok(owned)
 }
 
-/// What became of a rank event: the agent may forget it (stored, or
-/// refused for good), or must send it again to a coordinator that can store
-/// it (this one does not lead, or lost its database).
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Delivery {
-    Done,
-    Retry,
-}
-
 /// Whether a failure to store is this coordinator's (send the event again
 /// elsewhere, later) rather than the event's.
 fn retry_elsewhere(e: &DatabaseError) -> bool {
@@ -79,11 +44,7 @@ pub(super) async fn on_rank_event(session: &mut Session, event: v1::RankEvent) -
     match owns(session, &report).await {
         Ok(true) => {}
         Ok(false) => {
-            session
-                .ctx
-                .refusals
-                .rank_events
-                .fetch_add(1, Ordering::Relaxed);
+            session.ctx.refusals.count_rank_event();
             let detail = format!("rank {rank} of {training_id} attempt {attempt}");
             session.refused("rank event", &detail);
             return Delivery::Done;

@@ -9,7 +9,6 @@ use crate::context::Context;
 use crate::fleet::{AgentCommand, LiveAgent};
 use crate::model::GpuRecord;
 use crate::persistence::AgentRegistration;
-use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use std::collections::HashSet;
@@ -33,45 +32,37 @@ pub const MAX_RUNNING_RANKS: usize = 4096;
 
 pub(super) fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
     if reg.agent_name.trim().is_empty() {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
-            "register.agent_name",
-            "required",
-        ));
+        return Err(ApiError::field("register.agent_name", "required").into());
     }
     if reg.gpus.len() > MAX_GPUS {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
+        return Err(ApiError::field(
             "register.gpus",
             format!("{} GPUs; at most {MAX_GPUS}", reg.gpus.len()),
-        ));
+        )
+        .into());
     }
     if reg.running_ranks.len() > MAX_RUNNING_RANKS {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
+        return Err(ApiError::field(
             "register.running_ranks",
             format!(
                 "{} ranks; at most {MAX_RUNNING_RANKS}",
                 reg.running_ranks.len()
             ),
-        ));
+        )
+        .into());
     }
     let mut seen = HashSet::new();
     let mut gpus = Vec::with_capacity(reg.gpus.len());
     for (i, g) in reg.gpus.iter().enumerate() {
         if g.uuid.is_empty() {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
-                &format!("register.gpus[{i}].uuid"),
-                "required",
-            ));
+            return Err(ApiError::field(format!("register.gpus[{i}].uuid"), "required").into());
         }
         if !seen.insert(g.uuid.as_str()) {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
-                &format!("register.gpus[{i}].uuid"),
+            return Err(ApiError::field(
+                format!("register.gpus[{i}].uuid"),
                 format!("{} is reported twice", g.uuid),
-            ));
+            )
+            .into());
         }
         gpus.push(GpuRecord {
             uuid: g.uuid.clone(),
@@ -125,15 +116,11 @@ async fn check_identity(
             ),
         )
         .await;
-    Err(cohort_proto::error::status(
-        tonic::Code::PermissionDenied,
-        reason::AGENT_IDENTITY_MISMATCH,
-        format!("this agent's certificate is for {identity:?}: it cannot register as {name:?}"),
-        [
-            ("certificate".to_string(), identity.to_string()),
-            ("agent_name".to_string(), name.to_string()),
-        ],
-    ))
+    Err(ApiError::AgentIdentityMismatch {
+        certificate: identity.to_string(),
+        agent_name: name.to_string(),
+    }
+    .into())
 }
 
 /// An agent's certified name against its CA's allowlist (`--agent-names`).
@@ -162,24 +149,12 @@ async fn check_allowed(ctx: &Context, identity: &str, issuer: Option<&str>) -> R
                 ),
         )
         .await;
-    Err(cohort_proto::error::status(
-        tonic::Code::PermissionDenied,
-        reason::AGENT_NAME_NOT_ALLOWED,
-        if allowed.is_empty() {
-            format!(
-                "the CA {issuer:?} that issued this agent's certificate may certify no agent here"
-            )
-        } else {
-            format!(
-                "the CA {issuer:?} may certify agents named {} only, not {identity:?}",
-                allowed.join(", ")
-            )
-        },
-        [
-            ("certificate".to_string(), identity.to_string()),
-            ("issuer".to_string(), issuer.to_string()),
-        ],
-    ))
+    Err(ApiError::AgentNameNotAllowed {
+        certificate: identity.to_string(),
+        issuer: issuer.to_string(),
+        allowed,
+    }
+    .into())
 }
 
 /// Accept a Connect stream: register the agent (as its certificate's
@@ -192,16 +167,16 @@ pub(super) async fn accept(
 ) -> Result<Accepted, Status> {
     let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
         .await
-        .map_err(|_| Status::deadline_exceeded("no Register within 10 s of connecting"))??;
+        .map_err(|_| ApiError::RegisterTimeout(REGISTER_TIMEOUT))??;
     let Some(v1::AgentMessage {
         message: Some(Message::Register(reg)),
     }) = first
     else {
-        return Err(bad_field(
-            reason::INVALID_ARGUMENT,
+        return Err(ApiError::field(
             "message",
             "the first message on a Connect stream must be a Register",
-        ));
+        )
+        .into());
     };
     let gpus = validate(&reg)?;
     check_identity(

@@ -2,7 +2,7 @@
 //! the fleet; samples naming any other GPU are refused and counted (an agent
 //! cannot make another host's GPU look busy, nor grow the fleet's maps).
 
-use super::session::Session;
+use super::state::Session;
 use cohort_proto::v1;
 
 pub(super) fn on_telemetry(session: &mut Session, telemetry: v1::TelemetrySamples) {

@@ -3,33 +3,12 @@
 //! telemetry, [`rank_events`](super::rank_events) for its ranks, the relay
 //! for file chunks); then the agent leaves the live fleet.
 
-use super::rank_events::{Delivery, OwnedRanks};
+use super::state::{Delivery, OwnedRanks, Session};
 use crate::context::Context;
 use crate::fleet::AgentCommand;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use tonic::Streaming;
-
-/// What a session keeps between messages.
-pub(super) struct Session {
-    pub ctx: Context,
-    pub agent_id: String,
-    /// Ranks known to be placed on this agent.
-    pub owned: OwnedRanks,
-    /// Whether a refusal was already logged at warn level (later ones go to debug).
-    pub warned: bool,
-}
-
-impl Session {
-    /// Logs a refused message: the first of the session as a warning.
-    pub fn refused(&mut self, what: &str, detail: &str) {
-        if std::mem::replace(&mut self.warned, true) {
-            tracing::debug!(agent_id = %self.agent_id, what, detail, "refused a message about something the agent does not own");
-        } else {
-            tracing::warn!(agent_id = %self.agent_id, what, detail, "refused a message about something the agent does not own (further ones are logged at debug)");
-        }
-    }
-}
 
 /// Reads the agent's messages until the stream ends.
 pub(super) async fn serve(

@@ -8,7 +8,6 @@ use crate::api::convert::timestamp;
 use crate::api::error::ApiError;
 use crate::context::Context;
 use crate::persistence::Persistence;
-use cohort_proto::error::{bad_field, reason};
 use cohort_proto::v1;
 use cohort_proto::v1::watch_alerts_response::Event;
 use std::collections::HashSet;
@@ -75,11 +74,11 @@ async fn filter_of(db: &Persistence, req: &v1::WatchAlertsRequest) -> Result<Ale
         Ok(v1::AlertSeverity::Warning) => Severity::Warning,
         Ok(v1::AlertSeverity::Critical) => Severity::Critical,
         Err(_) => {
-            return Err(bad_field(
-                reason::INVALID_ARGUMENT,
+            return Err(ApiError::field(
                 "min_severity",
                 format!("{} is not an alert severity", req.min_severity),
-            ))
+            )
+            .into())
         }
     };
     let filter = req.filter.clone().unwrap_or_default();
@@ -122,11 +121,7 @@ pub async fn watch_alerts(
                 .ok()
                 .and_then(|d| chrono::Duration::from_std(d).ok())
                 .ok_or_else(|| {
-                    bad_field(
-                        reason::INVALID_ARGUMENT,
-                        "resolved_within",
-                        "must be a non-negative duration",
-                    )
+                    ApiError::field("resolved_within", "must be a non-negative duration")
                 })?,
         ),
     };

@@ -25,7 +25,7 @@ use crate::context::Context;
 use crate::model::Principal;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
 use chrono::{DateTime, Utc};
-use cohort_proto::error::{bad_field, reason};
+use cohort_proto::error::reason;
 use cohort_proto::v1;
 use std::collections::BTreeMap;
 use tonic::Status;
@@ -61,7 +61,7 @@ pub struct Plan {
 }
 
 fn invalid(field: &str, description: impl Into<String>) -> Status {
-    bad_field(reason::INVALID_ARGUMENT, field, description)
+    ApiError::field(field, description).into()
 }
 
 fn timestamp_ms(field: &str, t: &prost_types::Timestamp) -> Result<i64, Status> {
@@ -115,7 +115,9 @@ fn encode_token(plan: &Plan, next: i64) -> String {
 
 /// (next bucket, end ms) of a token issued for the query with `fingerprint`.
 fn decode_token(token: &str, fingerprint: u64) -> Result<(i64, i64), Status> {
-    let bad = |why: &str| bad_field(reason::INVALID_PAGE_TOKEN, "page_token", why);
+    let bad = |why: &str| -> Status {
+        ApiError::field_with(reason::INVALID_PAGE_TOKEN, "page_token", why).into()
+    };
     let text = unhex(token)
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or_else(|| bad("not a token this server issued"))?;
@@ -216,11 +218,12 @@ impl Plan {
             ));
         }
         if first < 0 || first >= total {
-            return Err(bad_field(
+            return Err(ApiError::field_with(
                 reason::INVALID_PAGE_TOKEN,
                 "page_token",
                 "the token points outside the range",
-            ));
+            )
+            .into());
         }
         Ok(Self {
             selection,

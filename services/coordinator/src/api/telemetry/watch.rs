@@ -8,8 +8,8 @@
 //! shared by every watcher (see `wire`). AGGREGATED: the aggregate of the
 //! latest samples once per [`AGGREGATE_INTERVAL`].
 
-use super::watchers::WatcherGuard;
 use super::wire::EncodedUpdate;
+use crate::fleet::WatcherGuard;
 use crate::fleet::{Fleet, GpuReading, Hold, ReadingFilter, TelemetryBatch};
 use cohort_proto::v1;
 use prost::bytes::Bytes;

@@ -8,6 +8,7 @@
 //! this one method itself and hands every other call to the generated server.
 
 use super::TelemetryApi;
+use crate::api::error::ApiError;
 use cohort_proto::v1;
 use cohort_proto::v1::telemetry_service_server::TelemetryServiceServer;
 use prost::bytes::Bytes;
@@ -61,7 +62,7 @@ impl EncodedUpdate {
     /// path and for tests, not for the fan-out).
     pub fn decode_into(&self) -> Result<v1::GpuMetricsUpdate, Status> {
         v1::GpuMetricsUpdate::decode(self.encode_to_vec().as_slice())
-            .map_err(|e| Status::internal(format!("re-decoding a metrics update: {e}")))
+            .map_err(|e| ApiError::Internal(format!("re-decoding a metrics update: {e}")).into())
     }
 }
 

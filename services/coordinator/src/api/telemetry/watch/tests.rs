@@ -1,7 +1,7 @@
 //! Coalescing of PER_GPU updates, filters and lag notices.
 
 use super::*;
-use crate::api::telemetry::watchers::WatcherStats;
+use crate::fleet::WatcherStats;
 use crate::model::GpuSample;
 use std::time::Instant as StdInstant;
 

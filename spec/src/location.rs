@@ -1,13 +1,12 @@
-//! Where data and checkpoints live: a local (or shared) file system path,
-//! given plain or as `file://`, or S3-compatible object storage,
-//! `s3://bucket/prefix`. S3 endpoint and credentials come from the standard
-//! AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-//! AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP), which the agent hands
-//! to its ranks; they are never written anywhere by cohort.
-
-pub mod s3;
+//! Where data and checkpoints live, the one parser of their URIs: a local
+//! (or shared) file system path, given plain or as `file://`, or
+//! S3-compatible object storage, `s3://bucket/prefix`. Every part that
+//! reads a location from a config, a flag or a report parses it here.
 
 use std::path::PathBuf;
+
+/// The schemes a location may carry (a plain path carries none).
+pub const SCHEMES: [&str; 2] = ["file://", "s3://"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
@@ -30,13 +29,22 @@ impl Location {
         if let Some((scheme, _)) = uri.split_once("://") {
             if scheme != "file" {
                 return Err(format!(
-                    "{uri}: scheme {scheme}:// is not one of file://, s3://"
+                    "{uri}: scheme {scheme}:// is not one of {}",
+                    SCHEMES.join(", ")
                 ));
             }
         }
         Ok(Location::Local(PathBuf::from(
             uri.strip_prefix("file://").unwrap_or(uri),
         )))
+    }
+
+    /// The object `key` of `bucket`.
+    pub fn s3(bucket: &str, key: &str) -> Self {
+        Location::S3 {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        }
     }
 
     /// The location `name` below this one.
@@ -49,6 +57,19 @@ impl Location {
             },
         }
     }
+
+    /// Whether it names object storage.
+    pub fn is_object_storage(&self) -> bool {
+        matches!(self, Location::S3 { .. })
+    }
+
+    /// The local path, for a location on the file system.
+    pub fn local(&self) -> Option<&std::path::Path> {
+        match self {
+            Location::Local(p) => Some(p),
+            Location::S3 { .. } => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Location {
@@ -58,6 +79,11 @@ impl std::fmt::Display for Location {
             Location::S3 { bucket, key } => write!(f, "s3://{bucket}/{key}"),
         }
     }
+}
+
+/// How object `key` of `bucket` is named in messages and reports.
+pub fn s3_uri(bucket: &str, key: &str) -> String {
+    Location::s3(bucket, key).to_string()
 }
 
 /// `prefix/name`, with exactly one slash between (none when prefix is empty).
@@ -78,10 +104,7 @@ mod tests {
     fn uris() {
         assert_eq!(
             Location::parse("s3://b/acts/x/").unwrap(),
-            Location::S3 {
-                bucket: "b".into(),
-                key: "acts/x/".into()
-            }
+            Location::s3("b", "acts/x/")
         );
         assert_eq!(
             Location::parse("file:///d/a.npy").unwrap(),
@@ -92,12 +115,19 @@ mod tests {
             Location::Local("rel/a".into())
         );
         assert!(Location::parse("s3://").is_err());
-        assert!(Location::parse("gs://b/x").is_err());
+        let e = Location::parse("gs://b/x").unwrap_err();
+        assert_eq!(e, "gs://b/x: scheme gs:// is not one of file://, s3://");
         let l = Location::parse("s3://b/runs/").unwrap().join("t1");
         assert_eq!(l.to_string(), "s3://b/runs/t1");
         assert_eq!(
             Location::parse("s3://b").unwrap().join("t1").to_string(),
             "s3://b/t1"
+        );
+        assert_eq!(s3_uri("b", "k/x"), "s3://b/k/x");
+        assert!(Location::parse("s3://b/k").unwrap().is_object_storage());
+        assert_eq!(
+            Location::parse("/a").unwrap().local(),
+            Some(std::path::Path::new("/a"))
         );
     }
 }

@@ -1,8 +1,12 @@
-//! S3 through object_store: one client per bucket, driven by one small
-//! tokio runtime that the rank's threads block on (the training loop and
-//! the data reader are plain threads).
+//! S3 through object_store. [`config`] is the one client builder (every
+//! part that reads or writes S3 builds its clients there). The blocking
+//! operations below serve the rank: one client per bucket, driven by one
+//! small tokio runtime that the rank's threads block on (the training loop
+//! and the data reader are plain threads), each operation checked against
+//! the object-storage prefixes open to the rank's team.
 
-use super::super::data::store::Blob;
+use super::Blob;
+use cohort_spec::location::s3_uri;
 use cohort_spec::prefixes::S3Prefixes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
@@ -43,7 +47,35 @@ pub fn allowed(bucket: &str, key: &str) -> Result<(), String> {
     }
 }
 
-/// The client for `bucket` (configured from the AWS environment variables).
+/// An S3 client for `bucket`, configured from `env` (AWS_* variables, a
+/// team's env file) when given, else from this process's AWS_* environment.
+/// S3-compatible servers (MinIO, moto, Ceph: an endpoint is given) take
+/// path-style requests.
+pub fn config(bucket: &str, env: Option<&[(String, String)]>) -> Result<AmazonS3, String> {
+    let mut builder = match env {
+        None => AmazonS3Builder::from_env(),
+        Some(vars) => vars
+            .iter()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .filter_map(|(k, v)| Some((k.to_ascii_lowercase().parse().ok()?, v)))
+            .fold(AmazonS3Builder::new(), |b, (key, value)| {
+                b.with_config(key, value)
+            }),
+    };
+    let given = |name: &str| match env {
+        None => std::env::var_os(name).is_some(),
+        Some(vars) => vars.iter().any(|(k, _)| k == name),
+    };
+    if given("AWS_ENDPOINT_URL") || given("AWS_ENDPOINT") {
+        builder = builder.with_virtual_hosted_style_request(false);
+    }
+    builder
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| format!("{}: cannot configure S3: {e}", s3_uri(bucket, "")))
+}
+
+/// This process's client for `bucket` (built once, from its environment).
 pub fn bucket(bucket: &str) -> Result<Arc<AmazonS3>, String> {
     static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<AmazonS3>>>> = OnceLock::new();
     let clients = CLIENTS.get_or_init(Default::default);
@@ -51,17 +83,7 @@ pub fn bucket(bucket: &str) -> Result<Arc<AmazonS3>, String> {
     if let Some(c) = clients.get(bucket) {
         return Ok(c.clone());
     }
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    // S3-compatible servers (MinIO, moto, Ceph) take path-style requests.
-    if std::env::var_os("AWS_ENDPOINT_URL").is_some() || std::env::var_os("AWS_ENDPOINT").is_some()
-    {
-        builder = builder.with_virtual_hosted_style_request(false);
-    }
-    let client = Arc::new(
-        builder
-            .build()
-            .map_err(|e| format!("s3://{bucket}: cannot configure S3: {e}"))?,
-    );
+    let client = Arc::new(config(bucket, None)?);
     clients.insert(bucket.to_string(), client.clone());
     Ok(client)
 }
@@ -89,7 +111,7 @@ impl S3Blob {
         Self {
             store,
             path: ObjectPath::from(key),
-            name: format!("s3://{bucket}/{key}"),
+            name: s3_uri(bucket, key),
             len,
         }
     }
@@ -110,6 +132,10 @@ impl Blob for S3Blob {
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn remote(&self) -> bool {
+        true
     }
 
     /// One GET per range, fetched concurrently (object_store merges ranges
@@ -146,7 +172,7 @@ pub fn list(
     let store = bucket(bucket_name)?;
     let dir = ObjectPath::from(prefix.trim_end_matches('/'));
     let prefix_opt = (!prefix.trim_end_matches('/').is_empty()).then_some(&dir);
-    let err = |e: object_store::Error| format!("s3://{bucket_name}/{prefix}: cannot list: {e}");
+    let err = |e: object_store::Error| format!("{}: cannot list: {e}", s3_uri(bucket_name, prefix));
     let mut found: Vec<(String, u64)> = if recursive {
         block_on(
             store
@@ -172,7 +198,8 @@ pub fn upload(bucket_name: &str, key: &str, mut source: impl Read) -> Result<(),
     allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     let path = ObjectPath::from(key);
-    let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot upload: {e}");
+    let err =
+        |e: &dyn std::fmt::Display| format!("{}: cannot upload: {e}", s3_uri(bucket_name, key));
     block_on(async {
         let upload = store.put_multipart(&path).await.map_err(|e| err(&e))?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
@@ -196,7 +223,7 @@ pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
     let store = bucket(bucket_name)?;
     block_on(store.put(&ObjectPath::from(key), PutPayload::from(bytes)))
         .map(|_| ())
-        .map_err(|e| format!("s3://{bucket_name}/{key}: cannot write: {e}"))
+        .map_err(|e| format!("{}: cannot write: {e}", s3_uri(bucket_name, key)))
 }
 
 /// A whole (small) object, or `None` when there is none at `key`.
@@ -210,7 +237,7 @@ pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, S
     match got {
         Ok(b) => Ok(Some(b.to_vec())),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(format!("s3://{bucket_name}/{key}: cannot read: {e}")),
+        Err(e) => Err(format!("{}: cannot read: {e}", s3_uri(bucket_name, key))),
     }
 }
 
@@ -218,7 +245,7 @@ pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, S
 pub fn download(bucket_name: &str, key: &str, sink: &mut impl io::Write) -> Result<(), String> {
     allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
-    let err = |e: &dyn std::fmt::Display| format!("s3://{bucket_name}/{key}: cannot read: {e}");
+    let err = |e: &dyn std::fmt::Display| format!("{}: cannot read: {e}", s3_uri(bucket_name, key));
     block_on(async {
         let got = store
             .get(&ObjectPath::from(key))
@@ -237,5 +264,5 @@ pub fn delete(bucket_name: &str, key: &str) -> Result<(), String> {
     allowed(bucket_name, key)?;
     let store = bucket(bucket_name)?;
     block_on(store.delete(&ObjectPath::from(key)))
-        .map_err(|e| format!("s3://{bucket_name}/{key}: cannot delete: {e}"))
+        .map_err(|e| format!("{}: cannot delete: {e}", s3_uri(bucket_name, key)))
 }

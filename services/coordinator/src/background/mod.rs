@@ -8,6 +8,10 @@
 //! tasks); [`Background::stop`] cancels the token and waits for every task,
 //! up to a drain deadline.
 
+mod leading;
+
+pub use leading::{Leading, LEADER_SERVICES};
+
 use crate::context::Context;
 use std::time::Duration;
 

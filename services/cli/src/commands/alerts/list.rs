@@ -3,10 +3,10 @@
 //! up to its `caught_up` marker; with `--watch`, then every raise and
 //! resolution as it happens (one line each, or one JSON object per line).
 
-use super::alerts::severity_name;
-use super::alerts::AlertsListArgs;
-use super::interruptible;
+use super::args::{watch_request, AlertsListArgs};
+use super::watch::{follow, severity_name};
 use crate::client::Coordinator;
+use crate::commands::interruptible;
 use crate::errors::CliError;
 use crate::render::table::Table;
 use crate::render::{emit, emit_json, json, time, OutputFormat};
@@ -22,7 +22,7 @@ pub fn request(args: &AlertsListArgs) -> WatchAlertsRequest {
         .all
         .then(|| prost_types::Duration::try_from(args.since).ok())
         .flatten();
-    super::alerts::watch_request(args.min_severity, &args.filter, true, resolved_within)
+    watch_request(args.min_severity, &args.filter, true, resolved_within)
 }
 
 /// The alerts as a table, oldest first.
@@ -88,13 +88,13 @@ pub async fn list(
     if !args.watch {
         return Ok(());
     }
-    super::alerts::follow(stream, out, None).await
+    follow(stream, out, None).await
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::args::SeverityArg;
     use super::*;
-    use crate::commands::alerts::SeverityArg;
     use crate::commands::telemetry::MetricsFilterArgs;
     use std::time::Duration;
 

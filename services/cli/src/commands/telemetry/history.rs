@@ -6,7 +6,8 @@
 //! 1 s), so it knows the bucket grid: column i is the bucket starting at
 //! `start + i*step`; a bucket without samples is a blank column.
 
-use super::telemetry::TelemetryHistoryArgs;
+use super::args::{filter, TelemetryHistoryArgs};
+use super::live::query_all;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::{bytes, emit, emit_json, time};
@@ -170,10 +171,10 @@ pub async fn history(
         seconds: ms.div_euclid(1000),
         nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
     };
-    let updates = super::telemetry::query_all(
+    let updates = query_all(
         coordinator,
         QueryGpuMetricsRequest {
-            filter: Some(super::telemetry::filter(&args.filter)),
+            filter: Some(filter(&args.filter)),
             view: MetricsView::PerGpu as i32,
             start_time: Some(ts(start_ms)),
             end_time: Some(ts(end_ms)),

@@ -1,11 +1,11 @@
 //! The leader's work, started when this coordinator becomes leader: the
-//! background ([`crate::background::Background`]: adopting placed
+//! background ([`Background`]: adopting placed
 //! trainings, the scheduler and runner, alerts, history) and SERVING for
 //! the services only a leader offers in full.
 
-use super::Role;
-use crate::background::Background;
+use super::Background;
 use crate::context::Context;
+use crate::leader::Role;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;

@@ -1,56 +1,28 @@
-//! Byte access to shards, wherever they live: a [`Blob`] is one file or
-//! object, read by ranges and never whole.
+//! Files on a local or shared file system, opened so that what is read is
+//! what was checked: the real path of the open descriptor is read back from
+//! `/proc/self/fd`, so a link swapped in between a check and a read (a rank
+//! racing its agent, a shard replaced under a rank) cannot lead the read
+//! elsewhere; opened non-blocking, so a FIFO planted under a file's name
+//! cannot hang the reader.
 
+use super::Blob;
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// Why rows could not be read: the storage failed (a restart may help), or
-/// the bytes are not what the header promised (the data is at fault).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
-    #[error("{0}")]
-    Io(String),
-    #[error("{0}")]
-    Data(String),
-}
-
-impl ReadError {
-    /// The same error, naming the shard.
-    pub fn in_shard(self, name: &str) -> Self {
-        match self {
-            ReadError::Io(e) => ReadError::Io(format!("{name}: {e}")),
-            ReadError::Data(e) => ReadError::Data(format!("{name}: {e}")),
-        }
-    }
-}
-
-impl From<ReadError> for crate::error::RankError {
-    fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::Io(e) => crate::error::RankError::DataUnavailable(e),
-            ReadError::Data(e) => crate::error::RankError::Data(e),
-        }
-    }
-}
-
-/// One shard's bytes.
-pub trait Blob: Send + Sync {
-    /// How errors and logs name it (a path or a URI).
-    fn name(&self) -> &str;
-    fn len(&self) -> u64;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Read each `(offset, len)` range into consecutive parts of `out`
-    /// (`out.len()` is the sum of the lengths).
-    fn read_ranges(&self, ranges: &[(u64, usize)], out: &mut [u8]) -> io::Result<()>;
-
-    fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.read_ranges(&[(offset, len)], &mut buf)?;
-        Ok(buf)
-    }
+/// Opens `path` for reading; returns the file and its real path (links
+/// resolved, as the kernel opened it). The caller checks the real path and
+/// that the file is a regular one.
+pub fn open_resolved(path: &Path) -> io::Result<(File, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    Ok((file, real))
 }
 
 /// A file on a local or shared file system. It is opened for each call, so
@@ -77,17 +49,10 @@ impl LocalBlob {
         })
     }
 
-    /// Opens the file again (non-blocking: a FIFO swapped in cannot hang
-    /// the reader) and checks, on the descriptor, that it is still the file
-    /// first resolved and a regular one.
-    fn reopen(&self) -> io::Result<std::fs::File> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&self.real)?;
-        let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    /// Opens the file again and checks, on the descriptor, that it is still
+    /// the file first resolved and a regular one.
+    fn reopen(&self) -> io::Result<File> {
+        let (file, opened) = open_resolved(&self.real)?;
         if opened != self.real || !file.metadata()?.is_file() {
             return Err(io::Error::other(format!(
                 "{}: the file changed under the rank (now {}): refusing to read it",
@@ -119,18 +84,16 @@ impl Blob for LocalBlob {
     }
 }
 
-/// Merge ranges that touch or overlap after sorting; returns the merged
-/// ranges. Used to turn a batch's rows into few reads.
-pub fn coalesce(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for (start, end) in ranges {
-        match out.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => out.push((start, end)),
-        }
-    }
-    out
+/// `context path: e`, the form local storage errors take.
+pub(crate) fn failed(context: &str, path: &Path, e: impl std::fmt::Display) -> String {
+    format!("{context} {}: {e}", path.display())
+}
+
+/// fsync a file or a directory.
+pub(crate) fn sync(path: &Path) -> Result<(), String> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| failed("sync", path, e))
 }
 
 #[cfg(test)]
@@ -138,20 +101,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_are_read_in_order_and_merged() {
+    fn ranges_are_read_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("b");
         std::fs::write(&path, (0u8..100).collect::<Vec<_>>()).unwrap();
         let blob = LocalBlob::open(path).unwrap();
         assert_eq!(blob.len(), 100);
+        assert!(!blob.remote());
         let mut out = vec![0u8; 5];
         blob.read_ranges(&[(10, 2), (50, 3)], &mut out).unwrap();
         assert_eq!(out, [10, 11, 50, 51, 52]);
         assert!(blob.read_at(99, 2).is_err(), "a read past the end fails");
-        assert_eq!(
-            coalesce(vec![(5, 6), (0, 2), (2, 3), (10, 12), (11, 13)]),
-            vec![(0, 3), (5, 6), (10, 13)]
-        );
     }
 
     #[test]

@@ -1,0 +1,156 @@
+//! Why a call fails: the one closed set of failures every handler, the
+//! auth layer and the leader gate answer with. It lives below `api/` so
+//! that any of them can name a failure; `api/error.rs` holds the one table
+//! that turns each into the `tonic::Status` a client gets (code, stable
+//! reason, details).
+
+use crate::auth::issue::IssueError;
+use crate::export::ExportError;
+use crate::jobs::placement::Unplaceable;
+use crate::model::InvalidGpuRequest;
+use crate::persistence::DatabaseError;
+use cohort_spec::ConfigError;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A request field is invalid: INVALID_ARGUMENT with a field violation
+    /// (`reason` is INVALID_ARGUMENT unless the field has its own).
+    #[error("{field}: {description}")]
+    Field {
+        reason: &'static str,
+        field: String,
+        description: String,
+    },
+    /// A request's training config (its `config` field) is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    GpuRequest(#[from] InvalidGpuRequest),
+    #[error("training {0} not found")]
+    TrainingNotFound(String),
+    #[error("no agent has GPU {}", .0.join(", "))]
+    GpusNotFound(Vec<String>),
+    #[error("training {training_id} has {what}")]
+    CheckpointNotFound { training_id: String, what: String },
+    #[error("team {team} has no token named {name}")]
+    TokenNotFound { team: String, name: String },
+    #[error(transparent)]
+    Issue(#[from] IssueError),
+    /// The training cannot be placed now and queueing is off.
+    #[error("cannot place the training now and queueing is off: {0}")]
+    Unplaceable(#[from] Unplaceable),
+    /// What the database said.
+    #[error(transparent)]
+    Database(DatabaseError),
+    /// A checkpoint that cannot be exported.
+    #[error("{error}")]
+    Export {
+        training_id: String,
+        step: i64,
+        error: ExportError,
+    },
+    /// No credentials, or ones that no longer authenticate.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller lacks `permission` (in `team`, when scoped to one).
+    #[error("{message}")]
+    PermissionDenied {
+        message: String,
+        permission: String,
+        team: String,
+    },
+    /// Something of another team, or that does not exist (the same answer
+    /// to a caller scoped to a team). The audit row names `what` and its
+    /// `owner` team; the caller sees neither.
+    #[error("{what} belongs to another team")]
+    NotYours {
+        what: String,
+        caller_team: String,
+        owner: String,
+    },
+    #[error(
+        "this agent's certificate is for {certificate:?}: it cannot register as {agent_name:?}"
+    )]
+    AgentIdentityMismatch {
+        certificate: String,
+        agent_name: String,
+    },
+    #[error("{}", agent_name_message(.issuer, .certificate, .allowed))]
+    AgentNameNotAllowed {
+        certificate: String,
+        issuer: String,
+        allowed: Vec<String>,
+    },
+    #[error("this token already holds {0} streams open: close some first")]
+    TooManyStreams(usize),
+    /// A call the leader serves reached a standby (`leader`: where to send
+    /// it, when one leads).
+    #[error("{}", not_leader_message(.method, .leader.as_deref()))]
+    NotLeader {
+        method: String,
+        leader: Option<String>,
+    },
+    #[error("no Register within {} s of connecting", .0.as_secs())]
+    RegisterTimeout(Duration),
+    /// A dependency that may come back (retry later); the message says
+    /// what could not be done, never the internals.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A server-side fault; logged where it happens.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// INVALID_ARGUMENT for request field `field`.
+    pub fn field(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::field_with(
+            cohort_proto::error::reason::INVALID_ARGUMENT,
+            field,
+            description,
+        )
+    }
+
+    /// INVALID_ARGUMENT for request field `field`, with its own reason.
+    pub fn field_with(
+        reason: &'static str,
+        field: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        ApiError::Field {
+            reason,
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+}
+
+impl From<DatabaseError> for ApiError {
+    fn from(err: DatabaseError) -> Self {
+        match err {
+            DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id),
+            err => ApiError::Database(err),
+        }
+    }
+}
+
+fn agent_name_message(issuer: &str, certificate: &str, allowed: &[String]) -> String {
+    if allowed.is_empty() {
+        format!("the CA {issuer:?} that issued this agent's certificate may certify no agent here")
+    } else {
+        format!(
+            "the CA {issuer:?} may certify agents named {} only, not {certificate:?}",
+            allowed.join(", ")
+        )
+    }
+}
+
+fn not_leader_message(method: &str, leader: Option<&str>) -> String {
+    match leader {
+        Some(url) => format!("this coordinator is a standby: send {method} to the leader at {url}"),
+        None => format!(
+            "no coordinator leads right now (an election is under way): retry {method} in a few seconds"
+        ),
+    }
+}
