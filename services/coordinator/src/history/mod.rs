@@ -101,7 +101,7 @@ impl WriterStats {
     }
 }
 
-/// The history's configuration and counters, shared through `api::Context`.
+/// The history's configuration and counters, shared through `context::Context`.
 #[derive(Debug, Clone)]
 pub struct History {
     pub settings: HistorySettings,

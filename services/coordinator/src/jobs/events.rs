@@ -24,7 +24,9 @@ impl Jobs {
                     .await?
                 {
                     tracing::info!(training_id = %t.id, attempt, "training running");
-                    self.rt().lifecycle.running(id, attempt);
+                    if let Some(spans) = self.rt().get_mut(id).and_then(|t| t.spans.as_mut()) {
+                        spans.running(attempt);
+                    }
                 }
             }
             RankReportKind::Progress { json_line } => match ProgressLine::parse(&json_line) {
@@ -80,10 +82,10 @@ impl Jobs {
     }
 
     fn heard(&self, training_id: &str, attempt: i32) {
-        if let Some(p) = self.rt().progress.get_mut(training_id) {
-            if p.attempt == attempt {
-                p.heard(Instant::now());
-            }
+        let mut rt = self.rt();
+        let progress = rt.get_mut(training_id).and_then(|t| t.progress.as_mut());
+        if let Some(p) = progress.filter(|p| p.attempt == attempt) {
+            p.heard(Instant::now());
         }
     }
 
@@ -95,7 +97,13 @@ impl Jobs {
         line: ProgressLine,
     ) -> Result<(), DatabaseError> {
         if let ProgressLine::Progress(Progress { step, .. }) = &line {
-            self.rt().lifecycle.progressed(training_id, attempt, *step);
+            if let Some(spans) = self
+                .rt()
+                .get_mut(training_id)
+                .and_then(|t| t.spans.as_mut())
+            {
+                spans.progressed(attempt, *step);
+            }
         }
         let changes = match &line {
             ProgressLine::RankStats {
@@ -106,7 +114,7 @@ impl Jobs {
                 ..
             } => {
                 let mut rt = self.rt();
-                match rt.progress.get_mut(training_id) {
+                match rt.get_mut(training_id).and_then(|t| t.progress.as_mut()) {
                     Some(p) if p.attempt == attempt => {
                         p.rank_stats(*rank as i32, *step, *step_time_ms, *compute_ms)
                     }

@@ -165,8 +165,8 @@ impl Jobs {
         if failure.peer_lost {
             // The rank only saw a peer vanish or stall. Give the others a moment
             // to exit too: ranks that neither exit nor report are the hung ones.
-            let key = (training.id.clone(), training.attempt);
-            if !self.rt().deciding.insert(key.clone()) {
+            let attempt = training.attempt;
+            if !self.rt().of(&training.id).deciding.insert(attempt) {
                 return Ok(());
             }
             let jobs = self.clone();
@@ -180,7 +180,11 @@ impl Jobs {
                 {
                     tracing::warn!(training_id = %training.id, error = %e, "cannot restart");
                 }
-                jobs.rt().deciding.remove(&key);
+                let mut rt = jobs.rt();
+                if let Some(tracked) = rt.get_mut(&training.id) {
+                    tracked.deciding.remove(&attempt);
+                }
+                rt.tidy(&training.id);
             });
             return Ok(());
         }
@@ -262,11 +266,7 @@ impl Jobs {
     }
 
     pub(super) fn avoid_gpu(&self, training_id: &str, uuid: &str) {
-        self.rt()
-            .avoid
-            .entry(training_id.to_string())
-            .or_default()
-            .insert(uuid.to_string());
+        self.rt().of(training_id).avoid.insert(uuid.to_string());
     }
 
     /// Restart the gang of `attempt` within the budget (the next attempt
@@ -328,8 +328,7 @@ impl Jobs {
         {
             let mut rt = self.rt();
             rt.forget(training_id, super::Outcome::Retry { reason: cause });
-            rt.teardown_since
-                .insert(training_id.to_string(), tokio::time::Instant::now());
+            rt.of(training_id).teardown_since = Some(tokio::time::Instant::now());
         }
         self.kick();
         Ok(())
@@ -358,9 +357,9 @@ impl Jobs {
         }
         let since = *self
             .rt()
+            .of(training_id)
             .teardown_since
-            .entry(training_id.to_string())
-            .or_insert_with(tokio::time::Instant::now);
+            .get_or_insert_with(tokio::time::Instant::now);
         let deadline = self.settings.stop_grace + self.settings.agent_timeout;
         if since.elapsed() > deadline {
             tracing::warn!(

@@ -31,7 +31,7 @@ fn tracer() -> BoxedTracer {
 }
 
 /// The open spans of one training's current attempt.
-struct AttemptSpans {
+pub(super) struct AttemptSpans {
     attempt: i32,
     /// `training.attempt`, the parent of the phases.
     attempt_span: BoxedSpan,
@@ -76,25 +76,15 @@ impl AttemptSpans {
     }
 }
 
-/// Lifecycle spans of the trainings this coordinator runs.
-#[derive(Default)]
-pub(super) struct Lifecycle {
-    attempts: HashMap<String, AttemptSpans>,
-}
-
-impl Lifecycle {
+impl AttemptSpans {
     /// `training` was just placed (its attempt is the new one). Ends the
-    /// wait, opens the attempt and its start phase, and returns the trace
-    /// context for the agents (empty when not tracing).
+    /// wait, opens the attempt and its start phase; returns them and the
+    /// trace context for the agents (empty when not tracing).
     pub fn placed(
-        &mut self,
         training: &Training,
         waited_since: SystemTime,
         agents: usize,
-    ) -> HashMap<String, String> {
-        if let Some(previous) = self.attempts.remove(&training.id) {
-            previous.close(Status::error("superseded by a new attempt"));
-        }
+    ) -> (Self, HashMap<String, String>) {
         let parent = training
             .trace_context
             .as_deref()
@@ -125,50 +115,33 @@ impl Lifecycle {
             attributes,
         };
         let start = spans.open_phase(START).span_context().clone();
-        self.attempts.insert(training.id.clone(), spans);
-        propagation::inject_span_context(&start)
+        let carrier = propagation::inject_span_context(&start);
+        (spans, carrier)
     }
 
     /// Every rank of `attempt` has started.
-    pub fn running(&mut self, training_id: &str, attempt: i32) {
-        if let Some(spans) = self.current(training_id, attempt) {
-            if spans.phase_name == Some(START) {
-                spans.end_phase(None);
-                spans.open_phase(FIRST_STEP);
-            }
+    pub fn running(&mut self, attempt: i32) {
+        if self.attempt == attempt && self.phase_name == Some(START) {
+            self.end_phase(None);
+            self.open_phase(FIRST_STEP);
         }
     }
 
     /// A progress report of `attempt` arrived: the first ends `training.first_step`.
-    pub fn progressed(&mut self, training_id: &str, attempt: i32, step: i64) {
-        if let Some(spans) = self.current(training_id, attempt) {
-            if spans.phase_name == Some(FIRST_STEP) {
-                spans.end_phase(Some(KeyValue::new("training.step", step)));
-            }
+    pub fn progressed(&mut self, attempt: i32, step: i64) {
+        if self.attempt == attempt && self.phase_name == Some(FIRST_STEP) {
+            self.end_phase(Some(KeyValue::new("training.step", step)));
         }
     }
 
     /// The attempt ended: successfully, or not (failure, restart, cancel,
-    /// lost placement) with `why`.
-    pub fn ended(&mut self, training_id: &str, succeeded: bool, why: &str) {
-        if let Some(spans) = self.attempts.remove(training_id) {
-            let status = if succeeded {
-                Status::Ok
-            } else {
-                Status::error(why.to_string())
-            };
-            spans.close(status);
-        }
-    }
-
-    /// Whether an attempt of `training_id` has open spans.
-    pub fn has(&self, training_id: &str) -> bool {
-        self.attempts.contains_key(training_id)
-    }
-
-    fn current(&mut self, training_id: &str, attempt: i32) -> Option<&mut AttemptSpans> {
-        self.attempts
-            .get_mut(training_id)
-            .filter(|s| s.attempt == attempt)
+    /// lost placement, a newer attempt) with `why`.
+    pub fn ended(self, succeeded: bool, why: &str) {
+        let status = if succeeded {
+            Status::Ok
+        } else {
+            Status::error(why.to_string())
+        };
+        self.close(status);
     }
 }

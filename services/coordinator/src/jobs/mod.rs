@@ -16,6 +16,7 @@ pub mod positions;
 pub mod queue;
 pub mod quota;
 mod runtime;
+mod scheduling;
 mod start;
 mod tracker;
 mod watchdog;
@@ -25,13 +26,12 @@ pub use quota::QuotaDefaults;
 pub use tracker::StragglerChange;
 
 use crate::fleet::{Fleet, Hold};
-use crate::model::{GpuRequest, GpuSelection, JobState, RunningRank, Training};
+use crate::model::{GpuRequest, JobState, RunningRank, Training};
 use crate::persistence::waiting::WaitingTraining;
 use crate::persistence::{DatabaseError, Persistence};
-use placement::{FleetView, Unplaceable};
+use placement::FleetView;
 use queue::QueuePolicy;
 use runtime::{Outcome, Runtime};
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -169,8 +169,8 @@ impl Jobs {
     /// Ranks of a training's current attempt that straggle.
     pub fn stragglers(&self, training_id: &str) -> Vec<i32> {
         self.rt()
-            .progress
             .get(training_id)
+            .and_then(|t| t.progress.as_ref())
             .map(|p| p.stragglers.clone())
             .unwrap_or_default()
     }
@@ -205,7 +205,7 @@ impl Jobs {
             training.config.runtime.log_every_steps,
             Instant::now(),
         );
-        self.rt().progress.insert(training.id.clone(), progress);
+        self.rt().of(&training.id).progress = Some(progress);
     }
 
     /// The scheduling loop and watchdog; returns when `shutdown` resolves.
@@ -271,147 +271,6 @@ impl Jobs {
     /// How many QUEUED trainings a team without a cap of its own may have.
     pub fn default_queue_cap(&self) -> i64 {
         i64::from(self.settings.quotas.max_queued)
-    }
-
-    /// One look at the waiting trainings: place what fits, in order; refresh
-    /// the pending reason of what doesn't.
-    ///
-    /// The fleet is looked at once; each placement marks its GPUs held in
-    /// that view. A first placement that failed is not planned again for a
-    /// training asking the same (same selection, same memory need) until a
-    /// placement took GPUs. The pass's placements are written together at
-    /// its end (rank maps in one transaction per [`start::PLACE_BATCH`]),
-    /// then their agents told; pending reasons that changed are written
-    /// together too. So a pass over a long queue that cannot move costs a
-    /// plan per distinct request, and a burst of placements a few
-    /// transactions, not one (and a look at every GPU) per training.
-    pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
-        let started = std::time::Instant::now();
-        let now = chrono::Utc::now();
-        let mut reserved = false;
-        let mut quotas = quota::QuotaBook::load(&self.db, self.settings.quotas).await?;
-        let waiting = self.waiting().await?;
-        self.needs.refresh(&self.db, &waiting).await?;
-        let looked_at = waiting.len();
-        let mut view: Option<FleetView> = None;
-        let mut failed: HashMap<(GpuSelection, u64), Unplaceable> = HashMap::new();
-        let mut reasons: Vec<(String, String)> = Vec::new();
-        let mut chosen: Vec<start::Chosen> = Vec::new();
-        for training in waiting {
-            if training.state == JobState::Restarting
-                && !self.torn_down(&training.id, training.attempt).await?
-            {
-                continue; // the old gang is not verified gone yet
-            }
-            if reserved {
-                let reason = "WAITING_FOR_RESERVATION: an older training that has waited long is placed first";
-                if training.state == JobState::Queued && training.state_reason != reason {
-                    reasons.push((training.id.clone(), reason.to_string()));
-                }
-                continue;
-            }
-            let fleet = view.get_or_insert_with(|| FleetView::of(&self.fleet));
-            // First placements follow the recommender; restarts keep rank 0 on
-            // the checkpoint's host and avoid the faulty GPU.
-            let plan = if training.attempt == 0 {
-                let Some(need) = self.needs.get(&training.id) else {
-                    continue; // gone since the pass began
-                };
-                let key = (training.gpu_request.selection.clone(), need);
-                match failed.get(&key) {
-                    Some(why) => Err(why.clone()),
-                    None => {
-                        let plan = placement::plan_first(fleet, &training.gpu_request, need);
-                        if let Err(why) = &plan {
-                            failed.insert(key, why.clone());
-                        }
-                        plan
-                    }
-                }
-            } else {
-                let avoid = self
-                    .rt()
-                    .avoid
-                    .get(&training.id)
-                    .cloned()
-                    .unwrap_or_default();
-                let leader = self.db.checkpoint_agent(&training.id).await?;
-                placement::plan_restart(fleet, &training.gpu_request, &avoid, leader.as_deref())
-            };
-            // A first placement must fit its team's quota (a restart takes
-            // back GPUs it was already granted); over it, the training waits
-            // and the ones behind it, other teams', go on.
-            let over = match &plan {
-                Ok(slots) if training.state == JobState::Queued => {
-                    quotas.exceeded(&training.team, slots.len())
-                }
-                _ => None,
-            };
-            if let Some(reason) = over {
-                if training.state_reason != reason {
-                    reasons.push((training.id.clone(), reason));
-                }
-                continue;
-            }
-            match plan {
-                Ok(slots) => {
-                    // Held now, placed with the pass's others at its end.
-                    let attempt = training.attempt + 1;
-                    let hold = |s: &crate::model::RankSlot| {
-                        hold_of(&training.id, &training.team, attempt, s.rank)
-                    };
-                    let holds = slots
-                        .iter()
-                        .map(|s| (s.gpu_uuid.clone(), hold(s)))
-                        .collect();
-                    if self.fleet.hold(holds).is_err() {
-                        continue; // raced with another placement: next pass
-                    }
-                    quotas.take(&training.team, slots.len());
-                    fleet.take(&slots, hold);
-                    chosen.push(start::Chosen {
-                        id: training.id.clone(),
-                        slots,
-                    });
-                    // GPUs were taken: plan again.
-                    failed.clear();
-                }
-                Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
-                    let reason = format!("cannot be placed and queueing is off: {why}");
-                    self.finish(&training.id, JobState::Failed, &reason).await?;
-                }
-                Err(why) => {
-                    let reason = why.to_string();
-                    if training.state == JobState::Restarting {
-                        self.settle(
-                            &training.id,
-                            JobState::Queued,
-                            &format!("restart waits for GPUs: {reason}"),
-                        )
-                        .await?;
-                    } else if training.state_reason != reason {
-                        reasons.push((training.id.clone(), reason));
-                    }
-                    if training.state == JobState::Queued
-                        && self.settings.queue.reserves(&training, now)
-                    {
-                        reserved = true;
-                    }
-                }
-            }
-        }
-        // No GPU left for any rank: new arrivals wait for the regular pass.
-        let full = view
-            .as_ref()
-            .is_some_and(|v| v.candidates.iter().all(|c| !c.fits(0)));
-        self.passes.set_full(full);
-        let placed = self.start_all(chosen).await;
-        let rewritten = reasons.len();
-        if !reasons.is_empty() {
-            self.db.set_pending_reasons(reasons).await?;
-        }
-        self.passes.record(started.elapsed(), looked_at, rewritten);
-        placed
     }
 
     /// Move to `to`, free the GPUs and forget the attempt (and, in a final

@@ -1,7 +1,9 @@
-//! The runner's in-memory state beside the database, and the one way an
-//! attempt's or a training's entries leave it ([`Runtime::forget`]).
+//! The runner's in-memory state beside the database: one [`Tracked`] per
+//! training it runs (and the agents missing while holding ranks), and the
+//! one way an attempt's or a training's state leaves it
+//! ([`Runtime::forget`]).
 
-use super::lifecycle::Lifecycle;
+use super::lifecycle::AttemptSpans;
 use super::tracker::AttemptProgress;
 use crate::model::JobState;
 use std::collections::{HashMap, HashSet};
@@ -17,48 +19,106 @@ pub(super) enum Outcome<'a> {
     Retry { reason: &'a str },
 }
 
+/// What the runner keeps for one training.
+#[derive(Default)]
+pub(super) struct Tracked {
+    /// Progress of the current attempt.
+    pub progress: Option<AttemptProgress>,
+    /// GPUs to avoid when re-placing it (the faulty one of a crash).
+    pub avoid: HashSet<String>,
+    /// Attempts whose failure is being decided (peer-lost grace running).
+    pub deciding: HashSet<i32>,
+    /// When a restart's teardown began.
+    pub teardown_since: Option<Instant>,
+    /// Open lifecycle spans of the current attempt.
+    pub spans: Option<AttemptSpans>,
+}
+
+impl Tracked {
+    fn is_empty(&self) -> bool {
+        self.progress.is_none()
+            && self.avoid.is_empty()
+            && self.deciding.is_empty()
+            && self.teardown_since.is_none()
+            && self.spans.is_none()
+    }
+
+    /// Ends the current attempt's spans, if open.
+    fn end_spans(&mut self, succeeded: bool, why: &str) {
+        if let Some(spans) = self.spans.take() {
+            spans.ended(succeeded, why);
+        }
+    }
+}
+
 /// In-memory state of the runner, beside the database.
 #[derive(Default)]
 pub(super) struct Runtime {
-    /// Progress of the current attempt of each running training.
-    pub progress: HashMap<String, AttemptProgress>,
-    /// GPUs to avoid when re-placing a training (the faulty one of a crash).
-    pub avoid: HashMap<String, HashSet<String>>,
-    /// Agents missing since (disconnected while holding ranks).
+    trainings: HashMap<String, Tracked>,
+    /// Agents missing since (disconnected while holding ranks), by agent id.
     pub missing_since: HashMap<String, Instant>,
-    /// Attempts whose failure is being decided (peer-lost grace running).
-    pub deciding: HashSet<(String, i32)>,
-    /// When a restart's teardown began.
-    pub teardown_since: HashMap<String, Instant>,
-    /// Open lifecycle spans of the current attempts.
-    pub lifecycle: Lifecycle,
 }
 
 impl Runtime {
+    /// What is kept for `training_id`, if anything.
+    pub fn get(&self, training_id: &str) -> Option<&Tracked> {
+        self.trainings.get(training_id)
+    }
+
+    /// What is kept for `training_id`, if anything, to change.
+    pub fn get_mut(&mut self, training_id: &str) -> Option<&mut Tracked> {
+        self.trainings.get_mut(training_id)
+    }
+
+    /// What is kept for `training_id`, an empty entry when nothing was.
+    /// A caller that may leave it empty calls [`Runtime::tidy`] after.
+    pub fn of(&mut self, training_id: &str) -> &mut Tracked {
+        self.trainings.entry(training_id.to_string()).or_default()
+    }
+
+    /// Drops the entry of `training_id` when it keeps nothing any more.
+    pub fn tidy(&mut self, training_id: &str) {
+        if self
+            .trainings
+            .get(training_id)
+            .is_some_and(Tracked::is_empty)
+        {
+            self.trainings.remove(training_id);
+        }
+    }
+
+    /// The current attempt of `training_id` was placed: its spans replace
+    /// any still open (a superseded attempt).
+    pub fn placed(&mut self, training_id: &str, spans: AttemptSpans) {
+        let tracked = self.of(training_id);
+        tracked.end_spans(false, "superseded by a new attempt");
+        tracked.spans = Some(spans);
+        tracked.teardown_since = None;
+    }
+
     /// The current attempt of `training_id` ended: its progress goes and its
-    /// lifecycle span ends with the outcome. A final outcome also drops
-    /// everything else kept for the training (GPUs to avoid, a teardown
-    /// under way, a failure being decided).
+    /// lifecycle spans end with the outcome. A final outcome drops
+    /// everything kept for the training (GPUs to avoid, a teardown under
+    /// way, a failure being decided).
     pub fn forget(&mut self, training_id: &str, outcome: Outcome<'_>) {
-        self.progress.remove(training_id);
         match outcome {
             Outcome::Final { state, reason } => {
-                self.lifecycle
-                    .ended(training_id, state == JobState::Succeeded, reason);
-                self.avoid.remove(training_id);
-                self.teardown_since.remove(training_id);
-                self.deciding.retain(|(id, _)| id != training_id);
+                if let Some(mut tracked) = self.trainings.remove(training_id) {
+                    tracked.end_spans(state == JobState::Succeeded, reason);
+                }
             }
-            Outcome::Retry { reason } => self.lifecycle.ended(training_id, false, reason),
+            Outcome::Retry { reason } => {
+                if let Some(tracked) = self.trainings.get_mut(training_id) {
+                    tracked.progress = None;
+                    tracked.end_spans(false, reason);
+                }
+                self.tidy(training_id);
+            }
         }
     }
 
     /// Whether anything is kept for `training_id`.
     pub fn tracks(&self, training_id: &str) -> bool {
-        self.progress.contains_key(training_id)
-            || self.avoid.contains_key(training_id)
-            || self.teardown_since.contains_key(training_id)
-            || self.deciding.iter().any(|(id, _)| id == training_id)
-            || self.lifecycle.has(training_id)
+        self.trainings.contains_key(training_id)
     }
 }

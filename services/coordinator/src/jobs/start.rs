@@ -1,6 +1,7 @@
 //! Placing an attempt (GPU holds, the rank map, a MASTER_PORT, StartRanks to
 //! the agents) and stopping one.
 
+use super::lifecycle::AttemptSpans;
 use super::{commands, Jobs};
 use crate::model::{JobState, Placement, RankSlot, RankState, Training};
 use crate::persistence::placements::{NewPlacement, Placed};
@@ -136,7 +137,6 @@ impl Jobs {
             waited_since,
         } = placed;
         self.track(placed);
-        self.rt().teardown_since.remove(&placed.id);
         let agents = placement
             .slots
             .iter()
@@ -152,10 +152,8 @@ impl Jobs {
         } else {
             *waited_since
         };
-        let trace = self
-            .rt()
-            .lifecycle
-            .placed(placed, waited_since.into(), agents);
+        let (spans, trace) = AttemptSpans::placed(placed, waited_since.into(), agents);
+        self.rt().placed(&placed.id, spans);
         let published = self.published_checkpoints(placed).await?;
         if let Err(agent) =
             commands::start_ranks(&self.fleet, placed, placement, &config, &trace, &published)

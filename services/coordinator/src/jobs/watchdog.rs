@@ -75,8 +75,8 @@ impl Jobs {
             }
             let verdict = {
                 let rt = self.rt();
-                rt.progress
-                    .get(&training.id)
+                rt.get(&training.id)
+                    .and_then(|t| t.progress.as_ref())
                     .filter(|p| p.attempt == training.attempt)
                     .and_then(|p| {
                         let deadline =

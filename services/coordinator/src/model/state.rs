@@ -2,7 +2,6 @@
 //! (DESIGN §4): QUEUED -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED |
 //! CANCELLED, with RESTARTING between attempts.
 
-use cohort_proto::v1;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -93,39 +92,6 @@ impl FromStr for JobState {
     }
 }
 
-impl From<JobState> for v1::training::State {
-    fn from(state: JobState) -> Self {
-        use v1::training::State as P;
-        match state {
-            JobState::Queued => P::Queued,
-            JobState::Scheduled => P::Scheduled,
-            JobState::Running => P::Running,
-            JobState::Restarting => P::Restarting,
-            JobState::Succeeded => P::Succeeded,
-            JobState::Failed => P::Failed,
-            JobState::Cancelled => P::Cancelled,
-        }
-    }
-}
-
-impl TryFrom<v1::training::State> for JobState {
-    type Error = UnknownState;
-
-    fn try_from(state: v1::training::State) -> Result<Self, UnknownState> {
-        use v1::training::State as P;
-        Ok(match state {
-            P::Unspecified => return Err(UnknownState("STATE_UNSPECIFIED".into())),
-            P::Queued => JobState::Queued,
-            P::Scheduled => JobState::Scheduled,
-            P::Running => JobState::Running,
-            P::Restarting => JobState::Restarting,
-            P::Succeeded => JobState::Succeeded,
-            P::Failed => JobState::Failed,
-            P::Cancelled => JobState::Cancelled,
-        })
-    }
-}
-
 /// The state of one rank process. Stored as its upper-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -177,19 +143,6 @@ impl FromStr for RankState {
     }
 }
 
-impl From<RankState> for v1::RankState {
-    fn from(state: RankState) -> Self {
-        match state {
-            RankState::Pending => v1::RankState::Pending,
-            RankState::Running => v1::RankState::Running,
-            RankState::Succeeded => v1::RankState::Succeeded,
-            RankState::Failed => v1::RankState::Failed,
-            RankState::Stopped => v1::RankState::Stopped,
-            RankState::Lost => v1::RankState::Lost,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,10 +151,6 @@ mod tests {
     fn names_round_trip() {
         for state in JobState::ALL {
             assert_eq!(state.as_str().parse::<JobState>(), Ok(state));
-            assert_eq!(
-                JobState::try_from(v1::training::State::from(state)),
-                Ok(state)
-            );
         }
         for state in RankState::ALL {
             assert_eq!(state.as_str().parse::<RankState>(), Ok(state));

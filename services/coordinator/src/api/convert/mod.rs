@@ -1,0 +1,316 @@
+//! Domain <-> `cohort.v1` messages of the public services (`model/` uses no
+//! generated type; the agents' messages convert in `api/agent/convert.rs`):
+//! trainings, events and progress here, states and GPU requests in files of
+//! their own.
+
+mod gpu_request;
+mod states;
+
+use crate::model::{EventPayload, RankRecord, StoredEvent, Training};
+use chrono::{DateTime, Utc};
+use cohort_proto::v1;
+use cohort_spec::progress::{Progress, ProgressLine};
+
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+impl From<&Training> for v1::Training {
+    fn from(t: &Training) -> Self {
+        v1::Training {
+            team: t.team.clone(),
+            creator: t.creator.clone(),
+            id: t.id.clone(),
+            display_name: t.display_name.clone(),
+            config: Some((&t.config).into()),
+            gpu_request: Some((&t.gpu_request).into()),
+            state: v1::training::State::from(t.state) as i32,
+            state_reason: t.state_reason.clone(),
+            world_size: t.world_size,
+            attempt: t.attempt,
+            restart_count: t.restart_count,
+            max_restarts: t.max_restarts,
+            priority: t.priority,
+            // The rank map and latest progress are filled in by the caller
+            // when it has them (they live in other tables).
+            ranks: Vec::new(),
+            latest_progress: None,
+            // Filled in by the caller from the scheduler's live view.
+            queue_position: 0,
+            global_batch_size: 0,
+            straggler_ranks: Vec::new(),
+            request_id: t.request_id.clone().unwrap_or_default(),
+            create_time: Some(timestamp(t.create_time)),
+            update_time: Some(timestamp(t.update_time)),
+            start_time: t.start_time.map(timestamp),
+            end_time: t.end_time.map(timestamp),
+        }
+    }
+}
+
+/// The event as WatchTraining sends it; `None` for stored events the API
+/// does not expose.
+pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
+    use v1::training_event::Event;
+    let event = match &e.payload {
+        EventPayload::StateChange(c) => Event::StateChange(v1::StateChange {
+            from: c.from.map_or(v1::training::State::Unspecified, Into::into) as i32,
+            to: v1::training::State::from(c.to) as i32,
+            reason: c.reason.clone(),
+        }),
+        EventPayload::Rank(line) => match rank_event(line)? {
+            Event::Checkpoint(c) => Event::Checkpoint(v1::Checkpoint {
+                training_id: e.training_id.clone(),
+                attempt: e.attempt,
+                create_time: Some(timestamp(e.time)),
+                ..c
+            }),
+            other => other,
+        },
+        EventPayload::Straggler(c) => Event::Straggler(v1::StragglerReport {
+            rank: c.rank,
+            step: c.step,
+            compute_ms: c.compute_ms,
+            median_compute_ms: c.median_compute_ms,
+            straggling: c.straggling,
+        }),
+    };
+    Some(v1::TrainingEvent {
+        sequence: e.seq as u64,
+        training_id: e.training_id.clone(),
+        attempt: e.attempt,
+        time: Some(timestamp(e.time)),
+        event: Some(event),
+    })
+}
+
+fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
+    use v1::training_event::Event;
+    Some(match line.clone() {
+        ProgressLine::Started {
+            world_size,
+            device,
+            total_steps,
+            start_step,
+            global_batch,
+            parameters,
+        } => Event::Started(v1::TrainingStarted {
+            world_size: world_size as i32,
+            device,
+            total_steps,
+            start_step,
+            global_batch,
+            parameters,
+        }),
+        ProgressLine::Progress(Progress {
+            step,
+            total_steps,
+            epoch,
+            loss,
+            mse,
+            l1,
+            samples_per_sec,
+            step_time_ms,
+            aux,
+            learning_rate,
+            grad_norm,
+            l0,
+            explained_variance,
+            dead_fraction,
+            nonfinite_steps,
+            loss_scale,
+            data_wait_ms,
+        }) => Event::Progress(v1::ProgressEvent {
+            step,
+            total_steps,
+            epoch,
+            loss,
+            mse,
+            l1,
+            samples_per_sec,
+            step_time_ms,
+            aux,
+            learning_rate,
+            grad_norm,
+            l0,
+            explained_variance,
+            dead_fraction,
+            nonfinite_steps,
+            loss_scale,
+            data_wait_ms,
+        }),
+        ProgressLine::RankStats {
+            rank,
+            step,
+            step_time_ms,
+            compute_ms,
+            comm_ms,
+            memory_bytes,
+            data_wait_ms,
+            memory_kind,
+            host_memory_bytes,
+        } => Event::RankStats(v1::RankStats {
+            rank: rank as i32,
+            step,
+            step_time_ms,
+            compute_ms,
+            comm_ms,
+            memory_bytes,
+            data_wait_ms,
+            memory_kind,
+            host_memory_bytes,
+        }),
+        ProgressLine::Checkpoint { step, path, best } => Event::Checkpoint(v1::Checkpoint {
+            step,
+            path,
+            best,
+            ..Default::default()
+        }),
+        ProgressLine::Validation {
+            step,
+            loss,
+            mse,
+            l0,
+            explained_variance,
+            dead_fraction,
+            samples,
+            best,
+        } => Event::Validation(v1::ValidationEvent {
+            step,
+            loss,
+            mse,
+            l0,
+            explained_variance,
+            dead_fraction,
+            samples,
+            best,
+        }),
+        ProgressLine::Diverged {
+            step,
+            nonfinite_steps,
+            loss,
+            grad_norm,
+            learning_rate,
+        } => Event::Diverged(v1::DivergedEvent {
+            step,
+            nonfinite_steps,
+            loss,
+            grad_norm,
+            learning_rate,
+        }),
+        // A sign of life during a long validation, not an event to show.
+        ProgressLine::Validating { .. } => return None,
+        ProgressLine::CheckpointRejected { step, path, reason } => {
+            Event::CheckpointRejected(v1::CheckpointRejected { step, path, reason })
+        }
+        ProgressLine::CollectiveError {
+            rank,
+            step,
+            message,
+        } => Event::CollectiveError(v1::CollectiveError {
+            rank: rank as i32,
+            step,
+            message,
+        }),
+        ProgressLine::Finished {
+            step,
+            loss,
+            param_checksum,
+            wall_time_s,
+            mean_samples_per_sec,
+        } => Event::Finished(v1::TrainingFinished {
+            step,
+            loss,
+            param_checksum,
+            wall_time_s,
+            mean_samples_per_sec,
+        }),
+        ProgressLine::RankFinished {
+            rank,
+            step,
+            param_checksum,
+        } => Event::RankFinished(v1::RankFinished {
+            rank: rank as i32,
+            step,
+            param_checksum,
+        }),
+    })
+}
+
+/// One rank of the rank map, as GetTraining shows it.
+pub fn rank_assignment(r: &RankRecord, host_name: &str) -> v1::RankAssignment {
+    v1::RankAssignment {
+        rank: r.slot.rank,
+        local_rank: r.slot.local_rank,
+        local_world_size: r.slot.local_world_size,
+        agent_id: r.slot.agent_id.clone(),
+        host_name: host_name.to_string(),
+        gpu_index: r.slot.gpu_index,
+        gpu_uuid: r.slot.gpu_uuid.clone(),
+        state: v1::RankState::from(r.state) as i32,
+        pid: r.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        exit_code: r.exit_code,
+        signal: r.signal,
+    }
+}
+
+/// The latest job-level progress as the Training message carries it.
+pub fn latest_progress(e: &StoredEvent) -> Option<v1::ProgressEvent> {
+    match training_event(e)?.event? {
+        v1::training_event::Event::Progress(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// A registered GPU as the API shows it.
+impl From<&crate::model::GpuRecord> for v1::GpuInfo {
+    fn from(g: &crate::model::GpuRecord) -> Self {
+        v1::GpuInfo {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            memory_total_bytes: g.memory_total_bytes,
+            compute_capability: g.compute_capability.clone(),
+            simulated: g.simulated,
+        }
+    }
+}
+
+/// A GPU sample as the API shows it.
+impl From<&crate::model::GpuSample> for v1::GpuSample {
+    fn from(s: &crate::model::GpuSample) -> Self {
+        v1::GpuSample {
+            gpu_uuid: s.gpu_uuid.clone(),
+            index: s.index,
+            time: Some(timestamp(s.time)),
+            utilization_gpu_percent: s.utilization_gpu_percent,
+            utilization_memory_percent: s.utilization_memory_percent,
+            memory_used_bytes: s.memory_used_bytes,
+            memory_total_bytes: s.memory_total_bytes,
+            temperature_celsius: s.temperature_celsius,
+            power_draw_watts: s.power_draw_watts,
+            power_limit_watts: s.power_limit_watts,
+            sm_clock_mhz: s.sm_clock_mhz,
+            memory_clock_mhz: s.memory_clock_mhz,
+            ecc_errors_corrected: s.ecc_errors_corrected,
+            ecc_errors_uncorrected: s.ecc_errors_uncorrected,
+            throttle_reasons: s.throttle_reasons.clone(),
+            simulated: s.simulated,
+            processes: s
+                .processes
+                .iter()
+                .map(|p| v1::GpuProcess {
+                    pid: p.pid,
+                    used_memory_bytes: p.used_memory_bytes,
+                    name: p.name.clone(),
+                    cohort_rank: p.cohort_rank,
+                })
+                .collect(),
+            xid_errors: s.xid_errors,
+            last_xid: s.last_xid,
+        }
+    }
+}
