@@ -9,7 +9,6 @@ pub mod error;
 pub mod launch;
 pub mod model;
 pub mod report;
-pub mod sampler;
 pub mod state;
 pub mod train;
 

@@ -6,8 +6,11 @@
 //! and names the offending field in every error, so the API can turn each into a
 //! `google.rpc.BadRequest` field violation.
 
+mod choices;
 mod defaults;
 mod validate;
+
+pub use choices::{AllreduceMode, Architecture, BDecInit, DecoderNorm, Device, Dtype, LrSchedule};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -71,85 +74,6 @@ pub struct ModelConfig {
     /// samples is dead (`dead_fraction`; the auxiliary loss's candidates).
     #[serde(default = "defaults::dead_window_samples")]
     pub dead_window_samples: i64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    #[default]
-    F32,
-    /// bfloat16 compute over f32 master weights.
-    Bf16,
-    /// float16 compute over f32 master weights, with dynamic loss scaling.
-    F16,
-}
-
-impl Dtype {
-    pub fn size_bytes(self) -> u64 {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::Bf16 | Dtype::F16 => 2,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-            Dtype::F16 => "f16",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Architecture {
-    /// ReLU codes with an L1 penalty.
-    #[default]
-    Relu,
-    /// The k largest ReLU pre-activations per sample (`model.k`).
-    Topk,
-}
-
-impl Architecture {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Architecture::Relu => "relu",
-            Architecture::Topk => "topk",
-        }
-    }
-}
-
-/// What constrains the decoder's columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DecoderNorm {
-    /// Unit L2 norm after every step; the gradient component parallel to
-    /// each column is removed before the update.
-    #[default]
-    Unit,
-    /// Unconstrained.
-    None,
-}
-
-/// How the decoder bias starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BDecInit {
-    #[default]
-    Zeros,
-    /// The mean of the first step's batches (all ranks), before step 1.
-    Mean,
-}
-
-/// How the learning rate decays after the warmup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LrSchedule {
-    #[default]
-    Constant,
-    Cosine,
-    Linear,
 }
 
 /// Adam, its schedule and the step's numerics. `batch_size` is per rank and
@@ -337,31 +261,6 @@ impl ValidationConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Device {
-    /// CUDA when the rank sees a GPU, else CPU.
-    #[default]
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-/// How gradients are all-reduced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AllreduceMode {
-    /// One flat coalesced buffer, one collective per step, after the backward
-    /// pass (the default: the fastest measured on CPU, docs/benchmarks.md).
-    #[default]
-    Flat,
-    /// Two flat buckets: the decoder's gradients are all-reduced while the
-    /// encoder's are computed, then the encoder's. Pays off when the
-    /// collective has cores (or a GPU stream) of its own.
-    Overlap,
-    /// One collective per parameter tensor (kept for benchmarks).
-    PerParam,
-}
 /// A config problem, naming the field (dotted path) it concerns.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {

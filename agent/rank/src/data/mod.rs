@@ -3,13 +3,27 @@
 //! batch at a time by a background reader. Nothing holds the data set:
 //! a rank keeps one header record per shard, the current shuffle window's
 //! order and `data.prefetch_batches` batches (docs/data.md).
+//!
+//! The stages, from the bytes up:
+//! - [`catalog`]: every shard found and its header read once (the bytes
+//!   come from the storage crate: local files or S3 objects);
+//! - [`rows`]: rows of the catalog read straight from the shards;
+//! - [`read_ahead`]: a shuffle window's rows read on a thread of their own
+//!   while the previous window trains (where the storage is remote or the
+//!   format costs a decode);
+//! - [`source`]: a batch's rows by sample id, from the windows read ahead,
+//!   the shards, or the synthetic generator;
+//! - [`sampler`]: which sample ids each rank reads, step by step;
+//! - [`batch_queue`]: the batches of the coming steps, formed on a thread
+//!   into a bounded queue the training loop takes from.
 
+pub mod batch_queue;
 pub mod catalog;
 pub mod elem;
 pub mod error;
-pub mod prefetch;
-pub mod preload;
-pub mod reader;
+pub mod read_ahead;
+pub mod rows;
+pub mod sampler;
 pub mod shard;
 pub mod source;
 pub mod synthetic;

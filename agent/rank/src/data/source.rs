@@ -5,8 +5,8 @@
 //!
 //! Where a read costs a request or a decode (objects in S3, parquet shards),
 //! the rank's rows of a whole shuffle window are read at once when the
-//! window begins ([`Source::request_preload`], on a thread of its own:
-//! `preload.rs`): each chunk is then fetched or decoded once per window
+//! window begins ([`Source::request_window`], on a thread of its own:
+//! `read_ahead.rs`): each chunk is then fetched or decoded once per window
 //! instead of once per batch that draws from it, and the next window is read
 //! while this one trains. At most three windows are held here, and two more
 //! may be on their way.
@@ -14,8 +14,8 @@
 use super::catalog::Catalog;
 use super::elem::Elem;
 use super::error::ReadError;
-use super::preload::{Preloaded, Preloader};
-use super::reader::RowReader;
+use super::read_ahead::{AheadWindow, ReadAhead};
+use super::rows::RowReader;
 use super::shard::Layout;
 use super::synthetic::Synthetic;
 use std::collections::VecDeque;
@@ -27,22 +27,22 @@ pub enum Source {
 }
 
 pub struct FileSource {
-    /// For rows no preloaded window holds.
+    /// For rows no window read ahead holds.
     direct: RowReader,
-    /// Preloaded windows, oldest first.
-    windows: VecDeque<Preloaded>,
+    /// AheadWindow windows, oldest first.
+    windows: VecDeque<AheadWindow>,
     /// Reads windows ahead on a thread of its own, where reads cost enough
     /// to be worth it (S3 objects or parquet shards).
-    preloader: Option<Preloader>,
+    ahead: Option<ReadAhead>,
 }
 
 /// Windows held at once: the one being read, the next (read ahead), and
 /// the previous while a batch still straddles it.
-const PRELOADED_WINDOWS: usize = 3;
+const WINDOWS_HELD: usize = 3;
 
 impl Source {
     pub fn files(catalog: Catalog, chunk: u64) -> Self {
-        let preload = catalog
+        let ahead = catalog
             .shards
             .iter()
             .any(|s| matches!(s.layout, Layout::Parquet(_)) || s.blob.remote());
@@ -50,19 +50,19 @@ impl Source {
         Source::Files(Box::new(FileSource {
             direct: RowReader::new(catalog.clone(), chunk),
             windows: VecDeque::new(),
-            preloader: preload.then(|| Preloader::spawn(RowReader::new(catalog, chunk))),
+            ahead: ahead.then(|| ReadAhead::spawn(RowReader::new(catalog, chunk))),
         }))
     }
 
-    /// Whether windows are preloaded for this source.
-    pub fn wants_preload(&self) -> bool {
-        matches!(self, Source::Files(f) if f.preloader.is_some())
+    /// Whether this source reads windows ahead.
+    pub fn reads_ahead(&self) -> bool {
+        matches!(self, Source::Files(f) if f.ahead.is_some())
     }
 
     /// Ask for this rank's rows `ids` of window `key` to be read ahead.
-    pub fn request_preload(&mut self, key: (u64, u64), ids: Vec<u64>) -> Result<(), ReadError> {
+    pub fn request_window(&mut self, key: (u64, u64), ids: Vec<u64>) -> Result<(), ReadError> {
         match self {
-            Source::Files(f) => match &f.preloader {
+            Source::Files(f) => match &f.ahead {
                 Some(p) => p.request(key, ids),
                 None => Ok(()),
             },
@@ -72,18 +72,18 @@ impl Source {
 
     /// Wait until window `key` (requested before) is read, and hold it,
     /// dropping the oldest window held.
-    pub fn await_preload(&mut self, key: (u64, u64)) -> Result<(), ReadError> {
+    pub fn await_window(&mut self, key: (u64, u64)) -> Result<(), ReadError> {
         let Source::Files(f) = self else {
             return Ok(());
         };
-        let Some(p) = &f.preloader else {
+        let Some(p) = &f.ahead else {
             return Ok(());
         };
         if f.windows.iter().any(|w| w.key == key) {
             return Ok(());
         }
         let window = p.wait(key)?;
-        if f.windows.len() >= PRELOADED_WINDOWS {
+        if f.windows.len() >= WINDOWS_HELD {
             f.windows.pop_front();
         }
         f.windows.push_back(window);
@@ -133,8 +133,8 @@ impl Source {
 }
 
 impl FileSource {
-    /// Rows from the preloaded windows; the others (padding, or a source
-    /// that does not preload) read directly.
+    /// Rows from the windows read ahead; the others (padding, or a source
+    /// that does not read ahead) read directly.
     fn fill(&mut self, ids: &[u64], out: &mut [u8]) -> Result<(), ReadError> {
         if self.windows.is_empty() {
             return self.direct.fill(ids, out);

@@ -5,7 +5,7 @@
 //! seeded by (seed, i) alone. Any `num_samples` works; only the feature
 //! matrix (`num_features x d_in` f32) is held.
 
-use crate::sampler::{mix, SplitMix64};
+use crate::data::sampler::{mix, SplitMix64};
 use cohort_spec::config::SyntheticData;
 
 pub struct Synthetic {

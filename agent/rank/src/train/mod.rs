@@ -9,19 +9,20 @@
 
 mod metrics;
 mod reduce;
+mod save;
 mod start;
 mod step;
 mod validate;
 
-use crate::checkpoint::{self, Manifest, SamplerState, Store};
-use crate::data::prefetch::{Prefetcher, Schedule as ReadSchedule};
+use crate::checkpoint::Store;
+use crate::data::batch_queue::{BatchQueue, Schedule as ReadSchedule};
+use crate::data::sampler::{ChunkTable, DistributedSampler};
 use crate::data::source::Source;
 use crate::dist::{Backend, GroupOptions, ProcessGroup};
 use crate::error::RankError;
 use crate::launch::Launch;
 use crate::model::{kind_of, Adam, Sae, Schedule, Shape};
 use crate::report::{device_memory, resident_bytes, Reporter};
-use crate::sampler::{ChunkTable, DistributedSampler};
 use crate::state::{DeadLatents, Numerics, TrainState};
 use cohort_spec::config::{Device as DeviceChoice, Dtype, TrainingConfig};
 use cohort_spec::progress::{Progress, ProgressLine};
@@ -189,21 +190,9 @@ impl<'a> Trainer<'a> {
         }
     }
 
-    fn sampler_state(&self, step: i64) -> SamplerState {
-        let (epoch, batch) = self.sampler.position(step * self.accumulation);
-        SamplerState {
-            epoch,
-            batch,
-            num_samples: self.sampler.num_samples,
-            seed: self.sampler.seed,
-            shuffle_chunk: self.cfg.data.shuffle_chunk,
-            shuffle_buffer: self.cfg.data.shuffle_buffer,
-        }
-    }
-
     /// Hand the data source to a reader thread that prepares the
     /// micro-batches of steps `from..total_steps`.
-    fn batches(&mut self, from: i64) -> Result<Prefetcher, RankError> {
+    fn batches(&mut self, from: i64) -> Result<BatchQueue, RankError> {
         let source = self
             .source
             .take()
@@ -217,7 +206,7 @@ impl<'a> Trainer<'a> {
             depth: self.cfg.data.prefetch_batches as usize,
             pin_for: self.device.is_cuda().then_some(self.device),
         };
-        Ok(Prefetcher::spawn(
+        Ok(BatchQueue::spawn(
             source,
             self.cfg.model.d_in as usize,
             schedule,
@@ -228,7 +217,7 @@ impl<'a> Trainer<'a> {
     fn next_batch(
         &mut self,
         micro: i64,
-        batches: &mut Prefetcher,
+        batches: &mut BatchQueue,
     ) -> Result<(Tensor, Duration), RankError> {
         match self.held.pop_front() {
             Some(batch) => Ok(batch),
@@ -242,56 +231,6 @@ impl<'a> Trainer<'a> {
     fn to_device(&self, host: &Tensor) -> Tensor {
         host.to_device_(self.device, host.kind(), true, false)
             .to_kind(self.kind)
-    }
-
-    fn manifest(&self, step: i64, validation: Option<&ProgressLine>) -> Manifest {
-        let m = &self.cfg.model;
-        Manifest {
-            format: checkpoint::FORMAT.into(),
-            step,
-            epoch: self.sampler.position(step * self.accumulation).0,
-            world_size: self.launch.world_size,
-            global_batch: self.global_batch(),
-            d_in: m.d_in,
-            d_sae: self.cfg.d_sae(),
-            dtype: m.dtype.as_str().into(),
-            param_checksum: self.state.sae.checksum(),
-            files: vec![checkpoint::STATE_FILE.into()],
-            architecture: m.architecture.as_str().into(),
-            k: self.cfg.topk(),
-            apply_b_dec_to_input: m.apply_b_dec_to_input,
-            sampler: Some(self.sampler_state(step)),
-            state_sha256: None,
-            weights_dtype: "f32".into(),
-            config: serde_json::to_value(self.cfg).ok(),
-            attempt: self.launch.attempt,
-            progress: self.last_progress.as_ref().map(ProgressLine::to_value),
-            validation: validation.map(ProgressLine::to_value),
-        }
-    }
-
-    /// The validation of `step`, if the last one was of it.
-    fn validation_of(&self, step: i64) -> Option<&ProgressLine> {
-        self.last_validation
-            .as_ref()
-            .filter(|v| matches!(v, ProgressLine::Validation { step: s, .. } if *s == step))
-    }
-
-    fn save_checkpoint(&self, step: i64) -> Result<(), RankError> {
-        if !self.launch.is_leader() {
-            return Ok(());
-        }
-        let manifest = self.manifest(step, self.validation_of(step));
-        let path = self
-            .checkpoints
-            .save(self.run_dir, &self.state, &manifest)?;
-        self.checkpoints.prune(self.cfg.checkpoint.keep as usize)?;
-        self.out.emit(&ProgressLine::Checkpoint {
-            step,
-            path,
-            best: false,
-        });
-        Ok(())
     }
 
     /// Train to the configured number of steps; a failed collective is

@@ -134,7 +134,7 @@ impl Trainer<'_> {
     /// kept for the step.
     pub(super) fn init_b_dec(
         &mut self,
-        batches: &mut crate::data::prefetch::Prefetcher,
+        batches: &mut crate::data::batch_queue::BatchQueue,
     ) -> Result<(), RankError> {
         if self.cfg.model.b_dec_init != BDecInit::Mean || self.state.step != 0 {
             return Ok(());

@@ -5,7 +5,7 @@
 
 use super::metrics::{Metrics, Sums};
 use super::Trainer;
-use crate::data::prefetch::Prefetcher;
+use crate::data::batch_queue::BatchQueue;
 use crate::error::RankError;
 use crate::model::{DeadMask, Forward, W_DEC};
 use crate::state::Verdict;
@@ -48,7 +48,7 @@ impl Trainer<'_> {
     pub(super) fn step(
         &mut self,
         step: i64,
-        batches: &mut Prefetcher,
+        batches: &mut BatchQueue,
         logged: bool,
     ) -> Result<StepReport, RankError> {
         let started = Instant::now();

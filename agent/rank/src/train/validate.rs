@@ -7,7 +7,7 @@
 use super::metrics::Sums;
 use super::Trainer;
 use crate::data::catalog::Catalog;
-use crate::data::reader::RowReader;
+use crate::data::rows::RowReader;
 use crate::error::RankError;
 use crate::launch::Launch;
 use cohort_spec::progress::ProgressLine;

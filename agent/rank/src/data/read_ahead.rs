@@ -5,13 +5,13 @@
 //! order; at most two requests wait.
 
 use super::error::ReadError;
-use super::reader::RowReader;
+use super::rows::RowReader;
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 /// One window's rows for this rank: (epoch, window), row index by sample id.
-pub struct Preloaded {
+pub struct AheadWindow {
     pub key: WindowKey,
     pub index: HashMap<u64, usize>,
     pub rows: Vec<u8>,
@@ -20,26 +20,26 @@ pub struct Preloaded {
 /// A window of an epoch: (epoch, window).
 pub type WindowKey = (u64, u64);
 type Request = (WindowKey, Vec<u64>);
-type Answer = (WindowKey, Result<Preloaded, ReadError>);
+type Answer = (WindowKey, Result<AheadWindow, ReadError>);
 
-pub struct Preloader {
+pub struct ReadAhead {
     requests: Option<SyncSender<Request>>,
     answers: Receiver<Answer>,
     handle: Option<JoinHandle<()>>,
 }
 
-impl Preloader {
+impl ReadAhead {
     pub fn spawn(mut reader: RowReader) -> Self {
         let (requests, inbox) = sync_channel::<Request>(2);
         let (outbox, answers) = sync_channel::<Answer>(2);
         let handle = std::thread::Builder::new()
-            .name("cohort-preload".into())
+            .name("cohort-read-ahead".into())
             .spawn(move || {
                 for (key, mut ids) in inbox {
                     ids.sort_unstable();
                     ids.dedup();
                     let mut rows = vec![0u8; ids.len() * reader.catalog.row_bytes()];
-                    let read = reader.fill(&ids, &mut rows).map(|()| Preloaded {
+                    let read = reader.fill(&ids, &mut rows).map(|()| AheadWindow {
                         key,
                         index: ids.iter().enumerate().map(|(i, &id)| (id, i)).collect(),
                         rows,
@@ -49,7 +49,7 @@ impl Preloader {
                     }
                 }
             })
-            .expect("spawn the preload thread");
+            .expect("spawn the read-ahead thread");
         Self {
             requests: Some(requests),
             answers,
@@ -62,17 +62,17 @@ impl Preloader {
             .as_ref()
             .expect("open until dropped")
             .send((key, ids))
-            .map_err(|_| ReadError::Io("the preload thread stopped".into()))
+            .map_err(|_| ReadError::Io("the read-ahead thread stopped".into()))
     }
 
     /// The answer for `key`, skipping answers for windows nobody waits for
     /// any more (read ahead for an epoch that ended).
-    pub fn wait(&self, key: WindowKey) -> Result<Preloaded, ReadError> {
+    pub fn wait(&self, key: WindowKey) -> Result<AheadWindow, ReadError> {
         loop {
             let (got, read) = self
                 .answers
                 .recv()
-                .map_err(|_| ReadError::Io("the preload thread stopped".into()))?;
+                .map_err(|_| ReadError::Io("the read-ahead thread stopped".into()))?;
             if got == key {
                 return read;
             }
@@ -80,7 +80,7 @@ impl Preloader {
     }
 }
 
-impl Drop for Preloader {
+impl Drop for ReadAhead {
     fn drop(&mut self) {
         // Closing the requests ends the thread after its current read.
         drop(self.requests.take());

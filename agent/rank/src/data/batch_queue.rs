@@ -5,8 +5,8 @@
 
 use super::error::ReadError;
 use super::source::Source;
+use crate::data::sampler::{ChunkTable, DistributedSampler, EpochOrder};
 use crate::error::RankError;
-use crate::sampler::{ChunkTable, DistributedSampler, EpochOrder};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,12 +24,12 @@ pub struct Schedule {
     pub pin_for: Option<Device>,
 }
 
-pub struct Prefetcher {
+pub struct BatchQueue {
     rx: Receiver<Result<(i64, Tensor), ReadError>>,
     handle: Option<JoinHandle<()>>,
 }
 
-impl Prefetcher {
+impl BatchQueue {
     pub fn spawn(mut source: Source, d_in: usize, s: Schedule) -> Self {
         let (tx, rx) = sync_channel(s.depth);
         let handle = std::thread::Builder::new()
@@ -38,7 +38,7 @@ impl Prefetcher {
                 let kind = source.elem().kind();
                 let row_bytes = d_in * source.elem().size();
                 let mut current: Option<(i64, EpochOrder)> = None;
-                let preload = source.wants_preload();
+                let ahead = source.reads_ahead();
                 // The highest window of the current epoch asked for, and
                 // the highest one received.
                 let (mut requested, mut received): (Option<u64>, Option<u64>) = (None, None);
@@ -55,7 +55,7 @@ impl Prefetcher {
                         (requested, received) = (None, None);
                     }
                     let order = &mut current.as_mut().expect("set above").1;
-                    if preload {
+                    if ahead {
                         // The padding past the end is read directly.
                         let span = s.sampler.batch_span(batch);
                         let end = span.end.min(s.sampler.num_samples as u64);
@@ -76,11 +76,11 @@ impl Prefetcher {
                                         .into_iter()
                                         .map(|p| order.sample_at(p))
                                         .collect();
-                                    source.request_preload((epoch as u64, w), ids)?;
+                                    source.request_window((epoch as u64, w), ids)?;
                                     requested = Some(w);
                                 }
                                 for w in wait..=last {
-                                    source.await_preload((epoch as u64, w))?;
+                                    source.await_window((epoch as u64, w))?;
                                     received = Some(w);
                                 }
                                 Ok(())
@@ -134,7 +134,7 @@ impl Prefetcher {
     }
 }
 
-impl Drop for Prefetcher {
+impl Drop for BatchQueue {
     fn drop(&mut self) {
         // Unblock a reader waiting on a full queue, then let it end.
         let (_, rx) = sync_channel(1);
