@@ -1,22 +1,19 @@
 //! A coordinator on a fresh database plus simulated agents, on 127.0.0.1.
 
+mod calls;
 mod peers;
 
 use crate::bins::{binaries, Binaries};
 use crate::db::{Backend, TestDatabase};
-use crate::poll::eventually;
 use crate::procs::{self, ChildProc, MARK_VAR};
 use cohort_proto::v1;
-use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_proto::v1::gpu_service_client::GpuServiceClient;
-use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
-use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::PortLease;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// How long the coordinator gets to answer health checks after it starts.
@@ -109,11 +106,6 @@ pub async fn live_gpus(url: &str) -> Result<usize, String> {
         .count())
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
-    listener.local_addr().expect("local addr").port()
-}
-
 impl Cluster {
     /// Starts the coordinator, waits until it is SERVING, starts the agents
     /// and waits until the coordinator lists all their GPUs.
@@ -189,39 +181,53 @@ impl Cluster {
     }
 
     async fn start_coordinator_on_free_port(&mut self) {
-        // A port picked free can be taken before the coordinator binds it: retry.
-        for attempt in 0..3 {
-            self.port = free_port();
-            self.spawn_coordinator();
-            match self.wait_serving().await {
-                Ok(()) => return,
-                Err(e) if attempt < 2 && e.contains("exited") => continue,
-                Err(e) => self.fail(&e),
-            }
+        let lease = PortLease::new();
+        self.port = lease.port();
+        self.spawn_coordinator_on(lease);
+        if let Err(e) = self.wait_serving().await {
+            self.fail(&e);
         }
     }
 
+    /// Starts the coordinator again on its port (free again once the last
+    /// one is gone).
     fn spawn_coordinator(&mut self) {
+        let lease = self.lease_again(self.port);
+        self.spawn_coordinator_on(lease);
+    }
+
+    fn spawn_coordinator_on(&mut self, lease: PortLease) {
         self.coordinator_starts += 1;
-        let process =
-            self.coordinator_process("coordinator", self.port, self.coordinator_starts, &[]);
+        let process = self.coordinator_process("coordinator", lease, self.coordinator_starts, &[]);
         self.coordinator = Some(process);
     }
 
-    /// A coordinator process named `name` (its data dir and log) on `port`.
+    /// `port` bound again for a coordinator restarted on it.
+    fn lease_again(&self, port: u16) -> PortLease {
+        PortLease::on(port).unwrap_or_else(|e| {
+            self.fail(&format!(
+                "port {port} is taken after its coordinator stopped: {e}"
+            ))
+        })
+    }
+
+    /// A coordinator process named `name` (its data dir and log), serving
+    /// on the socket of `lease` (handed over bound: `--listen-fd`).
     fn coordinator_process(
         &self,
         name: &str,
-        port: u16,
+        lease: PortLease,
         start: usize,
         extra: &[String],
     ) -> ChildProc {
+        let port = lease.port();
         let data_dir = self.root().join(name);
         let log = self.root().join(format!("{name}.log"));
         let mut command = Command::new(&self.bins.coordinator);
         command
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
+            .args(["--listen-fd", "3"])
             .arg("--data-dir")
             .arg(&data_dir)
             .args(
@@ -238,7 +244,9 @@ impl Cluster {
             .env_remove("COHORT_DATA_DIR")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .envs(self.options.env.iter().cloned());
+        lease.pass_to(&mut command, 3);
         let _ = std::fs::write(&log, format!("---- {name} start #{start} ----\n"));
+        // The child holds the only copy of the socket from now on.
         ChildProc::spawn(name, command, &log)
     }
 
@@ -346,132 +354,6 @@ impl Cluster {
         }
     }
 
-    async fn try_channel(&self) -> Result<Channel, tonic::transport::Error> {
-        tonic::transport::Endpoint::from_shared(self.url())?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .await
-    }
-
-    /// A connected channel to the coordinator.
-    pub async fn channel(&self) -> Channel {
-        self.try_channel()
-            .await
-            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url()))
-    }
-
-    pub async fn training(&self) -> TrainingServiceClient<Channel> {
-        TrainingServiceClient::new(self.channel().await)
-    }
-
-    pub async fn gpus(&self) -> GpuServiceClient<Channel> {
-        GpuServiceClient::new(self.channel().await)
-    }
-
-    pub async fn telemetry(&self) -> TelemetryServiceClient<Channel> {
-        TelemetryServiceClient::new(self.channel().await)
-    }
-
-    pub async fn agents(&self) -> AgentServiceClient<Channel> {
-        AgentServiceClient::new(self.channel().await)
-    }
-
-    /// Every GPU ListGpus returns.
-    pub async fn list_gpus(&self) -> Vec<v1::Gpu> {
-        self.gpus()
-            .await
-            .list_gpus(v1::ListGpusRequest::default())
-            .await
-            .unwrap_or_else(|s| panic!("ListGpus: {s:?}"))
-            .into_inner()
-            .gpus
-    }
-
-    /// GetTraining, panicking on error.
-    pub async fn get_training(&self, id: &str) -> v1::Training {
-        self.get_training_at(&self.url(), id).await
-    }
-
-    /// Polls GetTraining until the training is in `state`; panics if it
-    /// reaches another final state first, or after `timeout`.
-    pub async fn wait_state(
-        &self,
-        id: &str,
-        state: v1::training::State,
-        timeout: Duration,
-    ) -> v1::Training {
-        let what = format!("training {id} to be {state:?}");
-        eventually(&what, timeout, || async {
-            let t = self.get_training(id).await;
-            if t.state() == state {
-                return Ok(t);
-            }
-            let finals = [
-                v1::training::State::Succeeded,
-                v1::training::State::Failed,
-                v1::training::State::Cancelled,
-            ];
-            if finals.contains(&t.state()) {
-                panic!(
-                    "training {id} ended {:?} ({}) while waiting for {state:?}",
-                    t.state(),
-                    t.state_reason
-                );
-            }
-            Err(format!("{:?} ({})", t.state(), t.state_reason))
-        })
-        .await
-    }
-
-    /// The name of the agent with id `agent_id` (from ListAgents).
-    pub async fn agent_name_of(&self, agent_id: &str) -> String {
-        self.agents()
-            .await
-            .list_agents(v1::ListAgentsRequest::default())
-            .await
-            .expect("ListAgents")
-            .into_inner()
-            .agents
-            .into_iter()
-            .find(|a| a.id == agent_id)
-            .unwrap_or_else(|| panic!("no agent {agent_id}"))
-            .name
-    }
-
-    /// Runs the `cohort` CLI against this coordinator: `cohort --coordinator URL <args>`.
-    pub async fn cli(&self, args: &[&str]) -> Output {
-        self.cli_at(&self.url(), args).await
-    }
-
-    /// Runs the CLI and panics unless it exits 0; returns its stdout.
-    pub async fn cli_ok(&self, args: &[&str]) -> String {
-        let output = self.cli(args).await;
-        assert!(
-            output.status.success(),
-            "cohort {args:?} failed ({}):\nstdout: {}\nstderr: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    /// `cohort -o json train submit --config FILE <extra>`: returns the training id.
-    pub async fn submit(&self, config: &Path, extra: &[&str]) -> String {
-        let config = config.to_str().expect("UTF-8 path");
-        let mut args = vec!["-o", "json", "train", "submit", "--config", config];
-        args.extend_from_slice(extra);
-        let stdout = self.cli_ok(&args).await;
-        let first = stdout.lines().next().unwrap_or_default();
-        let json: serde_json::Value = serde_json::from_str(first)
-            .or_else(|_| serde_json::from_str(&stdout))
-            .unwrap_or_else(|e| panic!("submit printed no JSON ({e}): {stdout}"));
-        json["id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no id in {json}"))
-            .to_string()
-    }
-
     /// Kills the coordinator with SIGKILL (no shutdown, no goodbye to the agents).
     pub fn kill_coordinator(&mut self) {
         if let Some(mut c) = self.coordinator.take() {
@@ -486,24 +368,6 @@ impl Cluster {
         if let Err(e) = self.wait_serving().await {
             self.fail(&e);
         }
-    }
-
-    /// The live rank processes this cluster's agents started.
-    pub fn rank_processes(&self) -> Vec<i32> {
-        procs::rank_processes(&self.mark)
-    }
-
-    /// Waits until no rank process of this cluster is left.
-    pub async fn assert_no_rank_processes(&self, timeout: Duration) {
-        eventually("every rank process to exit", timeout, || async {
-            let pids = self.rank_processes();
-            if pids.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("rank processes still running: {pids:?}"))
-            }
-        })
-        .await
     }
 
     /// The tails of every log, for failure messages.

@@ -4,14 +4,13 @@
 //! (kept when the test failed).
 //! Plus direct reads of what the coordinator stored.
 
+use cohort_testkit::PgSchema;
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The PostgreSQL server the tests use unless `COHORT_TEST_POSTGRES_URL` says otherwise.
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// The coordinator's SQLite file under `--data-dir` (services/coordinator/src/main.rs).
 pub const SQLITE_FILE: &str = "coordinator.db";
 
@@ -37,13 +36,6 @@ pub struct TestDatabase {
     pub backend: Backend,
     sqlite_path: PathBuf,
     postgres: Option<PgSchema>,
-}
-
-#[derive(Debug)]
-struct PgSchema {
-    base_url: String,
-    schema: String,
-    url: String,
 }
 
 /// One row of `state_transitions`.
@@ -89,7 +81,7 @@ macro_rules! with_conn {
     ($db:expr, |$conn:ident| $body:expr) => {
         match &$db.postgres {
             Some(pg) => {
-                let mut $conn = PgConnection::establish(&pg.url)
+                let mut $conn = PgConnection::establish(pg.url())
                     .unwrap_or_else(|e| panic!("connecting to the test schema: {e}"));
                 $body
             }
@@ -108,8 +100,7 @@ macro_rules! with_conn {
 
 /// The `host:port` of the PostgreSQL server the tests use.
 pub fn postgres_server() -> String {
-    let url =
-        std::env::var("COHORT_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
+    let url = cohort_testkit::pg::base_url();
     let rest = url.split_once('@').map_or(url.as_str(), |(_, r)| r);
     let rest = rest.split_once("://").map_or(rest, |(_, r)| r);
     rest.split('/').next().unwrap_or(rest).to_string()
@@ -143,23 +134,7 @@ impl TestDatabase {
     pub fn create(backend: Backend, data_dir: &Path) -> TestDatabase {
         let postgres = match backend {
             Backend::Sqlite => None,
-            Backend::Postgres => {
-                let base_url = std::env::var("COHORT_TEST_POSTGRES_URL")
-                    .unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into());
-                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = PgConnection::establish(&base_url).unwrap_or_else(|e| {
-                    panic!("PostgreSQL at {base_url} is required by this test: {e}")
-                });
-                conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-                    .expect("creating the test schema");
-                let sep = if base_url.contains('?') { '&' } else { '?' };
-                let url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
-                Some(PgSchema {
-                    base_url,
-                    schema,
-                    url,
-                })
-            }
+            Backend::Postgres => Some(PgSchema::create().unwrap_or_else(|e| panic!("{e}"))),
         };
         TestDatabase {
             backend,
@@ -179,8 +154,8 @@ impl TestDatabase {
         match &self.postgres {
             Some(pg) => {
                 let url = match authority {
-                    Some(a) => with_authority(&pg.url, a),
-                    None => pg.url.clone(),
+                    Some(a) => with_authority(pg.url(), a),
+                    None => pg.url().to_string(),
                 };
                 vec!["--database-url".into(), url]
             }
@@ -233,19 +208,5 @@ impl TestDatabase {
             .get_result::<Count>(&mut conn)
             .expect("counting trainings")
             .n)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        if let Some(pg) = &self.postgres {
-            if std::thread::panicking() {
-                eprintln!("test database kept: {}", pg.url);
-                return;
-            }
-            if let Ok(mut conn) = PgConnection::establish(&pg.base_url) {
-                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", pg.schema));
-            }
-        }
     }
 }

@@ -5,6 +5,7 @@
 use crate::bins::{binaries, Binaries};
 use crate::cluster::CLI_TIMEOUT;
 use crate::procs::{ChildProc, MARK_VAR};
+use cohort_testkit::PortLease;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -170,11 +171,8 @@ pub struct SecureCoordinator {
     pub mark: String,
     process: Option<ChildProc>,
     agents: Vec<ChildProc>,
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
-    listener.local_addr().expect("local addr").port()
+    /// The port, held bound until the first start hands it over.
+    lease: Option<PortLease>,
 }
 
 impl SecureCoordinator {
@@ -182,9 +180,11 @@ impl SecureCoordinator {
     pub fn new(root: &Path, options: SecureOptions) -> SecureCoordinator {
         let data_dir = root.join("coordinator");
         std::fs::create_dir_all(&data_dir).expect("data dir");
+        let lease = PortLease::new();
         SecureCoordinator {
             bins: binaries().clone(),
-            port: free_port(),
+            port: lease.port(),
+            lease: Some(lease),
             data_dir,
             root: root.to_path_buf(),
             options,
@@ -219,6 +219,7 @@ impl SecureCoordinator {
         command
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
+            .args(["--listen-fd", "3"])
             .arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--auth")
@@ -249,7 +250,14 @@ impl SecureCoordinator {
         if let Some(ca) = &self.options.agent_ca {
             command.arg("--agent-ca").arg(ca);
         }
+        // Bound since `new`; bound again on the same port for a restart.
+        let port = self.port;
+        let lease = (self.lease.take().map(Ok))
+            .unwrap_or_else(|| PortLease::on(port))
+            .unwrap_or_else(|e| panic!("port {port} is taken: {e}"));
+        lease.pass_to(&mut command, 3);
         self.process = Some(ChildProc::spawn("coordinator", command, &log));
+        drop(lease);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.process.as_mut().and_then(|p| p.try_exit()) {

@@ -130,7 +130,13 @@ mod tests {
         assert!(p.check("data", "team-a/acts/x.npy").is_ok());
         assert!(p.check("data", "team-a").is_ok());
         assert!(p
-            .check("ckpt", "team-a/run-1/step-00000010/manifest.json")
+            .check(
+                "ckpt",
+                &format!(
+                    "team-a/run-1/step-00000010/{}",
+                    crate::checkpoint::MANIFEST_FILE
+                )
+            )
             .is_ok());
         for (bucket, key) in [
             ("data", "team-ab/x.npy"),

@@ -96,7 +96,7 @@ fn shards_in_s3_read_exactly_the_rows_of_local_files() {
     let s3 = S3Server::start();
     s3.upload_dir(Path::new(&shards), "acts", "run-1/shards");
     let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let local = write(dir.path(), "local.toml", &files_config(&[all], 30, 0));
     let expected = run_group(&local, &dir.path().join("local"), 2);
     assert_eq!(expected[0].code, Some(0), "{}", expected[0].stderr);
@@ -173,7 +173,7 @@ fn checkpoints_in_s3_let_another_host_resume_bit_identical() {
     std::fs::create_dir(&empty).unwrap();
     s3.upload_dir(&empty, "ckpt", "x");
     let env = s3.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let text = files_config(&["s3://acts/shards/".to_string()], 45, 5)
         .replace("keep = 100", "keep = 2\nstorage = \"s3://ckpt/runs\"");
     let cfg = write(dir.path(), "c.toml", &text);

@@ -82,6 +82,7 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
 #[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
+    use cohort_spec::checkpoint::MANIFEST_FILE;
     use std::path::PathBuf;
 
     #[test]
@@ -101,8 +102,8 @@ mod tests {
         };
         let best = step.with_file_name("best");
         std::fs::create_dir_all(&best).unwrap();
-        std::fs::write(best.join("manifest.json"), b"{}").unwrap();
-        assert!(read(work.path(), &req(best.join("manifest.json"), 0, 10))
+        std::fs::write(best.join(MANIFEST_FILE), b"{}").unwrap();
+        assert!(read(work.path(), &req(best.join(MANIFEST_FILE), 0, 10))
             .error
             .is_empty());
         let got = read(work.path(), &req(step.join("state.safetensors"), 3, 4));

@@ -7,6 +7,7 @@
 use super::files;
 use super::targets::Targets;
 use cohort_proto::v1;
+use cohort_spec::checkpoint::MANIFEST_FILE;
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -21,7 +22,7 @@ fn host() -> &'static (tempfile::TempDir, String) {
             .path()
             .join("work/trainings/t1/run/checkpoints/step-00000010");
         std::fs::create_dir_all(&step).unwrap();
-        std::fs::write(step.join("manifest.json"), b"{\"ok\":true}").unwrap();
+        std::fs::write(step.join(MANIFEST_FILE), b"{\"ok\":true}").unwrap();
         std::fs::write(dir.path().join("secret.key"), b"TOP-SECRET").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret.key"), step.join("link.json")).unwrap();
         let root = dir.path().display().to_string();
@@ -40,7 +41,7 @@ fn path_part() -> impl Strategy<Value = String> {
         Just("checkpoints".to_string()),
         Just("step-00000010".to_string()),
         Just("best".to_string()),
-        Just("manifest.json".to_string()),
+        Just(MANIFEST_FILE.to_string()),
         Just("link.json".to_string()),
         Just("secret.key".to_string()),
         Just(String::new()),

@@ -3,12 +3,13 @@
 //! is already running.
 
 use anyhow::{bail, Context as _};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::store::Store;
+use cohort_testkit::PortLease;
 
 /// The coordinator's SQLite file under `--data-dir` (services/coordinator/src/main.rs).
 const SQLITE_FILE: &str = "coordinator.db";
@@ -48,9 +49,9 @@ pub fn default_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?)
+/// 127.0.0.1 and the port of `lease`.
+fn local(lease: &PortLease) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], lease.port()))
 }
 
 fn unique_suffix() -> String {
@@ -94,19 +95,27 @@ impl Coordinator {
             .with_context(|| format!("creating {}", temp_dir.display()))?;
         let (store, db_args) = match postgres_url {
             Some(base) => {
-                let store = Store::new_postgres_schema(base, &format!("bench_{suffix}"))?;
+                let store = Store::new_postgres_schema(base)?;
                 let url = store.url().to_string();
                 (store, vec!["--database-url".to_string(), url])
             }
             None => (Store::sqlite(temp_dir.join(SQLITE_FILE)), Vec::new()),
         };
-        let grpc = free_port()?;
-        let metrics = free_port()?;
+        // The gRPC socket is handed over bound (--listen-fd); the metrics
+        // endpoint binds its own, freed just before the coordinator starts.
+        let lease = PortLease::new();
+        let grpc = local(&lease);
+        let metrics_lease = PortLease::new();
+        let metrics = local(&metrics_lease);
         let log = temp_dir.join("coordinator.log");
         let log_file = std::fs::File::create(&log)?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        lease.pass_to(&mut command, 3);
+        metrics_lease.release();
+        let child = command
             .arg("--listen")
             .arg(grpc.to_string())
+            .args(["--listen-fd", "3"])
             .arg("--data-dir")
             .arg(&temp_dir)
             .arg("--metrics-listen")
@@ -119,6 +128,7 @@ impl Coordinator {
             .stderr(log_file)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
+        drop(lease);
         let mut coordinator = Self {
             url: format!("http://{grpc}"),
             pid: Some(child.id()),
@@ -179,9 +189,8 @@ impl Coordinator {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if let Some(store) = self.store.take() {
-            store.drop_schema();
-        }
+        // The PostgreSQL schema goes with the store.
+        drop(self.store.take());
         if let Some(dir) = self.temp_dir.take() {
             let _ = std::fs::remove_dir_all(dir);
         }

@@ -3,6 +3,7 @@
 //! coordinator stored.
 
 pub mod agents;
+pub mod burst;
 pub mod coordinator;
 pub mod histogram;
 pub mod store;

@@ -2,19 +2,18 @@
 //! directly from the database after the run.
 
 use anyhow::Context as _;
+use cohort_testkit::PgSchema;
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 pub enum Store {
     Sqlite(PathBuf),
-    Postgres {
-        base_url: String,
-        schema: String,
-        url: String,
-    },
+    /// A schema of its own, dropped when the last clone goes.
+    Postgres(Arc<PgSchema>),
 }
 
 #[derive(QueryableByName)]
@@ -28,26 +27,18 @@ impl Store {
         Store::Sqlite(path)
     }
 
-    /// Creates `schema` on the server at `base_url`; the coordinator gets a
+    /// A new schema on the server at `base_url`; the coordinator gets a
     /// URL whose search_path is that schema.
-    pub fn new_postgres_schema(base_url: &str, schema: &str) -> anyhow::Result<Self> {
-        let mut conn = PgConnection::establish(base_url)
-            .with_context(|| format!("connecting to PostgreSQL at {base_url}"))?;
-        conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-            .context("creating the bench schema")?;
-        let sep = if base_url.contains('?') { '&' } else { '?' };
-        Ok(Store::Postgres {
-            base_url: base_url.to_string(),
-            schema: schema.to_string(),
-            url: format!("{base_url}{sep}options=-csearch_path%3D{schema}"),
-        })
+    pub fn new_postgres_schema(base_url: &str) -> anyhow::Result<Self> {
+        let schema = PgSchema::create_on(base_url).map_err(anyhow::Error::msg)?;
+        Ok(Store::Postgres(Arc::new(schema)))
     }
 
     /// The URL the coordinator uses (PostgreSQL) or the file (SQLite).
     pub fn url(&self) -> &str {
         match self {
             Store::Sqlite(path) => path.to_str().unwrap_or_default(),
-            Store::Postgres { url, .. } => url,
+            Store::Postgres(schema) => schema.url(),
         }
     }
 
@@ -63,23 +54,11 @@ impl Store {
                 conn.batch_execute("PRAGMA busy_timeout = 10000;")?;
                 diesel::sql_query(&sql).get_result::<Count>(&mut conn)?
             }
-            Store::Postgres { url, .. } => {
-                let mut conn = PgConnection::establish(url)?;
+            Store::Postgres(schema) => {
+                let mut conn = PgConnection::establish(schema.url())?;
                 diesel::sql_query(&sql).get_result::<Count>(&mut conn)?
             }
         };
         Ok(count.n.max(0) as u64)
-    }
-
-    /// Drops the PostgreSQL schema (SQLite files go with the temp dir).
-    pub fn drop_schema(&self) {
-        if let Store::Postgres {
-            base_url, schema, ..
-        } = self
-        {
-            if let Ok(mut conn) = PgConnection::establish(base_url) {
-                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-            }
-        }
     }
 }

@@ -2,11 +2,12 @@
 //! is coordinator 0, its peers 1, 2, ... Each has its own port, data dir
 //! (`coordinator-N`) and log; they elect a leader among themselves.
 
-use super::{free_port, Cluster};
+use super::Cluster;
 use crate::poll::eventually;
 use crate::procs::{self, ChildProc};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::PortLease;
 use nix::sys::signal::Signal;
 use std::process::ExitStatus;
 use std::process::Output;
@@ -53,10 +54,11 @@ impl Cluster {
 
     /// [`Cluster::start_peer`] with flags of its own (e.g. `--no-forward`).
     pub async fn start_peer_with(&mut self, args: &[&str]) -> usize {
-        let port = free_port();
+        let lease = PortLease::new();
+        let port = lease.port();
         let i = self.peers.len() + 1;
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let process = self.coordinator_process(&format!("coordinator-{i}"), port, 1, &args);
+        let process = self.coordinator_process(&format!("coordinator-{i}"), lease, 1, &args);
         self.peers.push(Peer {
             port,
             process: Some(process),
@@ -78,8 +80,9 @@ impl Cluster {
     pub fn respawn_peer(&mut self, i: usize) {
         let peer = &self.peers[i - 1];
         let (port, starts) = (peer.port, peer.starts + 1);
+        let lease = self.lease_again(port);
         let process =
-            self.coordinator_process(&format!("coordinator-{i}"), port, starts, &peer.args);
+            self.coordinator_process(&format!("coordinator-{i}"), lease, starts, &peer.args);
         let peer = &mut self.peers[i - 1];
         peer.process = Some(process);
         peer.starts = starts;

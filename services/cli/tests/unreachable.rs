@@ -1,11 +1,7 @@
 //! The real `cohort` binary against an address where nothing listens.
 
+use cohort_testkit::free_port;
 use std::process::Command;
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 #[test]
 fn unreachable_coordinator_is_a_human_error_with_exit_code_5() {

@@ -52,6 +52,11 @@ struct Args {
     /// Address to serve gRPC on.
     #[arg(long, default_value = LISTEN_DEFAULT, env = "COHORT_LISTEN")]
     listen: SocketAddr,
+    /// Serve on the listening TCP socket inherited as this file descriptor
+    /// (bound by whoever started the coordinator: a systemd socket unit, a
+    /// test harness) instead of binding --listen, which must be its address.
+    #[arg(long, value_name = "FD")]
+    listen_fd: Option<i32>,
     /// Directory for the coordinator's state (the SQLite database by default).
     #[arg(long, default_value = DATA_DIR_DEFAULT, env = "COHORT_DATA_DIR")]
     data_dir: PathBuf,
@@ -190,6 +195,27 @@ async fn main() -> anyhow::Result<()> {
 /// The exit status of a coordinator that lost the leader lease (EX_TEMPFAIL).
 const EXIT_DEPOSED: i32 = 75;
 
+/// The listening socket inherited as `fd` (`--listen-fd`): it must be a TCP
+/// socket bound to `listen`, so what the coordinator advertises and checks
+/// (loopback, TLS) is where it really serves.
+fn inherited_listener(fd: i32, listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    use std::os::fd::FromRawFd;
+    if fd <= 2 {
+        anyhow::bail!("--listen-fd {fd}: descriptors 0-2 are stdin, stdout and stderr");
+    }
+    // SAFETY: the descriptor was handed to this process to serve on; it is
+    // taken once, here, and owned by the listener from now on.
+    let socket = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    let at = socket
+        .local_addr()
+        .with_context(|| format!("--listen-fd {fd} is not a bound TCP socket"))?;
+    if at != listen {
+        anyhow::bail!("--listen-fd {fd} is bound to {at}, but --listen says {listen}");
+    }
+    socket.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(socket).context("--listen-fd")
+}
+
 /// The URL to advertise: `--advertise`, or the listen address when it names
 /// one host.
 fn advertise_url(args: &Args, tls: bool) -> anyhow::Result<String> {
@@ -298,9 +324,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         history,
         std::sync::Arc::new(cohort_coordinator::history::SystemClock),
     );
-    let tcp = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
+    let tcp = match args.listen_fd {
+        Some(fd) => inherited_listener(fd, args.listen)?,
+        None => tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?,
+    };
     let mut reloader = None;
     let mut agent_ca = cohort_coordinator::tls::AgentCa::default();
     let listener: cohort_coordinator::server::Listener = match security.tls.clone() {

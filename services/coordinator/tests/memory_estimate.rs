@@ -21,6 +21,7 @@
 
 use cohort_coordinator::selection::{estimate, EstimateInput, MemoryEstimate};
 use cohort_spec::TrainingConfig;
+use cohort_testkit::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -67,14 +68,6 @@ log_every_steps = 1
 allreduce = "{allreduce}"
 "#
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn spawn_rank(bin: &PathBuf, cfg: &str, rank: u32, port: u16, run_dir: &std::path::Path) -> Child {

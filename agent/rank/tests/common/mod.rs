@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use cohort_spec::progress::ProgressLine;
+#[allow(unused_imports)] // each test binary uses its own part
+pub use cohort_testkit::{free_port, python, S3Server};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -37,14 +38,6 @@ rendezvous_timeout_s = 20
 collective_timeout_s = 5
 "#
     )
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -220,14 +213,6 @@ pub fn start_step(f: &Finished) -> Option<i64> {
     })
 }
 
-/// The project venv's python (numpy, safetensors, pyarrow: scripts/setup.sh).
-pub fn python() -> PathBuf {
-    match std::env::var_os("COHORT_VENV") {
-        Some(venv) => PathBuf::from(venv).join("bin/python"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python"),
-    }
-}
-
 /// Run tests/make_shards.py with `args`.
 pub fn make_shards(args: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_shards.py");
@@ -241,69 +226,4 @@ pub fn make_shards(args: &[&str]) {
         "make_shards.py {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// moto's standalone S3 server on 127.0.0.1 (the project venv has it:
-/// scripts/setup.sh), killed on drop.
-pub struct S3Server {
-    child: Child,
-    pub endpoint: String,
-}
-
-impl S3Server {
-    pub fn start() -> Self {
-        let port = free_port();
-        let bin = python().with_file_name("moto_server");
-        let child = Command::new(bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not listen");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Self {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    /// What a rank (or a client) needs to reach it.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID", "cohort-test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "cohort-test".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-        ]
-    }
-
-    /// Upload every file of `dir` (not recursive) to `s3://bucket/prefix/`,
-    /// creating the bucket.
-    pub fn upload_dir(&self, dir: &Path, bucket: &str, prefix: &str) {
-        let env = self.env();
-        let mut cmd = Command::new(python());
-        cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/make_shards.py"))
-            .args(["upload", &dir.display().to_string(), bucket, prefix]);
-        for (k, v) in &env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("run make_shards.py upload");
-        assert!(
-            out.status.success(),
-            "upload: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -230,7 +230,8 @@ mod tests {
             ok("/shared", "/shared/trn-1/step-41", false, 40).is_err(),
             "another step"
         );
-        assert!(ok("/shared", "/shared/trn-1/manifest.json", false, 40).is_err());
+        let manifest = format!("/shared/trn-1/{MANIFEST_FILE}");
+        assert!(ok("/shared", &manifest, false, 40).is_err());
         // Relative storage: the reported path must end in the training's own directory.
         assert!(ok(
             "ckpt",

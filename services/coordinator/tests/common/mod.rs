@@ -9,10 +9,7 @@ pub mod server;
 use cohort_coordinator::model::{GpuRequest, GpuSelection};
 use cohort_coordinator::persistence::{DatabaseTarget, NewTraining, Persistence};
 use cohort_spec::TrainingConfig;
-use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection};
-
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+use cohort_testkit::PgSchema;
 
 pub struct TestDb {
     pub name: &'static str,
@@ -21,23 +18,11 @@ pub struct TestDb {
     _cleanup: Cleanup,
 }
 
+/// What goes when the test ends: the SQLite file's directory, or the
+/// PostgreSQL schema (kept when the test failed).
 pub enum Cleanup {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { base_url: String, schema: String },
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Cleanup::Postgres { base_url, schema } = self {
-            if let Ok(mut conn) = PgConnection::establish(base_url) {
-                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
-            }
-        }
-    }
-}
-
-fn postgres_base_url() -> String {
-    std::env::var("COHORT_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.into())
+    Postgres(#[allow(dead_code)] PgSchema),
 }
 
 pub async fn sqlite() -> TestDb {
@@ -58,17 +43,10 @@ pub async fn sqlite() -> TestDb {
 /// dropped when the guard goes. Fails loudly when the server is down: these
 /// tests are meant to run against it.
 pub fn postgres_schema() -> (DatabaseTarget, Cleanup) {
-    let base_url = postgres_base_url();
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = PgConnection::establish(&base_url)
-        .unwrap_or_else(|e| panic!("PostgreSQL at {base_url} is required by these tests: {e}"));
-    conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .expect("create schema");
-    let sep = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{sep}options=-csearch_path%3D{schema}");
+    let schema = PgSchema::create().unwrap_or_else(|e| panic!("{e}"));
     (
-        DatabaseTarget::Postgres(url),
-        Cleanup::Postgres { base_url, schema },
+        DatabaseTarget::Postgres(schema.url().to_string()),
+        Cleanup::Postgres(schema),
     )
 }
 
