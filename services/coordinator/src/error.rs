@@ -4,7 +4,6 @@
 //! that turns each into the `tonic::Status` a client gets (code, stable
 //! reason, details).
 
-use crate::auth::issue::IssueError;
 use crate::export::ExportError;
 use crate::jobs::placement::Unplaceable;
 use crate::model::InvalidGpuRequest;
@@ -35,8 +34,8 @@ pub enum ApiError {
     CheckpointNotFound { training_id: String, what: String },
     #[error("team {team} has no token named {name}")]
     TokenNotFound { team: String, name: String },
-    #[error(transparent)]
-    Issue(#[from] IssueError),
+    #[error("team {team} already has a token named {name}")]
+    TokenExists { team: String, name: String },
     /// The training cannot be placed now and queueing is off.
     #[error("cannot place the training now and queueing is off: {0}")]
     Unplaceable(#[from] Unplaceable),
@@ -82,6 +81,10 @@ pub enum ApiError {
         issuer: String,
         allowed: Vec<String>,
     },
+    /// The agent that ran a rank is not connected and the rank kept no
+    /// lines at its exit.
+    #[error("agent {agent}, which ran rank {rank}, is not connected and the rank kept no lines: its log is on that host")]
+    AgentNotConnected { agent: String, rank: i32 },
     #[error("this token already holds {0} streams open: close some first")]
     TooManyStreams(usize),
     /// A call the leader serves reached a standby (`leader`: where to send

@@ -6,7 +6,6 @@
 //! [`cohort_proto::error::reason`], the only place reason strings are
 //! spelled; field violations as `google.rpc.BadRequest`.
 
-use crate::auth::issue::IssueError;
 pub use crate::error::ApiError;
 use crate::export::ExportError;
 use crate::jobs::placement::Unplaceable;
@@ -71,7 +70,12 @@ impl From<ApiError> for Status {
                 message,
                 meta([("team", team), ("name", name)]),
             ),
-            ApiError::Issue(e) => from_issue(e),
+            ApiError::TokenExists { team, name } => status(
+                Code::AlreadyExists,
+                reason::TOKEN_EXISTS,
+                message,
+                meta([("team", team), ("name", name)]),
+            ),
             ApiError::Unplaceable(why) => {
                 let code = match why {
                     Unplaceable::Unknown(_) => Code::NotFound,
@@ -120,6 +124,12 @@ impl From<ApiError> for Status {
                 message,
                 meta([("certificate", certificate), ("issuer", issuer)]),
             ),
+            ApiError::AgentNotConnected { agent, rank } => status(
+                Code::FailedPrecondition,
+                reason::AGENT_NOT_CONNECTED,
+                message,
+                meta([("agent", agent), ("rank", rank.to_string())]),
+            ),
             ApiError::TooManyStreams(_) => status(
                 Code::ResourceExhausted,
                 reason::TOO_MANY_STREAMS,
@@ -151,25 +161,6 @@ fn permission_denied(message: String, permission: String, team: String) -> Statu
         message,
         meta,
     )
-}
-
-fn from_issue(err: IssueError) -> Status {
-    let message = err.to_string();
-    match err {
-        IssueError::Exists { team, name } => status(
-            Code::AlreadyExists,
-            reason::TOKEN_EXISTS,
-            message,
-            meta([("team", team), ("name", name)]),
-        ),
-        IssueError::InvalidName { field } => bad_field(reason::INVALID_ARGUMENT, field, message),
-        IssueError::InvalidTtl => bad_field(reason::INVALID_ARGUMENT, "ttl", message),
-        IssueError::Random(_) => {
-            tracing::error!(error = %message, "cannot issue a token");
-            status(Code::Internal, reason::INTERNAL, message, [])
-        }
-        IssueError::Database(e) => ApiError::from(e).into(),
-    }
 }
 
 /// A checkpoint that cannot be exported: unreachable is the caller's to

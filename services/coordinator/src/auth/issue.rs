@@ -4,6 +4,7 @@
 //! its creation in the same transaction.
 
 use super::secret;
+use crate::error::ApiError;
 use crate::model::{valid_team, AuditEntry, Role};
 use crate::persistence::tokens::{NewToken, TokenRecord};
 use crate::persistence::{DatabaseError, Persistence};
@@ -35,6 +36,21 @@ pub enum IssueError {
     Random(String),
     #[error(transparent)]
     Database(DatabaseError),
+}
+
+impl From<IssueError> for ApiError {
+    fn from(err: IssueError) -> Self {
+        match err {
+            IssueError::Exists { team, name } => ApiError::TokenExists { team, name },
+            e @ IssueError::InvalidName { field } => ApiError::field(field, e.to_string()),
+            e @ IssueError::InvalidTtl => ApiError::field("ttl", e.to_string()),
+            IssueError::Random(e) => {
+                tracing::error!(error = %e, "cannot issue a token");
+                ApiError::Internal(format!("the OS random number generator failed: {e}"))
+            }
+            IssueError::Database(e) => e.into(),
+        }
+    }
 }
 
 /// Stores the token; returns it and its secret (shown once).
