@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "cohort/v1/checkpoint.proto",
     "cohort/v1/training_events.proto",
     "cohort/v1/training_report.proto",
+    "cohort/v1/training_logs.proto",
     "cohort/v1/training_service.proto",
     "cohort/v1/gpu.proto",
     "cohort/v1/telemetry.proto",

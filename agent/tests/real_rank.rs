@@ -64,11 +64,7 @@ async fn two_real_ranks_train_to_success() {
     let config_path = dir.path().join("config.toml");
     std::fs::write(&config_path, CONFIG).unwrap();
     std::fs::create_dir_all(dir.path().join("run")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = cohort_testkit::free_port();
     let (tx, mut rx) = mpsc::channel(1024);
     let mut supervisor = Supervisor::new(tx, Duration::from_secs(5));
     for rank in 0..2 {
@@ -76,6 +72,7 @@ async fn two_real_ranks_train_to_success() {
             .start(RankSpec {
                 key: RankKey::new("real", 1, rank),
                 program: program.clone(),
+                log_path: dir.path().join(format!("rank-{rank}.log")),
                 config_path: config_path.clone(),
                 run_dir: dir.path().join("run"),
                 world_size: 2,

@@ -33,6 +33,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
     RankSpec {
         key: RankKey::new(job, 0, rank),
         program,
+        log_path: dir.join(format!("rank-{job}-{rank}.log")),
         config_path,
         run_dir,
         world_size: 2,

@@ -44,6 +44,9 @@ pub mod reason {
     /// ForgetAgent of an agent that is connected or holds placed ranks.
     pub const AGENT_BUSY: &str = "AGENT_BUSY";
     pub const AGENT_NOT_FOUND: &str = "AGENT_NOT_FOUND";
+    /// WatchLogs of a rank whose agent is not connected and that kept no
+    /// lines at its exit; metadata `agent` (its name), `rank`.
+    pub const AGENT_NOT_CONNECTED: &str = "AGENT_NOT_CONNECTED";
     /// A token already holds as many open streams as it may.
     pub const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
     /// A change sent to a standby coordinator (or during an election);
@@ -79,6 +82,7 @@ pub mod reason {
         GPU_CLAIMED,
         AGENT_BUSY,
         AGENT_NOT_FOUND,
+        AGENT_NOT_CONNECTED,
         TOO_MANY_STREAMS,
         NOT_LEADER,
         INTERNAL,

@@ -141,9 +141,19 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         }
         let gpu_index = assignment.gpu_index as u32;
         let simulated = agent.gpus[gpu_index as usize].simulated;
+        let Some(log_path) = crate::supervisor::log::log_path(
+            &agent.config.work_dir,
+            &cmd.training_id,
+            attempt,
+            key.rank,
+            false,
+        ) else {
+            return fail_all(format!("training id {:?} cannot name a directory", cmd.training_id));
+        };
         let spec = RankSpec {
             key: key.clone(),
             program: agent.config.rank_program.clone(),
+            log_path,
             config_path: config_path.clone(),
             run_dir: run_dir.clone(),
             world_size: cmd.world_size as u32,

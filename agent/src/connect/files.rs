@@ -1,10 +1,12 @@
 //! ReadFile: the coordinator reads a checkpoint kept on this host (for
-//! DownloadCheckpoint). Only files directly in a `step-*` (or the `best`) directory under a
-//! `checkpoints` directory below this agent's `<work-dir>/trainings` are
-//! served, at most 1 MiB per request; everything else is refused.
+//! DownloadCheckpoint) or a rank's log (for WatchLogs). Only files directly
+//! in a `step-*` (or the `best`) directory under a `checkpoints` directory
+//! below this agent's `<work-dir>/trainings`, and the logs of the ranks it
+//! ran, are served, at most 1 MiB per request; everything else is refused.
 
 use cohort_proto::v1;
 use cohort_spec::checkpoint::{is_checkpoint_dir, CHECKPOINTS_DIR};
+use crate::supervisor::log::log_path;
 use cohort_storage::local::open_resolved;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -46,6 +48,30 @@ fn open_allowed(work_dir: &Path, requested: &str) -> Result<std::fs::File, Strin
     Ok(file)
 }
 
+/// Opens the log of a rank this agent ran (see `supervisor::log`), if there
+/// is one: checked, like a checkpoint file, on what was opened.
+fn open_log(work_dir: &Path, log: &v1::RankLog) -> Result<std::fs::File, String> {
+    let what = format!(
+        "the log of rank {} of {} attempt {}",
+        log.rank, log.training_id, log.attempt
+    );
+    let (Ok(attempt), Ok(rank)) = (u32::try_from(log.attempt), u32::try_from(log.rank)) else {
+        return Err(format!("{what}: no such rank"));
+    };
+    let path = log_path(work_dir, &log.training_id, attempt, rank, log.previous)
+        .ok_or_else(|| format!("{what}: not a training id"))?;
+    let root = work_dir
+        .join("trainings")
+        .canonicalize()
+        .map_err(|e| format!("no trainings directory: {e}"))?;
+    let (file, real) = open_resolved(&path).map_err(|e| format!("{what}: {e}"))?;
+    let is_file = file.metadata().is_ok_and(|m| m.is_file());
+    if !real.starts_with(&root) || !is_file {
+        return Err(format!("{what} is not a file this agent serves"));
+    }
+    Ok(file)
+}
+
 /// Answer one ReadFile (blocking file I/O: run it off the session's loop).
 #[allow(clippy::disallowed_methods)]
 pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
@@ -55,7 +81,11 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
         file_size,
         error,
     };
-    let result = open_allowed(work_dir, &req.path).and_then(|mut file| {
+    let opened = match &req.log {
+        Some(log) => open_log(work_dir, log),
+        None => open_allowed(work_dir, &req.path),
+    };
+    let result = opened.and_then(|mut file| {
         let size = file
             .metadata()
             .map_err(|e| format!("{}: {e}", req.path))?
@@ -71,6 +101,11 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
     });
     match result {
         Ok((data, size)) => answer(data, size, String::new()),
+        // A log not written yet is no attack: not worth a warning.
+        Err(e) if req.log.is_some() => {
+            tracing::debug!(error = %e, "refusing a log read");
+            answer(Vec::new(), 0, e)
+        }
         Err(e) => {
             tracing::warn!(path = %req.path, error = %e, "refusing a ReadFile");
             answer(Vec::new(), 0, e)
@@ -99,6 +134,7 @@ mod tests {
             path: path.display().to_string(),
             offset,
             length,
+            log: None,
         };
         let best = step.with_file_name("best");
         std::fs::create_dir_all(&best).unwrap();
@@ -134,6 +170,38 @@ mod tests {
                 !got.error.is_empty() && got.data.is_empty(),
                 "{}",
                 bad.display()
+            );
+        }
+    }
+
+    #[test]
+    fn serves_the_logs_of_its_ranks_only() {
+        let work = tempfile::tempdir().unwrap();
+        let attempt = work.path().join("trainings/t1/attempt-1");
+        std::fs::create_dir_all(&attempt).unwrap();
+        std::fs::write(attempt.join("rank-0.log"), b"hello\nworld\n").unwrap();
+        std::fs::write(work.path().join("secret"), b"no").unwrap();
+        std::os::unix::fs::symlink(work.path().join("secret"), attempt.join("rank-1.log")).unwrap();
+        let req = |training: &str, rank, offset, length| v1::ReadFile {
+            request_id: 9,
+            path: "/etc/passwd".into(),
+            offset,
+            length,
+            log: Some(v1::RankLog {
+                training_id: training.into(),
+                attempt: 1,
+                rank,
+                previous: false,
+            }),
+        };
+        let got = read(work.path(), &req("t1", 0, 6, 100));
+        assert!(got.error.is_empty(), "{}", got.error);
+        assert_eq!((got.data, got.file_size), (b"world\n".to_vec(), 12));
+        for (training, rank) in [("t1", 1), ("t1", 2), ("..", 0), ("t1/../t1", 0), ("t1", -1)] {
+            let got = read(work.path(), &req(training, rank, 0, 100));
+            assert!(
+                !got.error.is_empty() && got.data.is_empty(),
+                "{training} rank {rank}"
             );
         }
     }

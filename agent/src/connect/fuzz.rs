@@ -94,6 +94,7 @@ proptest! {
             path: path.clone(),
             offset,
             length,
+            log: None,
         });
         prop_assert!(!chunk.data.windows(10).any(|w| w == b"TOP-SECRET"), "{path}");
         prop_assert!(chunk.data.len() as u64 <= files::MAX_READ);

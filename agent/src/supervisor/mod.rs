@@ -4,11 +4,12 @@
 //! process it forked. Its stdout is read line by line: progress lines
 //! ([`cohort_spec::progress::ProgressLine`]) become [`RankEventKind::Progress`],
 //! anything else is logged. Its stderr is logged and its last lines are kept for
-//! the exit report. Events leave through one mpsc channel, in order per rank:
+//! the exit report. Both (less the progress lines) go to the rank's [`log`]. Events leave through one mpsc channel, in order per rank:
 //! `Started`, any number of `Progress`, then exactly one `Exited`.
 
 mod error;
 mod events;
+pub mod log;
 mod process;
 mod signal;
 mod spawner;

@@ -14,9 +14,10 @@ use cohort_spec::ExitClass;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Mutex};
 use tokio::task::JoinHandle;
 
+use super::log::RankLog;
 use super::signal::kill_group;
 use super::{
     RankEvent, RankEventKind, RankExit, RankKey, RankSpec, SupervisorError, STDERR_TAIL_LINES,
@@ -99,6 +100,7 @@ pub(crate) async fn spawn(
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (exited_tx, exited_rx) = watch::channel(false);
     let monitor = Monitor {
+        log: Arc::new(Mutex::new(RankLog::open(spec.log_path.clone()).await)),
         key: spec.key,
         gpu_index: spec.gpu_index,
         pid,
@@ -116,8 +118,13 @@ pub(crate) async fn spawn(
     })
 }
 
+/// A rank's log, shared by its stdout and stderr readers.
+type SharedLog = Arc<Mutex<RankLog>>;
+
 struct Monitor {
     key: RankKey,
+    /// The rank's log, written by both readers.
+    log: SharedLog,
     gpu_index: u32,
     pid: u32,
     events: mpsc::Sender<RankEvent>,
@@ -134,7 +141,8 @@ impl Monitor {
     ) {
         self.emit(RankEventKind::Started { pid: self.pid }).await;
         let stdout_task = stdout.map(|out| tokio::spawn(read_stdout(out, self.reader_context())));
-        let stderr_task = stderr.map(|err| tokio::spawn(read_stderr(err, self.key.clone())));
+        let stderr_task =
+            stderr.map(|err| tokio::spawn(read_stderr(err, self.key.clone(), self.log.clone())));
 
         let status = child.wait().await;
         // Whatever the rank forked dies with it: a rank's group never outlives it.
@@ -148,6 +156,7 @@ impl Monitor {
             Some(task) => drain(task).await.map(Vec::from).unwrap_or_default(),
             None => Vec::new(),
         };
+        self.log.lock().await.flush().await;
         let exit = self.exit_report(status, stderr_tail);
         tracing::info!(
             rank = %self.key,
@@ -189,6 +198,7 @@ impl Monitor {
 
     fn reader_context(&self) -> ReaderContext {
         ReaderContext {
+            log: self.log.clone(),
             key: self.key.clone(),
             gpu_index: self.gpu_index,
             events: self.events.clone(),
@@ -208,6 +218,7 @@ impl Monitor {
 }
 
 struct ReaderContext {
+    log: SharedLog,
     key: RankKey,
     gpu_index: u32,
     events: mpsc::Sender<RankEvent>,
@@ -242,17 +253,21 @@ async fn read_stdout(out: impl AsyncRead + Unpin, ctx: ReaderContext) {
                     tracing::debug!(rank = %ctx.key, "progress dropped: nobody listens");
                 }
             }
-            None => tracing::info!(rank = %ctx.key, stream = "stdout", "{line}"),
+            None => {
+                tracing::info!(rank = %ctx.key, stream = "stdout", "{line}");
+                ctx.log.lock().await.line(&line).await;
+            }
         }
     }
 }
 
 /// Logs stderr and returns its last lines.
-async fn read_stderr(err: impl AsyncRead + Unpin, key: RankKey) -> VecDeque<String> {
+async fn read_stderr(err: impl AsyncRead + Unpin, key: RankKey, log: SharedLog) -> VecDeque<String> {
     let mut tail = VecDeque::with_capacity(STDERR_TAIL_LINES);
     let mut lines = LineReader::new(err);
     while let Some(line) = lines.next().await {
         tracing::info!(rank = %key, stream = "stderr", "{line}");
+        log.lock().await.line(&line).await;
         if tail.len() == STDERR_TAIL_LINES {
             tail.pop_front();
         }

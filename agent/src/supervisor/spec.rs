@@ -37,6 +37,8 @@ pub struct RankSpec {
     pub key: RankKey,
     /// The `cohort-rank` executable.
     pub program: PathBuf,
+    /// Where its output is kept ([`super::log`]).
+    pub log_path: PathBuf,
     /// The job config file passed as `--config`.
     pub config_path: PathBuf,
     /// The run directory (checkpoints, reports) passed as `--run-dir`; it

@@ -21,6 +21,7 @@ use commands::admin::AdminCommand;
 use commands::alerts::AlertsArgs;
 use commands::audit::AuditCommand;
 use commands::checkpoints::CheckpointsArgs;
+use commands::logs::LogsArgs;
 use commands::gpus::GpusArgs;
 use commands::telemetry::TelemetryCommand;
 use commands::train::TrainCommand;
@@ -103,6 +104,8 @@ pub enum Command {
     /// fetches one.
     #[command(args_conflicts_with_subcommands = true)]
     Checkpoints(CheckpointsArgs),
+    /// The log lines of a training's ranks (`--follow`: live).
+    Logs(LogsArgs),
     /// Tokens and team quotas (admins).
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -177,6 +180,7 @@ async fn run_on(coordinator: &client::Coordinator, cli: Cli) -> Result<(), CliEr
         Command::Gpus(args) => commands::gpus::run(coordinator, args, out).await,
         Command::Agents => commands::agents::list(coordinator, out).await,
         Command::Checkpoints(args) => commands::checkpoints::run(coordinator, args, out).await,
+        Command::Logs(args) => commands::logs::run(coordinator, args, out).await,
         Command::Train(cmd) => commands::train::run(coordinator, cmd, out).await,
         Command::Telemetry(cmd) => commands::telemetry::run(coordinator, cmd, out).await,
         Command::Alerts(args) => commands::alerts::run(coordinator, args, out).await,

@@ -277,6 +277,21 @@ async fn watch_ends_with_the_final_state_and_replays_what_it_missed() {
     assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
 }
 
+#[tokio::test]
+async fn logs_are_prefixed_by_rank() {
+    let url = serve().await;
+    let o = cohort(&url, &["logs", "t-1", "--rank", "1", "--tail", "5"]).await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        ["[rank 0] asked for ranks [1] tail 5", "[rank 0] step 1", "[rank 1] step 1"]
+    );
+    let o = cohort(&url, &["logs", "t-404"]).await;
+    assert!(!o.status.success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_list_cancel_and_checkpoints() {
     let url = serve().await;

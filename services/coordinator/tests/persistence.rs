@@ -424,7 +424,7 @@ async fn an_event_for_no_such_rank_is_not_retried() {
                 .training
                 .id;
         let err =
-            t.db.rank_ended(&id, 1, 7, RankState::Failed, Some(1), None)
+            t.db.rank_ended(&id, 1, 7, RankState::Failed, Some(1), None, None)
                 .await
                 .unwrap_err();
         assert!(

@@ -33,6 +33,15 @@ use step::StepReport;
 use tch::{Device, Kind, Tensor};
 use validate::ValidationSet;
 
+/// A line for the rank's log: on stdout, where any line that is not a
+/// progress line is a log line (the agent keeps it, WatchLogs shows it);
+/// stderr stays for what went wrong. Never fails the rank: once the agent
+/// is gone, so is the reader.
+fn log_line(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "cohort-rank: {text}");
+}
+
 /// Choose the device from the config and what this process can see.
 pub fn select_device(choice: DeviceChoice) -> Result<Device, RankError> {
     let cuda = tch::Cuda::is_available();
@@ -258,6 +267,15 @@ impl<'a> Trainer<'a> {
             global_batch: self.global_batch(),
             parameters: self.cfg.parameter_count(),
         });
+        log_line(format_args!(
+            "rank {} of {} on {:?} ({:?}): steps {start_step} to {}{}",
+            self.launch.rank,
+            self.launch.world_size,
+            self.device,
+            backend_for(self.device),
+            self.total_steps,
+            if resumed { ", resumed from a checkpoint" } else { "" }
+        ));
         let log_every = self.cfg.runtime.log_every_steps;
         let every = self.cfg.checkpoint.every_steps;
         let mut window = Window::default();
@@ -280,6 +298,12 @@ impl<'a> Trainer<'a> {
             window.total += report.elapsed;
             samples_total += report.rows;
             if logged {
+                log_line(format_args!(
+                    "rank {}: step {done}/{} in {:.1} ms",
+                    self.launch.rank,
+                    self.total_steps,
+                    report.elapsed.as_secs_f64() * 1e3
+                ));
                 last_loss = report.loss;
                 self.report(done, &report, &window);
                 window = Window::default();
@@ -309,6 +333,10 @@ impl<'a> Trainer<'a> {
         drop(batches);
         let checksum = self.state.sae.checksum();
         let wall = begun.elapsed().as_secs_f64();
+        log_line(format_args!(
+            "rank {} finished step {} in {wall:.1} s",
+            self.launch.rank, self.total_steps
+        ));
         self.out.emit(&ProgressLine::RankFinished {
             rank: self.launch.rank,
             step: self.total_steps,

@@ -11,6 +11,7 @@ pub mod alerts;
 pub mod audit;
 pub mod checkpoints;
 pub mod gpus;
+pub mod logs;
 pub mod report;
 pub mod telemetry;
 pub mod train;

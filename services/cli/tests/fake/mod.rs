@@ -297,6 +297,36 @@ impl TrainingService for Fake {
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
+    type WatchLogsStream = BoxStream<v1::LogLine>;
+
+    /// t-1: two lines of rank 0 and one of rank 1, whatever was asked
+    /// (the request's ranks come back in the first line's text).
+    async fn watch_logs(&self, req: Request<v1::WatchLogsRequest>) -> Reply<Self::WatchLogsStream> {
+        let req = req.into_inner();
+        if req.training_id != "t-1" {
+            return Err(status(
+                Code::NotFound,
+                reason::TRAINING_NOT_FOUND,
+                "no such training",
+                [],
+            ));
+        }
+        let line = |rank: i32, text: String| {
+            Ok(v1::LogLine {
+                rank,
+                attempt: 1,
+                line: text,
+                note: false,
+            })
+        };
+        let lines = vec![
+            line(0, format!("asked for ranks {:?} tail {}", req.ranks, req.tail)),
+            line(0, "step 1".into()),
+            line(1, "step 1".into()),
+        ];
+        Ok(Response::new(Box::pin(tokio_stream::iter(lines))))
+    }
+
     // `cohort train report` is tested against the real coordinator
     // (integration-tests/tests/report.rs).
     async fn get_training_report(

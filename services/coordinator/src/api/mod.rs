@@ -16,6 +16,7 @@ pub mod checkpoints;
 pub mod convert;
 pub mod error;
 pub mod gpu;
+pub mod logs;
 pub mod page_token;
 pub mod report;
 pub mod telemetry;

@@ -410,6 +410,18 @@ impl TrainingService for TrainingApi {
             .map(Response::new)
     }
 
+    type WatchLogsStream = BoxStream<v1::LogLine>;
+
+    async fn watch_logs(
+        &self,
+        request: Request<v1::WatchLogsRequest>,
+    ) -> Result<Response<Self::WatchLogsStream>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        super::logs::watch_logs(&self.ctx, &who, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
     async fn get_training_report(
         &self,
         request: Request<v1::GetTrainingReportRequest>,

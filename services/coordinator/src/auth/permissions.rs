@@ -59,6 +59,7 @@ pub const METHODS: &[(&str, Permission)] = &[
         Permission::Write,
     ),
     ("/cohort.v1.TrainingService/WatchTraining", Permission::Read),
+    ("/cohort.v1.TrainingService/WatchLogs", Permission::Read),
     (
         "/cohort.v1.TrainingService/ListCheckpoints",
         Permission::Read,

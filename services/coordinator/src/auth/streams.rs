@@ -80,6 +80,7 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 pub const STREAMING: &[&str] = &[
     "/cohort.v1.TrainingService/WatchTraining",
     "/cohort.v1.TrainingService/DownloadCheckpoint",
+    "/cohort.v1.TrainingService/WatchLogs",
     "/cohort.v1.TelemetryService/WatchGpuMetrics",
     "/cohort.v1.TelemetryService/WatchAlerts",
 ];

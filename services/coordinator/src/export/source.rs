@@ -5,7 +5,7 @@
 //! Connect stream.
 
 use super::ExportError;
-use crate::fleet::{Fleet, RelayError};
+use crate::fleet::{FileRef, Fleet, RelayError};
 use cohort_spec::checkpoint::{step_of, BEST_DIR, MANIFEST_FILE};
 use cohort_spec::location::Location;
 use cohort_storage::Objects;
@@ -132,7 +132,7 @@ impl Source {
                 caller,
                 dir,
             } => fleet
-                .read_file(agent_id, caller, &format!("{dir}/{file}"), 0, 0)
+                .read_file(agent_id, caller, FileRef::Path(format!("{dir}/{file}")), 0, 0)
                 .await
                 .map(|(_, size)| size)
                 .map_err(|e| relay_error(dir, e)),
@@ -154,7 +154,13 @@ impl Source {
                 while out.len() < len {
                     let want = (len - out.len()).min(CHUNK) as u32;
                     let (data, _) = fleet
-                        .read_file(agent_id, caller, &path, offset + out.len() as u64, want)
+                        .read_file(
+                            agent_id,
+                            caller,
+                            FileRef::Path(path.clone()),
+                            offset + out.len() as u64,
+                            want,
+                        )
                         .await
                         .map_err(|e| relay_error(dir, e))?;
                     if data.is_empty() {

@@ -19,15 +19,30 @@ pub enum AgentCommand {
     },
     /// The agent's rank events through this delivery number are stored.
     Ack { through: u64 },
-    /// Read up to `length` bytes of `path` from `offset` (0: only its size).
+    /// Read up to `length` bytes of `file` from `offset` (0: only its size).
     ReadFile {
         request_id: u64,
-        path: String,
+        file: FileRef,
         offset: u64,
         length: u32,
     },
     /// The live coordinators' `--advertise` URLs changed.
     Members(Vec<String>),
+}
+
+/// A file on an agent's host the coordinator may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRef {
+    /// A checkpoint file, by the path its rank reported.
+    Path(String),
+    /// The log the agent keeps of one of its ranks (`previous`: the
+    /// generation before the current one).
+    RankLog {
+        training_id: String,
+        attempt: i32,
+        rank: i32,
+        previous: bool,
+    },
 }
 
 /// An agent's share of an attempt.

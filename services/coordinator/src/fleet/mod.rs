@@ -11,7 +11,7 @@ mod samples;
 mod telemetry;
 mod watchers;
 
-pub use command::{AgentCommand, FileChunk, LocalRank, StartRanks};
+pub use command::{AgentCommand, FileChunk, FileRef, LocalRank, StartRanks};
 pub use holds::{FreeGpu, Hold};
 pub use refusals::Refusals;
 pub use registry::{LiveAgent, Presence};

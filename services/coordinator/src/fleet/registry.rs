@@ -1,7 +1,7 @@
 //! Which agents are connected now (their sessions, reached through their
 //! command channels) and the presence feed of their comings and goings.
 
-use super::{relay, AgentCommand, Fleet, RelayError};
+use super::{relay, AgentCommand, FileRef, Fleet, RelayError};
 use crate::model::GpuRecord;
 use std::sync::atomic::Ordering;
 use tokio::sync::{broadcast, mpsc};
@@ -90,21 +90,21 @@ impl Fleet {
         self.lock().agents.contains_key(agent_id)
     }
 
-    /// Reads up to `length` bytes of `path` from `offset` on an agent's host
+    /// Reads up to `length` bytes of `file` from `offset` on an agent's host
     /// (0: only its size) for `caller` (see [`relay::MAX_PENDING_PER_CALLER`]);
     /// returns the data and the file's size.
     pub async fn read_file(
         &self,
         agent_id: &str,
         caller: &str,
-        path: &str,
+        file: FileRef,
         offset: u64,
         length: u32,
     ) -> Result<(Vec<u8>, u64), RelayError> {
         let (request_id, answer) = self.relay.start(agent_id, caller)?;
         let message = AgentCommand::ReadFile {
             request_id,
-            path: path.to_string(),
+            file,
             offset,
             length: length.min(relay::MAX_READ),
         };

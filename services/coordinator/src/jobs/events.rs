@@ -60,9 +60,11 @@ impl Jobs {
                 } else {
                     RankState::Failed
                 };
+                // Kept: WatchLogs answers with it once the agent is gone.
+                let kept = (!stderr_tail.is_empty()).then(|| stderr_tail.clone());
                 let ranks = self
                     .db
-                    .rank_ended(id, attempt, rank, state, code, signal)
+                    .rank_ended(id, attempt, rank, state, code, signal, kept)
                     .await?;
                 let failure = (state == RankState::Failed)
                     .then(|| Failure::exited(rank, code, signal, &stderr_tail));
@@ -71,7 +73,7 @@ impl Jobs {
             RankReportKind::StartFailed { reason, message } => {
                 let ranks = self
                     .db
-                    .rank_ended(id, attempt, rank, RankState::Failed, None, None)
+                    .rank_ended(id, attempt, rank, RankState::Failed, None, None, None)
                     .await?;
                 let failure = Failure::start_failed(rank, &reason, &message);
                 self.after_rank_end(id, attempt, &ranks, Some(failure))

@@ -43,6 +43,7 @@ impl Persistence {
             for row in ranks::table
                 .filter(ranks::training_id.eq_any(&ids))
                 .order((ranks::training_id.asc(), ranks::rank.asc()))
+                .select(RankRow::as_select())
                 .load::<RankRow>(c)?
             {
                 if placed.get(&row.training_id) == Some(&row.attempt) {

@@ -271,4 +271,17 @@ impl Persistence {
         })
         .await
     }
+
+    /// The name agent `id` registered under, if it is known.
+    pub async fn agent_name(&self, id: &str) -> Result<Option<String>, DatabaseError> {
+        let id = id.to_string();
+        self.read("agent_name", move |c| {
+            Ok(agents::table
+                .find(&id)
+                .select(agents::name)
+                .first::<String>(c)
+                .optional()?)
+        })
+        .await
+    }
 }

@@ -367,6 +367,7 @@ impl Persistence {
             for row in ranks::table
                 .filter(ranks::training_id.eq_any(&ids))
                 .order((ranks::training_id.asc(), ranks::rank.asc()))
+                .select(RankRow::as_select())
                 .load::<RankRow>(c)?
             {
                 ranks

@@ -8,7 +8,9 @@ use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{JobState, RankRecord, RankSlot, RankState, Training};
 use diesel::prelude::*;
 
-#[derive(Queryable)]
+/// A rank's row without its log tail (read only by [`Persistence::rank_log_tails`]).
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = ranks)]
 pub(super) struct RankRow {
     #[allow(dead_code)]
     id: i64,
@@ -64,6 +66,7 @@ pub(super) fn ranks_in(
         .filter(ranks::training_id.eq(training_id))
         .filter(ranks::attempt.eq(attempt))
         .order(ranks::rank.asc())
+        .select(RankRow::as_select())
         .load::<RankRow>(conn)?
         .into_iter()
         .map(RankRecord::try_from)
@@ -86,7 +89,7 @@ fn set_rank_in(
     rank: i32,
     state: RankState,
     pid: Option<i64>,
-    exit: (Option<i32>, Option<i32>),
+    exit: (Option<i32>, Option<i32>, Option<String>),
 ) -> Result<(), DatabaseError> {
     let this = ranks::table
         .filter(ranks::training_id.eq(training_id))
@@ -112,6 +115,7 @@ fn set_rank_in(
                 ranks::state.eq(state.as_str()),
                 ranks::exit_code.eq(exit.0),
                 ranks::signal.eq(exit.1),
+                ranks::log_tail.eq(exit.2),
                 ranks::update_time.eq(at),
             ))
             .execute(conn)?,
@@ -124,6 +128,23 @@ fn set_rank_in(
     Ok(())
 }
 
+/// The most of a rank's last lines kept in the database.
+pub const MAX_LOG_TAIL_BYTES: usize = 16 << 10;
+
+/// `tail` cut to its last [`MAX_LOG_TAIL_BYTES`], at a line boundary when
+/// there is one.
+fn bounded_tail(tail: String) -> String {
+    if tail.len() <= MAX_LOG_TAIL_BYTES {
+        return tail;
+    }
+    let mut start = tail.len() - MAX_LOG_TAIL_BYTES;
+    while !tail.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &tail[start..];
+    cut.split_once('\n').map_or(cut, |(_, rest)| rest).to_string()
+}
+
 impl Persistence {
     /// The ranks of one attempt, in rank order.
     pub async fn ranks(
@@ -133,6 +154,26 @@ impl Persistence {
     ) -> Result<Vec<RankRecord>, DatabaseError> {
         let id = training_id.to_string();
         self.read("ranks", move |c| ranks_in(c, &id, attempt)).await
+    }
+
+    /// The last lines each rank of an attempt printed before it exited
+    /// (kept by [`Persistence::rank_ended`]), by rank; `None` for a rank
+    /// still running or that kept none.
+    pub async fn rank_log_tails(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<Vec<(i32, Option<String>)>, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("rank_log_tails", move |c| {
+            Ok(ranks::table
+                .filter(ranks::training_id.eq(&id))
+                .filter(ranks::attempt.eq(attempt))
+                .order(ranks::rank.asc())
+                .select((ranks::rank, ranks::log_tail))
+                .load::<(i32, Option<String>)>(c)?)
+        })
+        .await
     }
 
     /// The agent a rank of an attempt is placed on, if that rank exists.
@@ -177,7 +218,7 @@ impl Persistence {
                 rank,
                 RankState::Running,
                 Some(pid),
-                (None, None),
+                (None, None, None),
             )?;
             let training = load_training(c, &id)?
                 .ok_or_else(|| DatabaseError::TrainingNotFound(id.clone()))?;
@@ -203,11 +244,14 @@ impl Persistence {
         state: RankState,
         exit_code: Option<i32>,
         signal: Option<i32>,
+        log_tail: Option<String>,
     ) -> Result<Vec<RankRecord>, DatabaseError> {
         let id = training_id.to_string();
+        let log_tail = log_tail.map(bounded_tail);
         self.transaction("rank_ended", move |c| {
             lock_training(c, &id)?;
-            set_rank_in(c, &id, attempt, rank, state, None, (exit_code, signal))?;
+            let exit = (exit_code, signal, log_tail.clone());
+            set_rank_in(c, &id, attempt, rank, state, None, exit)?;
             ranks_in(c, &id, attempt)
         })
         .await

@@ -109,6 +109,7 @@ diesel::table! {
         exit_code -> Nullable<Integer>,
         signal -> Nullable<Integer>,
         update_time -> Timestamp,
+        log_tail -> Nullable<Text>,
     }
 }
 

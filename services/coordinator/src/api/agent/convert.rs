@@ -1,7 +1,7 @@
 //! The agent's messages into domain types, once, on receive; the
 //! coordinator's commands into messages, once, on send.
 
-use crate::fleet::{AgentCommand, FileChunk};
+use crate::fleet::{AgentCommand, FileChunk, FileRef};
 use crate::model::{GpuProcess, GpuSample, RankReport, RankReportKind, RunningRank};
 use chrono::{DateTime, Utc};
 use cohort_proto::v1;
@@ -142,15 +142,35 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
             AgentCommand::Ack { through } => Message::Ack(v1::Ack { through }),
             AgentCommand::ReadFile {
                 request_id,
-                path,
+                file,
                 offset,
                 length,
-            } => Message::ReadFile(v1::ReadFile {
-                request_id,
-                path,
-                offset,
-                length,
-            }),
+            } => {
+                let (path, log) = match file {
+                    FileRef::Path(path) => (path, None),
+                    FileRef::RankLog {
+                        training_id,
+                        attempt,
+                        rank,
+                        previous,
+                    } => (
+                        String::new(),
+                        Some(v1::RankLog {
+                            training_id,
+                            attempt,
+                            rank,
+                            previous,
+                        }),
+                    ),
+                };
+                Message::ReadFile(v1::ReadFile {
+                    request_id,
+                    path,
+                    offset,
+                    length,
+                    log,
+                })
+            }
             AgentCommand::Members(coordinators) => Message::Members(v1::Members { coordinators }),
         };
         v1::CoordinatorMessage {

@@ -1,0 +1,133 @@
+//! WatchLogs and `cohort logs`: every rank's lines while it trains, the
+//! last lines afterwards, and a clear answer once the agent that ran them
+//! is gone.
+
+use cohort_integration_tests::faults::kill_agent_and_ranks;
+use cohort_integration_tests::job::create_request;
+use cohort_integration_tests::poll::eventually;
+use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
+use cohort_proto::v1;
+use cohort_proto::v1::training::State;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_every_rank_live_then_keep_their_tail() {
+    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let mut client = cluster.training().await;
+    let job = SaeJob::with_steps(600);
+    let id = client
+        .create_training(create_request(&job, 2, true))
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+
+    // Following from the start: both ranks' lines arrive while it trains.
+    let mut follow = tokio::process::Command::new(&cluster.bins.cli)
+        .args(["--coordinator", &cluster.url(), "logs", &id, "--follow"])
+        .env_remove("COHORT_COORDINATOR")
+        .env("COHORT_CACHE_DIR", cluster.root().join("cli-cache"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start cohort logs --follow");
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen: Vec<String> = Vec::new();
+    let live = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let line = lines.next_line().await.expect("read").expect("a line");
+            seen.push(line);
+            let stepped = |r: i32| {
+                let prefix = format!("[rank {r}] cohort-rank: rank {r}: step ");
+                seen.iter().any(|l| l.starts_with(&prefix))
+            };
+            if stepped(0) && stepped(1) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(live.is_ok(), "no step lines of both ranks: {seen:?}");
+    assert_eq!(
+        cluster.get_training(&id).await.state(),
+        State::Running,
+        "the lines came while it trained"
+    );
+    // The follower ends by itself once the attempt is over.
+    let rest = tokio::time::timeout(Duration::from_secs(180), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            seen.push(line);
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the follower did not end with the attempt");
+    assert_eq!(cluster.get_training(&id).await.state(), State::Succeeded);
+    for r in 0..2 {
+        let finished = format!("[rank {r}] cohort-rank: rank {r} finished step 600");
+        assert!(seen.contains(&finished), "{finished:?} not in {seen:?}");
+    }
+    // No line twice, none out of order within a rank.
+    for r in 0..2 {
+        let steps: Vec<i64> = seen
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("[rank {r}] cohort-rank: rank {r}: step ")))
+            .map(|rest| rest.split('/').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "rank {r}: {steps:?}");
+    }
+
+    // Afterwards: the last lines of one rank.
+    let out = cluster
+        .cli_ok(&["logs", &id, "--rank", "1", "--tail", "2"])
+        .await;
+    let tail: Vec<&str> = out.lines().collect();
+    assert_eq!(tail.len(), 2, "{out}");
+    assert!(tail.iter().all(|l| l.starts_with("[rank 1] ")), "{out}");
+    assert_eq!(tail[1], "[rank 1] cohort-rank: rank 1 finished step 600");
+
+    // Bad requests change nothing and name their field.
+    let bad = client
+        .watch_logs(v1::WatchLogsRequest {
+            training_id: id.clone(),
+            attempt: Some(2),
+            ..Default::default()
+        })
+        .await
+        .expect_err("there is no attempt 2");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert_eq!(cohort_proto::error::bad_fields(&bad), ["attempt"]);
+    let bad = client
+        .watch_logs(v1::WatchLogsRequest {
+            training_id: id.clone(),
+            ranks: vec![5],
+            ..Default::default()
+        })
+        .await
+        .expect_err("there is no rank 5");
+    assert_eq!(cohort_proto::error::bad_fields(&bad), ["ranks"]);
+
+    // The agent that ran them is gone: its name, and no lines made up.
+    let agent = cluster.agent_name(0);
+    kill_agent_and_ranks(&cluster, &agent);
+    eventually("the agent to be gone", Duration::from_secs(30), || async {
+        let gone = cluster
+            .list_gpus()
+            .await
+            .iter()
+            .all(|g| g.availability() == v1::GpuAvailability::Offline);
+        if gone {
+            Ok(())
+        } else {
+            Err("still connected".to_string())
+        }
+    })
+    .await;
+    let out = cluster.cli(&["logs", &id]).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&agent) && err.contains("not connected"),
+        "{err}"
+    );
+}

@@ -1,0 +1,1 @@
+ALTER TABLE ranks DROP COLUMN log_tail;
