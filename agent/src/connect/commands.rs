@@ -1,5 +1,6 @@
 //! The coordinator's commands: StartRanks and StopRanks.
 
+use crate::supervisor::log::log_path;
 use std::path::PathBuf;
 use tracing::Instrument as _;
 
@@ -132,6 +133,12 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
     // A clean environment: never the agent's own (its credentials).
     let base_env = agent.config.teams.rank_env(&cmd.team, std::env::vars());
 
+    if log_path(&agent.config.work_dir, &cmd.training_id, attempt, 0, false).is_none() {
+        return fail_all(format!(
+            "training id {:?} cannot name a directory",
+            cmd.training_id
+        ));
+    }
     let mut failures = Vec::new();
     for (assignment, key) in cmd.ranks.iter().zip(keys) {
         if let Some(pid) = agent.supervisor.pid(&key) {
@@ -141,15 +148,15 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         }
         let gpu_index = assignment.gpu_index as u32;
         let simulated = agent.gpus[gpu_index as usize].simulated;
-        let Some(log_path) = crate::supervisor::log::log_path(
+        // Checked below the attempt's directory before the loop.
+        let log_path = log_path(
             &agent.config.work_dir,
             &cmd.training_id,
             attempt,
             key.rank,
             false,
-        ) else {
-            return fail_all(format!("training id {:?} cannot name a directory", cmd.training_id));
-        };
+        )
+        .unwrap_or_default();
         let spec = RankSpec {
             key: key.clone(),
             program: agent.config.rank_program.clone(),

@@ -4,9 +4,9 @@
 //! below this agent's `<work-dir>/trainings`, and the logs of the ranks it
 //! ran, are served, at most 1 MiB per request; everything else is refused.
 
+use crate::supervisor::log::log_path;
 use cohort_proto::v1;
 use cohort_spec::checkpoint::{is_checkpoint_dir, CHECKPOINTS_DIR};
-use crate::supervisor::log::log_path;
 use cohort_storage::local::open_resolved;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;

@@ -159,11 +159,15 @@ mod tests {
             log.line(&line).await;
         }
         log.flush().await;
-        let previous = std::fs::metadata(path.with_extension("log.1")).unwrap().len();
-        assert_eq!(previous, 8 * ((1 << 20) + 1), "the full generation moved");
+        let previous = std::fs::metadata(path.with_extension("log.1"))
+            .unwrap()
+            .len();
+        // 7 lines fit in 8 MiB; the 8th began the new generation.
+        assert_eq!(previous, 7 * ((1 << 20) + 1), "the full generation moved");
         let current = std::fs::read_to_string(&path).unwrap();
         let mut lines = current.lines();
         assert_eq!(lines.next(), Some(ROTATED_NOTE));
+        assert_eq!(lines.next().map(str::len), Some(1 << 20));
         assert_eq!(lines.next().map(str::len), Some(1 << 20));
         assert_eq!(lines.next(), None);
     }

@@ -262,7 +262,11 @@ async fn read_stdout(out: impl AsyncRead + Unpin, ctx: ReaderContext) {
 }
 
 /// Logs stderr and returns its last lines.
-async fn read_stderr(err: impl AsyncRead + Unpin, key: RankKey, log: SharedLog) -> VecDeque<String> {
+async fn read_stderr(
+    err: impl AsyncRead + Unpin,
+    key: RankKey,
+    log: SharedLog,
+) -> VecDeque<String> {
     let mut tail = VecDeque::with_capacity(STDERR_TAIL_LINES);
     let mut lines = LineReader::new(err);
     while let Some(line) = lines.next().await {

@@ -286,7 +286,11 @@ async fn logs_are_prefixed_by_rank() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines,
-        ["[rank 0] asked for ranks [1] tail 5", "[rank 0] step 1", "[rank 1] step 1"]
+        [
+            "[rank 0] asked for ranks [1] tail 5",
+            "[rank 0] step 1",
+            "[rank 1] step 1"
+        ]
     );
     let o = cohort(&url, &["logs", "t-404"]).await;
     assert!(!o.status.success());

@@ -424,9 +424,19 @@ async fn an_event_for_no_such_rank_is_not_retried() {
                 .training
                 .id;
         let err =
-            t.db.rank_ended(&id, 1, 7, RankState::Failed, Some(1), None, None)
-                .await
-                .unwrap_err();
+            t.db.rank_ended(
+                &id,
+                1,
+                7,
+                cohort_coordinator::persistence::ranks::RankEnd {
+                    state: RankState::Failed,
+                    exit_code: Some(1),
+                    signal: None,
+                    log_tail: None,
+                },
+            )
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, DatabaseError::Logical(_)),
             "{}: {err:?}",

@@ -268,13 +268,17 @@ impl<'a> Trainer<'a> {
             parameters: self.cfg.parameter_count(),
         });
         log_line(format_args!(
-            "rank {} of {} on {:?} ({:?}): steps {start_step} to {}{}",
+            "rank {} of {} on {} ({}): steps {start_step} to {}{}",
             self.launch.rank,
             self.launch.world_size,
-            self.device,
-            backend_for(self.device),
+            format!("{:?}", self.device).to_lowercase(),
+            format!("{:?}", backend_for(self.device)).to_lowercase(),
             self.total_steps,
-            if resumed { ", resumed from a checkpoint" } else { "" }
+            if resumed {
+                ", resumed from a checkpoint"
+            } else {
+                ""
+            }
         ));
         let log_every = self.cfg.runtime.log_every_steps;
         let every = self.cfg.checkpoint.every_steps;

@@ -44,7 +44,11 @@ pub fn line(l: &LogLine) -> String {
     format!("[rank {}] {}", l.rank, l.line)
 }
 
-pub async fn run(coordinator: &Coordinator, args: LogsArgs, out: OutputFormat) -> Result<(), CliError> {
+pub async fn run(
+    coordinator: &Coordinator,
+    args: LogsArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
     let mut stream = client.watch_logs(args.request()).await?.into_inner();
     loop {
@@ -76,7 +80,10 @@ mod tests {
             panic!("not logs");
         };
         let r = args.request();
-        assert_eq!((r.training_id.as_str(), r.ranks, r.tail, r.follow), ("trn-1", vec![0, 2], 5, true));
+        assert_eq!(
+            (r.training_id.as_str(), r.ranks, r.tail, r.follow),
+            ("trn-1", vec![0, 2], 5, true)
+        );
         assert_eq!(r.attempt, None);
         let l = LogLine {
             rank: 2,

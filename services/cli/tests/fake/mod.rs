@@ -320,7 +320,10 @@ impl TrainingService for Fake {
             })
         };
         let lines = vec![
-            line(0, format!("asked for ranks {:?} tail {}", req.ranks, req.tail)),
+            line(
+                0,
+                format!("asked for ranks {:?} tail {}", req.ranks, req.tail),
+            ),
             line(0, "step 1".into()),
             line(1, "step 1".into()),
         ];

@@ -132,7 +132,13 @@ impl Source {
                 caller,
                 dir,
             } => fleet
-                .read_file(agent_id, caller, FileRef::Path(format!("{dir}/{file}")), 0, 0)
+                .read_file(
+                    agent_id,
+                    caller,
+                    FileRef::Path(format!("{dir}/{file}")),
+                    0,
+                    0,
+                )
                 .await
                 .map(|(_, size)| size)
                 .map_err(|e| relay_error(dir, e)),

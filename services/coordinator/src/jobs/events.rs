@@ -3,6 +3,7 @@
 use super::failure::Failure;
 use super::Jobs;
 use crate::model::{EventPayload, JobState, RankRecord, RankReport, RankReportKind, RankState};
+use crate::persistence::ranks::RankEnd;
 use crate::persistence::DatabaseError;
 use cohort_spec::progress::{Progress, ProgressLine};
 use tokio::time::Instant;
@@ -62,10 +63,13 @@ impl Jobs {
                 };
                 // Kept: WatchLogs answers with it once the agent is gone.
                 let kept = (!stderr_tail.is_empty()).then(|| stderr_tail.clone());
-                let ranks = self
-                    .db
-                    .rank_ended(id, attempt, rank, state, code, signal, kept)
-                    .await?;
+                let end = RankEnd {
+                    state,
+                    exit_code: code,
+                    signal,
+                    log_tail: kept,
+                };
+                let ranks = self.db.rank_ended(id, attempt, rank, end).await?;
                 let failure = (state == RankState::Failed)
                     .then(|| Failure::exited(rank, code, signal, &stderr_tail));
                 self.after_rank_end(id, attempt, &ranks, failure).await?;
@@ -73,7 +77,17 @@ impl Jobs {
             RankReportKind::StartFailed { reason, message } => {
                 let ranks = self
                     .db
-                    .rank_ended(id, attempt, rank, RankState::Failed, None, None, None)
+                    .rank_ended(
+                        id,
+                        attempt,
+                        rank,
+                        RankEnd {
+                            state: RankState::Failed,
+                            exit_code: None,
+                            signal: None,
+                            log_tail: None,
+                        },
+                    )
                     .await?;
                 let failure = Failure::start_failed(rank, &reason, &message);
                 self.after_rank_end(id, attempt, &ranks, Some(failure))

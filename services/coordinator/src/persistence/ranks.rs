@@ -128,6 +128,16 @@ fn set_rank_in(
     Ok(())
 }
 
+/// How a rank ended, for [`Persistence::rank_ended`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnd {
+    pub state: RankState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Its last stderr lines (kept at most [`MAX_LOG_TAIL_BYTES`]).
+    pub log_tail: Option<String>,
+}
+
 /// The most of a rank's last lines kept in the database.
 pub const MAX_LOG_TAIL_BYTES: usize = 16 << 10;
 
@@ -142,7 +152,9 @@ fn bounded_tail(tail: String) -> String {
         start += 1;
     }
     let cut = &tail[start..];
-    cut.split_once('\n').map_or(cut, |(_, rest)| rest).to_string()
+    cut.split_once('\n')
+        .map_or(cut, |(_, rest)| rest)
+        .to_string()
 }
 
 impl Persistence {
@@ -241,17 +253,14 @@ impl Persistence {
         training_id: &str,
         attempt: i32,
         rank: i32,
-        state: RankState,
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-        log_tail: Option<String>,
+        end: RankEnd,
     ) -> Result<Vec<RankRecord>, DatabaseError> {
         let id = training_id.to_string();
-        let log_tail = log_tail.map(bounded_tail);
+        let log_tail = end.log_tail.map(bounded_tail);
         self.transaction("rank_ended", move |c| {
             lock_training(c, &id)?;
-            let exit = (exit_code, signal, log_tail.clone());
-            set_rank_in(c, &id, attempt, rank, state, None, exit)?;
+            let exit = (end.exit_code, end.signal, log_tail.clone());
+            set_rank_in(c, &id, attempt, rank, end.state, None, exit)?;
             ranks_in(c, &id, attempt)
         })
         .await

@@ -10,10 +10,10 @@ mod reader;
 use super::caller::visible_training;
 use super::error::ApiError;
 use super::StatusStream;
-use reader::Reader;
 use crate::context::Context;
 use crate::model::{Principal, RankRecord};
 use cohort_proto::v1;
+use reader::Reader;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -86,7 +86,10 @@ pub async fn watch_logs(
     {
         return Err(ApiError::field(
             "ranks",
-            format!("attempt {attempt} has no rank {missing} ({} ranks)", ranks.len()),
+            format!(
+                "attempt {attempt} has no rank {missing} ({} ranks)",
+                ranks.len()
+            ),
         )
         .into());
     }
@@ -117,7 +120,13 @@ pub async fn watch_logs(
         // the training ends) or the client goes (Stopped): nothing to
         // report either way.
         let _ = reader
-            .run(&ctx2, sources, tail, req.follow, next_attempts.then_some(ranks_wanted))
+            .run(
+                &ctx2,
+                sources,
+                tail,
+                req.follow,
+                next_attempts.then_some(ranks_wanted),
+            )
             .await;
     });
     Ok(ctx.until_stopping(ReceiverStream::new(rx)))
@@ -170,4 +179,3 @@ async fn sources(
     }
     Ok(out)
 }
-

@@ -126,7 +126,13 @@ impl Reader {
 
     /// A read of a rank's log; `None` when it failed (the agent went away,
     /// or does not answer).
-    async fn read(&self, agent_id: &str, rank: i32, offset: u64, length: u32) -> Option<(Vec<u8>, u64)> {
+    async fn read(
+        &self,
+        agent_id: &str,
+        rank: i32,
+        offset: u64,
+        length: u32,
+    ) -> Option<(Vec<u8>, u64)> {
         match self
             .fleet
             .read_file(agent_id, &self.caller, self.file(rank), offset, length)
