@@ -41,6 +41,10 @@ echo "demo: submitting examples/sae.toml on 2 GPUs (2 DDP ranks, gloo on CPU)"
 "$BIN/cohort" train submit --config examples/sae.toml --gpus 2 --wait
 echo
 "$BIN/cohort" train list
+echo
+echo "demo: the last lines of each rank of that training (cohort logs)"
+demo_id=$("$BIN/cohort" -o json train list | grep -o '"id":"trn-[0-9a-f]*"' | sed -n 1p | cut -d'"' -f4)
+"$BIN/cohort" logs "$demo_id" --tail 3
 if [ "$ONCE" = 1 ]; then exit 0; fi
 cat <<MSG
 
@@ -48,6 +52,7 @@ The coordinator ($URL) and the agent keep running; logs in $STATE/logs/. Try:
   $BIN/cohort gpus
   $BIN/cohort telemetry watch --view per-gpu
   $BIN/cohort train submit --config examples/sae.toml --gpus 1 --wait
+  $BIN/cohort logs <training id> --follow
   .venv/bin/grpcurl -plaintext 127.0.0.1:$PORT list
 Ctrl-C stops them.
 MSG

@@ -39,6 +39,9 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         world_size: 2,
         local_rank: rank,
         local_world_size: 2,
+        group_rank: 0,
+        group_world_size: 1,
+        max_restarts: 0,
         master_addr: "127.0.0.1".into(),
         master_port: 29500,
         gpu_index: rank,
@@ -134,6 +137,7 @@ async fn progress_lines_become_events_and_success_is_reported() {
     };
     let body = format!(
         "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT [$CUDA_VISIBLE_DEVICES] $COHORT_JOB_ID\" > env.txt\n\
+         echo \"$GROUP_RANK $GROUP_WORLD_SIZE $ROLE_RANK $ROLE_WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID $COHORT_TRAINING_ID $COHORT_ATTEMPT $COHORT_RUN_DIR\" > torchrun.txt\n\
          echo \"[$(printenv {inherited})]\" > inherited.txt\n\
          echo \"$@\" > args.txt\n\
          echo 'plain log line'\n\
@@ -145,10 +149,11 @@ async fn progress_lines_become_events_and_success_is_reported() {
     );
     let program = script(dir.path(), "ok.sh", &body);
     let spec = rank_spec(dir.path(), program, "job-ok", 1);
-    let (key, run_dir, config) = (
+    let (key, run_dir, config, log) = (
         spec.key.clone(),
         spec.run_dir.clone(),
         spec.config_path.clone(),
+        spec.log_path.clone(),
     );
     let (mut sup, mut rx) = supervisor(Duration::from_secs(5));
     let pid = sup.start(spec).await.unwrap();
@@ -166,6 +171,17 @@ async fn progress_lines_become_events_and_success_is_reported() {
 
     let env = std::fs::read_to_string(run_dir.join("env.txt")).unwrap();
     assert_eq!(env.trim(), "1 2 1 2 127.0.0.1 29500 [] job-ok");
+    // The rest of torchrun's environment, and cohort's.
+    let torchrun = std::fs::read_to_string(run_dir.join("torchrun.txt")).unwrap();
+    assert_eq!(
+        torchrun.trim(),
+        format!("0 1 1 2 0 0 job-ok job-ok 0 {}", run_dir.display())
+    );
+    // The rank's log holds its output but the progress line.
+    let kept = std::fs::read_to_string(&log).unwrap();
+    let mut kept: Vec<&str> = kept.lines().collect();
+    kept.sort_unstable();
+    assert_eq!(kept, ["a warning", "plain log line"]);
     let inherited_seen = std::fs::read_to_string(run_dir.join("inherited.txt")).unwrap();
     assert_eq!(
         inherited_seen.trim(),

@@ -11,12 +11,14 @@
 //! - [`resume`]: which checkpoints a restarted attempt may resume from.
 //! - [`location`]: where data and checkpoints live (path, `file://`, `s3://`), the one parser.
 //! - [`checkpoint`]: a checkpoint's files, directories and typed manifest.
+//! - [`launch`]: the environment every rank starts with (torchrun's, and cohort's).
 
 pub mod checkpoint;
 pub mod config;
 pub mod duration;
 pub mod envfile;
 pub mod exit;
+pub mod launch;
 pub mod location;
 pub mod prefixes;
 pub mod progress;

@@ -166,6 +166,10 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             world_size: cmd.world_size as u32,
             local_rank: assignment.local_rank as u32,
             local_world_size: assignment.local_world_size as u32,
+            group_rank: cmd.group_rank.max(0) as u32,
+            // A coordinator that does not say: this agent alone.
+            group_world_size: cmd.group_world_size.max(1) as u32,
+            max_restarts: cmd.max_restarts.max(0) as u32,
             master_addr: cmd.master_addr.clone(),
             master_port: cmd.master_port as u16,
             gpu_index,
@@ -359,6 +363,7 @@ mod tests {
             trace_context: Default::default(),
             published_checkpoints: vec![],
             team: String::new(),
+            ..Default::default()
         }
     }
 

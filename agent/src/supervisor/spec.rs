@@ -1,5 +1,6 @@
 //! What to start: the rank's identity and its launch description.
 
+use cohort_spec::launch::Launch;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -48,6 +49,11 @@ pub struct RankSpec {
     pub world_size: u32,
     pub local_rank: u32,
     pub local_world_size: u32,
+    /// This host's place among the attempt's hosts, and their number.
+    pub group_rank: u32,
+    pub group_world_size: u32,
+    /// The training's restart budget.
+    pub max_restarts: u32,
     pub master_addr: String,
     pub master_port: u16,
     /// The GPU this rank is placed on (reported back in events).
@@ -63,27 +69,31 @@ pub struct RankSpec {
 }
 
 impl RankSpec {
-    /// The launch contract's variables, on top of [`RankSpec::base_env`].
+    /// The launch contract's variables ([`cohort_spec::launch`]), on top
+    /// of [`RankSpec::base_env`], then [`RankSpec::extra_env`].
     pub fn env(&self) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("RANK".to_string(), self.key.rank.to_string()),
-            ("WORLD_SIZE".to_string(), self.world_size.to_string()),
-            ("LOCAL_RANK".to_string(), self.local_rank.to_string()),
-            (
-                "LOCAL_WORLD_SIZE".to_string(),
-                self.local_world_size.to_string(),
-            ),
-            ("MASTER_ADDR".to_string(), self.master_addr.clone()),
-            ("MASTER_PORT".to_string(), self.master_port.to_string()),
-            (
-                "CUDA_VISIBLE_DEVICES".to_string(),
-                self.cuda_visible_devices.clone(),
-            ),
-            ("COHORT_JOB_ID".to_string(), self.key.job_id.clone()),
-            ("COHORT_ATTEMPT".to_string(), self.key.attempt.to_string()),
-            // The rank exits when the agent dies, so a killed agent leaves no orphans.
-            ("COHORT_EXIT_WITH_PARENT".to_string(), "1".to_string()),
-        ];
+        let launch = Launch {
+            training_id: self.key.job_id.clone(),
+            attempt: self.key.attempt,
+            rank: self.key.rank,
+            world_size: self.world_size,
+            local_rank: self.local_rank,
+            local_world_size: self.local_world_size,
+            group_rank: self.group_rank,
+            group_world_size: self.group_world_size,
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            max_restarts: self.max_restarts,
+            run_dir: self.run_dir.display().to_string(),
+            cuda_visible_devices: self.cuda_visible_devices.clone(),
+        };
+        let mut env: Vec<(String, String)> = launch
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        // The rank exits when the agent dies, so a killed agent leaves no orphans.
+        env.push(("COHORT_EXIT_WITH_PARENT".to_string(), "1".to_string()));
         env.extend(self.extra_env.iter().cloned());
         env
     }

@@ -281,5 +281,6 @@ pub fn start_ranks(training: &str, gpus: &[(i32, i32)], world_size: i32) -> In {
         trace_context: Default::default(),
         published_checkpoints: vec![],
         team: String::new(),
+        ..Default::default()
     })
 }

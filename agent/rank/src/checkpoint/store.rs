@@ -6,6 +6,7 @@ use super::{restore_file, step_dir_name, Corrupt, Manifest, BEST_DIR, MANIFEST_F
 use crate::error::RankError;
 use crate::state::TrainState;
 use cohort_spec::checkpoint::{step_of, CHECKPOINTS_DIR};
+use cohort_spec::launch;
 use cohort_spec::location::Location;
 use cohort_storage::Dir;
 use std::path::Path;
@@ -40,18 +41,21 @@ pub fn latest(run_dir: &Path) -> Option<Found> {
 
 impl Store {
     /// The store for `storage` (None: `<run-dir>/checkpoints`). Shared
-    /// storage keeps each training apart under its id (`COHORT_JOB_ID`,
+    /// storage keeps each training apart under its id (`COHORT_TRAINING_ID`,
     /// set by the agent; the run dir's name when run by hand).
     pub fn new(storage: Option<&str>, run_dir: &Path) -> Result<Self, RankError> {
         let Some(uri) = storage else {
             let dir = Dir::open(Location::Local(run_dir.join(CHECKPOINTS_DIR))).map_err(failed)?;
             return Ok(Store { dir });
         };
-        let training = std::env::var("COHORT_JOB_ID").ok().unwrap_or_else(|| {
-            run_dir
-                .file_name()
-                .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned())
-        });
+        let id = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+        let training = id(launch::TRAINING_ID)
+            .or_else(|| id(launch::JOB_ID))
+            .unwrap_or_else(|| {
+                run_dir
+                    .file_name()
+                    .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned())
+            });
         let location = Location::parse(uri)
             .map_err(|e| {
                 RankError::Config(cohort_spec::ConfigError::Invalid {

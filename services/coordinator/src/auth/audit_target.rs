@@ -40,8 +40,13 @@ mod tests {
 
     #[test]
     fn a_denial_carries_its_target_to_the_layer_and_no_further() {
-        let mut status = tonic::Status::permission_denied("training t-1 belongs to another team");
-        attach(&mut status, "training t-1", "vision");
+        // As a handler refuses another team's training: through the table.
+        let status = tonic::Status::from(crate::error::ApiError::NotYours {
+            what: "training t-1".into(),
+            caller_team: "nlp".into(),
+            owner: "vision".into(),
+        });
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
         let response = status.into_http::<tonic::body::Body>();
         let mut headers = response.headers().clone();
         assert_eq!(

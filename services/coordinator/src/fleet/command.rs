@@ -63,6 +63,12 @@ pub struct StartRanks {
     pub published_checkpoints: Vec<(i32, i64)>,
     /// The training's team (which of the agent's roots and env files apply).
     pub team: String,
+    /// This agent's place among the attempt's agents (ordered by their
+    /// first rank) and how many there are.
+    pub group_rank: i32,
+    pub group_world_size: i32,
+    /// The training's restart budget.
+    pub max_restarts: i32,
 }
 
 /// One rank an agent runs.

@@ -26,7 +26,11 @@ pub(super) fn start_ranks(
         });
     }
     let config_json = config.to_json();
-    for (agent_id, ranks) in by_agent {
+    // Hosts in rank order: GROUP_RANK counts them as torchrun's node rank does.
+    let mut agents: Vec<(&str, Vec<LocalRank>)> = by_agent.into_iter().collect();
+    agents.sort_by_key(|(_, ranks)| ranks.iter().map(|r| r.rank).min());
+    let group_world_size = agents.len() as i32;
+    for (group_rank, (agent_id, ranks)) in agents.into_iter().enumerate() {
         let message = AgentCommand::StartRanks(StartRanks {
             training_id: training.id.clone(),
             attempt: training.attempt,
@@ -38,6 +42,9 @@ pub(super) fn start_ranks(
             trace_context: trace_context.clone(),
             published_checkpoints: published_checkpoints.to_vec(),
             team: training.team.clone(),
+            group_rank: group_rank as i32,
+            group_world_size,
+            max_restarts: training.max_restarts,
         });
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());

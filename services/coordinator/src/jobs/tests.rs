@@ -511,3 +511,22 @@ async fn a_superseded_attempt_cannot_publish_a_checkpoint() {
     };
     assert_eq!(third.published_checkpoints, vec![(2, 30), (1, 20)]);
 }
+
+/// A gang over two hosts: each agent is told its place among them (by
+/// their first rank, as torchrun numbers nodes) and the restart budget.
+#[tokio::test]
+async fn each_host_of_a_gang_learns_its_group_rank() {
+    let h = Harness::new(JobSettings::default()).await;
+    let mut a = h.agent("a", 1).await;
+    let mut b = h.agent("b", 1).await;
+    let training = h.create(2, 5).await;
+    h.jobs.schedule_pass().await.unwrap();
+    let (sa, sb) = (a.started(), b.started());
+    let mut starts = [sa, sb];
+    starts.sort_by_key(|s| s.ranks[0].rank);
+    for (group_rank, s) in starts.iter().enumerate() {
+        assert_eq!(s.training_id, training.id);
+        assert_eq!(s.group_rank, group_rank as i32, "{s:?}");
+        assert_eq!((s.group_world_size, s.max_restarts), (2, 5));
+    }
+}

@@ -127,6 +127,9 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                     .map(|(attempt, step)| v1::PublishedCheckpoint { attempt, step })
                     .collect(),
                 team: s.team,
+                group_rank: s.group_rank,
+                group_world_size: s.group_world_size,
+                max_restarts: s.max_restarts,
             }),
             AgentCommand::StopRanks {
                 training_id,
@@ -216,11 +219,18 @@ mod tests {
             trace_context: [("traceparent".to_string(), "00-x".to_string())].into(),
             published_checkpoints: vec![(1, 40), (1, 20)],
             team: "vision".into(),
+            group_rank: 1,
+            group_world_size: 2,
+            max_restarts: 3,
         });
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
         };
         assert_eq!((m.attempt, m.world_size, m.master_port), (2, 2, 29500));
+        assert_eq!(
+            (m.group_rank, m.group_world_size, m.max_restarts),
+            (1, 2, 3)
+        );
         assert_eq!((m.ranks[0].rank, m.ranks[0].gpu_index), (1, 3));
         assert!(m.run_dir.is_empty(), "the agent's default run dir");
         assert_eq!(m.trace_context["traceparent"], "00-x");
