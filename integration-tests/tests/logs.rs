@@ -2,12 +2,13 @@
 //! last lines afterwards, and a clear answer once the agent that ran them
 //! is gone.
 
-use cohort_integration_tests::faults::kill_agent_and_ranks;
+use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
+use nix::sys::signal::Signal;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -136,4 +137,90 @@ async fn logs_follow_every_rank_live_then_keep_their_tail() {
         err.contains(&agent) && err.contains("not connected"),
         "{err}"
     );
+}
+
+/// Spawns `cohort logs ID --follow` and returns its stdout, line by line.
+fn follow(
+    cluster: &Cluster,
+    id: &str,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    let mut child = tokio::process::Command::new(&cluster.bins.cli)
+        .args([
+            "--coordinator",
+            &cluster.url(),
+            "logs",
+            id,
+            "--follow",
+            "--tail",
+            "1",
+        ])
+        .env_remove("COHORT_COORDINATOR")
+        .env("COHORT_CACHE_DIR", cluster.root().join("cli-cache"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start cohort logs --follow");
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// A rank SIGKILLed mid-run: the follower says the next attempt began and
+/// goes on with its ranks' lines, to the end of the training.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_goes_on_with_the_attempt_after_a_restart() {
+    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let mut client = cluster.training().await;
+    let job = SaeJob::with_steps(2000);
+    let id = client
+        .create_training(create_request(&job, 2, true))
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+    cluster
+        .wait_state(&id, State::Running, Duration::from_secs(60))
+        .await;
+    let (_child, mut lines) = follow(&cluster, &id);
+    let mut seen: Vec<String> = Vec::new();
+    let first = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            let step = line.contains("cohort-rank: rank 1: step ");
+            seen.push(line);
+            if step {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "no step line of rank 1: {seen:?}");
+    let victim = rank_pid(&cluster, &id, 1, 1).expect("rank 1 of attempt 1 runs");
+    signal(victim, Signal::SIGKILL);
+    let rest = tokio::time::timeout(Duration::from_secs(240), async {
+        while let Some(line) = lines.next_line().await.expect("read") {
+            seen.push(line);
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the follower did not end with the training");
+    let done = cluster.get_training(&id).await;
+    assert_eq!(
+        (done.state(), done.attempt),
+        (State::Succeeded, 2),
+        "{done:?}"
+    );
+    let began = seen
+        .iter()
+        .position(|l| l.ends_with("[cohort] attempt 2 began"))
+        .unwrap_or_else(|| panic!("no note of attempt 2: {seen:?}"));
+    for r in 0..2 {
+        let finished = format!("[rank {r}] cohort-rank: rank {r} finished step 2000 in ");
+        let at = seen
+            .iter()
+            .position(|l| l.starts_with(&finished))
+            .unwrap_or_else(|| panic!("{finished:?} not in {seen:?}"));
+        assert!(at > began, "rank {r} finished after the restart");
+    }
 }

@@ -162,7 +162,11 @@ impl Reader {
             Source::Live { agent_id, .. } => agent_id.clone(),
         };
         let Some((_, size)) = self.read(&agent_id, rank, 0, 0).await else {
-            return self.unread(logs, &agent_id).await;
+            if self.fleet.is_connected(&agent_id) {
+                let note = "[cohort] this rank has written no log yet (not started, or it could not start)";
+                return self.send(rank, note.to_string(), true).await;
+            }
+            return self.gone(logs).await;
         };
         let start = size.saturating_sub(TAIL_WINDOW);
         let mut bytes = Vec::new();
