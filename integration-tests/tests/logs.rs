@@ -25,15 +25,7 @@ async fn logs_follow_every_rank_live_then_keep_their_tail() {
         .id;
 
     // Following from the start: both ranks' lines arrive while it trains.
-    let mut follow = tokio::process::Command::new(&cluster.bins.cli)
-        .args(["--coordinator", &cluster.url(), "logs", &id, "--follow"])
-        .env_remove("COHORT_COORDINATOR")
-        .env("COHORT_CACHE_DIR", cluster.root().join("cli-cache"))
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start cohort logs --follow");
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let (_follower, mut lines) = follow(&cluster, &id, &[]);
     let mut seen: Vec<String> = Vec::new();
     let live = tokio::time::timeout(Duration::from_secs(120), async {
         loop {
@@ -139,24 +131,18 @@ async fn logs_follow_every_rank_live_then_keep_their_tail() {
     );
 }
 
-/// Spawns `cohort logs ID --follow` and returns its stdout, line by line.
+/// Spawns `cohort logs ID --follow <extra>` and returns its stdout, line by line.
 fn follow(
     cluster: &Cluster,
     id: &str,
+    extra: &[&str],
 ) -> (
     tokio::process::Child,
     tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 ) {
     let mut child = tokio::process::Command::new(&cluster.bins.cli)
-        .args([
-            "--coordinator",
-            &cluster.url(),
-            "logs",
-            id,
-            "--follow",
-            "--tail",
-            "1",
-        ])
+        .args(["--coordinator", &cluster.url(), "logs", id, "--follow"])
+        .args(extra)
         .env_remove("COHORT_COORDINATOR")
         .env("COHORT_CACHE_DIR", cluster.root().join("cli-cache"))
         .stdout(std::process::Stdio::piped())
@@ -183,7 +169,7 @@ async fn a_follower_goes_on_with_the_attempt_after_a_restart() {
     cluster
         .wait_state(&id, State::Running, Duration::from_secs(60))
         .await;
-    let (_child, mut lines) = follow(&cluster, &id);
+    let (_child, mut lines) = follow(&cluster, &id, &["--tail", "1"]);
     let mut seen: Vec<String> = Vec::new();
     let first = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.expect("read") {

@@ -224,7 +224,8 @@ impl Reader {
     }
 
     /// Sends the lines between `at` and the log's end, keeping an unfinished
-    /// last one in `pending`; false when the agent did not answer.
+    /// last one in `pending`; false when the agent did not answer. Each read
+    /// answers the file's size too, so a poll with nothing new is one read.
     async fn read_on(
         &self,
         agent_id: &str,
@@ -232,18 +233,16 @@ impl Reader {
         at: &mut u64,
         pending: &mut Vec<u8>,
     ) -> Result<bool, Stopped> {
-        let Some((_, size)) = self.read(agent_id, rank, 0, 0).await else {
-            return Ok(false);
-        };
-        if size < *at {
-            // Rotated at its size cap: the new generation from its start.
-            *at = 0;
-            pending.clear();
-        }
-        while *at < size {
-            let Some((data, _)) = self.read(agent_id, rank, *at, CHUNK).await else {
+        loop {
+            let Some((data, size)) = self.read(agent_id, rank, *at, CHUNK).await else {
                 return Ok(false);
             };
+            if size < *at {
+                // Rotated at its size cap: the new generation from its start.
+                *at = 0;
+                pending.clear();
+                continue;
+            }
             if data.is_empty() {
                 break;
             }
