@@ -58,6 +58,12 @@ pub struct Args {
     #[arg(long)]
     pub rank_binary: Option<PathBuf>,
 
+    /// A directory teams' programs may run from (`[program]` trainings whose
+    /// working_dir lies under it); repeatable. None: this agent runs no
+    /// program trainings.
+    #[arg(long = "program-root", value_name = "DIR")]
+    pub program_roots: Vec<PathBuf>,
+
     /// How long a rank gets to exit after SIGTERM before its group is SIGKILLed.
     #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
     pub stop_grace: Duration,

@@ -12,6 +12,7 @@
 pub mod cli;
 pub mod connect;
 pub mod probe;
+pub mod program;
 pub mod supervisor;
 pub mod teams;
 pub mod telemetry;

@@ -98,6 +98,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         interval: args.interval,
         work_dir: work_dir.clone(),
         rank_program,
+        program_roots: cohort_agent::program::ProgramRoots::resolve(&args.program_roots)
+            .map_err(anyhow::Error::msg)?,
         stop_grace: args.stop_grace,
         backoff_initial: BACKOFF_INITIAL,
         backoff_max: BACKOFF_MAX,

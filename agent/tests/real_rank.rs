@@ -72,8 +72,10 @@ async fn two_real_ranks_train_to_success() {
             .start(RankSpec {
                 key: RankKey::new("real", 1, rank),
                 program: program.clone(),
+                args: RankSpec::cohort_rank_args(&config_path, &dir.path().join("run")),
+                working_dir: dir.path().join("run"),
+                checkpoints: None,
                 log_path: dir.path().join(format!("rank-{rank}.log")),
-                config_path: config_path.clone(),
                 run_dir: dir.path().join("run"),
                 world_size: 2,
                 local_rank: rank,

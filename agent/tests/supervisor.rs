@@ -33,8 +33,10 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
     RankSpec {
         key: RankKey::new(job, 0, rank),
         program,
+        args: RankSpec::cohort_rank_args(&config_path, &run_dir),
+        working_dir: run_dir.clone(),
+        checkpoints: None,
         log_path: dir.join(format!("rank-{job}-{rank}.log")),
-        config_path,
         run_dir,
         world_size: 2,
         local_rank: rank,
@@ -152,7 +154,7 @@ async fn progress_lines_become_events_and_success_is_reported() {
     let (key, run_dir, config, log) = (
         spec.key.clone(),
         spec.run_dir.clone(),
-        spec.config_path.clone(),
+        spec.run_dir.parent().unwrap().join("config.toml"),
         spec.log_path.clone(),
     );
     let (mut sup, mut rx) = supervisor(Duration::from_secs(5));

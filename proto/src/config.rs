@@ -155,7 +155,7 @@ fn optim_table(o: v1::OptimConfig) -> Result<Value, ConfigError> {
     Ok(t.into_value())
 }
 
-fn checkpoint_table(c: v1::CheckpointConfig) -> Value {
+pub(crate) fn checkpoint_table(c: v1::CheckpointConfig) -> Value {
     let mut t = Table::new("checkpoint");
     t.opt("every_steps", c.every_steps);
     t.opt("keep", c.keep);
@@ -223,6 +223,9 @@ impl TryFrom<v1::TrainingConfig> for TrainingConfig {
     type Error = ConfigError;
 
     fn try_from(p: v1::TrainingConfig) -> Result<Self, ConfigError> {
+        if p.program.is_some() {
+            return Err(invalid("program", "a program is not the built-in SAE"));
+        }
         let mut root = Map::new();
         root.insert("model".into(), model_table(required(p.model, "model")?)?);
         root.insert("optim".into(), optim_table(required(p.optim, "optim")?)?);
@@ -396,9 +399,12 @@ impl From<&TrainingConfig> for v1::TrainingConfig {
             data: Some((&c.data).into()),
             runtime: Some((&c.runtime).into()),
             validation: c.validation.as_ref().map(Into::into),
+            program: None,
         }
     }
 }
+
+mod program;
 
 #[cfg(test)]
 mod tests;

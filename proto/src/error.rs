@@ -38,6 +38,9 @@ pub mod reason {
     pub const QUEUE_FULL: &str = "QUEUE_FULL";
     pub const QUOTA_EXCEEDED: &str = "QUOTA_EXCEEDED";
     pub const DATA_OUTSIDE_ROOTS: &str = "DATA_OUTSIDE_ROOTS";
+    /// Not an error: the pending reason of a program training whose
+    /// working_dir lies under no connected agent's --program-root.
+    pub const PROGRAM_OUTSIDE_ROOTS: &str = "PROGRAM_OUTSIDE_ROOTS";
     /// An agent registered a GPU bound to another agent; metadata
     /// `gpu_uuid`, `agent` (the GPU's agent).
     pub const GPU_CLAIMED: &str = "GPU_CLAIMED";
@@ -79,6 +82,7 @@ pub mod reason {
         QUEUE_FULL,
         QUOTA_EXCEEDED,
         DATA_OUTSIDE_ROOTS,
+        PROGRAM_OUTSIDE_ROOTS,
         GPU_CLAIMED,
         AGENT_BUSY,
         AGENT_NOT_FOUND,

@@ -35,7 +35,11 @@ pub fn step_dir_name(step: i64) -> String {
 
 /// The step a `step-NNNNNNNN` name stands for.
 pub fn step_of(name: &str) -> Option<i64> {
-    name.strip_prefix("step-")?.parse().ok()
+    let digits = name.strip_prefix("step-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// Whether `name` is the directory of a checkpoint (a step's, or the best).

@@ -30,6 +30,10 @@ pub const JOB_ID: &str = "COHORT_JOB_ID";
 pub const ATTEMPT: &str = "COHORT_ATTEMPT";
 /// The run directory (also the working directory).
 pub const RUN_DIR: &str = "COHORT_RUN_DIR";
+/// Where rank 0 writes its `step-<N>/` checkpoint directories.
+pub const CHECKPOINT_DIR: &str = "COHORT_CHECKPOINT_DIR";
+/// The newest complete checkpoint to resume from (absent on a fresh start).
+pub const RESUME_DIR: &str = "COHORT_RESUME_DIR";
 /// The GPU the rank may use (empty: none, the rank runs on the CPU).
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
@@ -90,7 +94,16 @@ impl Launch {
     /// training's own variables may not replace).
     pub fn sets(name: &str) -> bool {
         TORCHRUN.contains(&name)
-            || [CUDA_VISIBLE_DEVICES, TRAINING_ID, JOB_ID, ATTEMPT, RUN_DIR].contains(&name)
+            || [
+                CUDA_VISIBLE_DEVICES,
+                TRAINING_ID,
+                JOB_ID,
+                ATTEMPT,
+                RUN_DIR,
+                CHECKPOINT_DIR,
+                RESUME_DIR,
+            ]
+            .contains(&name)
     }
 }
 

@@ -12,6 +12,9 @@
 //! - [`location`]: where data and checkpoints live (path, `file://`, `s3://`), the one parser.
 //! - [`checkpoint`]: a checkpoint's files, directories and typed manifest.
 //! - [`launch`]: the environment every rank starts with (torchrun's, and cohort's).
+//! - [`metrics`]: a program's looser progress lines.
+//! - [`program`]: a team's own program as a training (`[program]`).
+//! - [`workload`]: what a training runs, the SAE or a program.
 
 pub mod checkpoint;
 pub mod config;
@@ -20,10 +23,15 @@ pub mod envfile;
 pub mod exit;
 pub mod launch;
 pub mod location;
+pub mod metrics;
 pub mod prefixes;
+pub mod program;
 pub mod progress;
 pub mod resume;
 pub mod roots;
+pub mod workload;
 
 pub use config::{ConfigError, TrainingConfig};
 pub use exit::{ExitClass, ExitCode};
+pub use program::ProgramTraining;
+pub use workload::Workload;

@@ -109,6 +109,9 @@ pub enum ProgressLine {
         step: i64,
         message: String,
     },
+    /// A program's progress or final line ([`crate::metrics`]): the step,
+    /// and whatever else it reported.
+    Metrics(crate::metrics::Metrics),
     /// Training ended normally (rank 0).
     Finished {
         step: i64,
@@ -211,6 +214,7 @@ impl ProgressLine {
             ProgressLine::CheckpointRejected { .. } => "checkpoint_rejected",
             ProgressLine::Diverged { .. } => "diverged",
             ProgressLine::CollectiveError { .. } => "collective_error",
+            ProgressLine::Metrics(_) => "metrics",
         }
     }
 
@@ -223,13 +227,17 @@ impl ProgressLine {
         serde_json::to_string(self).expect("progress line serialises")
     }
 
-    /// Parse one stdout line; `None` for anything that is not a progress line.
+    /// Parse one stdout line; `None` for anything that is not a progress
+    /// line. A line that is not one of `cohort-rank`'s may still be a
+    /// program's looser `progress` or `finished` line ([`crate::metrics`]).
     pub fn parse(line: &str) -> Option<Self> {
         let line = line.trim();
         if !line.starts_with('{') {
             return None;
         }
-        serde_json::from_str(line).ok()
+        serde_json::from_str(line)
+            .ok()
+            .or_else(|| crate::metrics::Metrics::parse(line).map(ProgressLine::Metrics))
     }
 }
 

@@ -69,6 +69,11 @@ impl Published {
         }
     }
 
+    /// The (attempt, step) pairs.
+    pub fn pairs(&self) -> &[(i64, i64)] {
+        &self.0
+    }
+
     /// The value of [`PUBLISHED_ENV`].
     pub fn to_env(&self) -> String {
         self.0

@@ -130,8 +130,33 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
     if let Some(value) = prefixes.to_env() {
         rank_env.push((cohort_spec::prefixes::ENV.to_string(), value));
     }
-    // A clean environment: never the agent's own (its credentials).
-    let base_env = agent.config.teams.rank_env(&cmd.team, std::env::vars());
+    // What runs, where, with which environment: the SAE's or a program's.
+    let plan = super::launch::plan(
+        agent,
+        &cmd.config_json,
+        &cmd.team,
+        &cmd.training_id,
+        attempt,
+        &config_path,
+        &run_dir,
+        &roots,
+        &published,
+    )
+    .instrument(span.clone())
+    .await;
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(refusal) => {
+            tracing::warn!(training = %cmd.training_id, error = %refusal.message, "training refused");
+            return keys
+                .iter()
+                .map(|k| match refusal.reason {
+                    Some(why) => convert::start_refused(k, why, refusal.message.clone()),
+                    None => convert::start_failed(k, refusal.message.clone()),
+                })
+                .collect();
+        }
+    };
 
     if log_path(&agent.config.work_dir, &cmd.training_id, attempt, 0, false).is_none() {
         return fail_all(format!(
@@ -157,11 +182,13 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             false,
         )
         .unwrap_or_default();
-        let spec = RankSpec {
+        let mut spec = RankSpec {
             key: key.clone(),
-            program: agent.config.rank_program.clone(),
+            program: PathBuf::new(),
+            args: Vec::new(),
+            working_dir: PathBuf::new(),
+            checkpoints: None,
             log_path,
-            config_path: config_path.clone(),
             run_dir: run_dir.clone(),
             world_size: cmd.world_size as u32,
             local_rank: assignment.local_rank as u32,
@@ -180,8 +207,9 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
                 gpu_index.to_string()
             },
             extra_env: rank_env.clone(),
-            base_env: base_env.clone(),
+            base_env: Vec::new(),
         };
+        plan.apply(&mut spec);
         if let Err(e) = agent.supervisor.start(spec).instrument(span.clone()).await {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
             failures.push(convert::start_failed(&key, e.to_string()));

@@ -9,6 +9,7 @@ pub mod convert;
 mod files;
 #[cfg(test)]
 mod fuzz;
+mod launch;
 mod outbox;
 mod session;
 mod targets;
@@ -56,6 +57,9 @@ pub struct AgentConfig {
     pub work_dir: PathBuf,
     /// The `cohort-rank` executable.
     pub rank_program: PathBuf,
+    /// `--program-root`: where teams' programs may run from (none: this
+    /// agent runs no program trainings).
+    pub program_roots: crate::program::ProgramRoots,
     /// SIGTERM-to-SIGKILL grace when a StopRanks names none.
     pub stop_grace: Duration,
     /// First reconnect delay; doubles up to `backoff_max`.

@@ -372,6 +372,7 @@ fn register(agent: &Agent) -> v1::Register {
         gpus: agent.gpus.iter().map(convert::gpu_info).collect(),
         address: agent.config.address.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        program_roots: agent.config.program_roots.to_strings(),
         running_ranks: agent
             .supervisor
             .running_pids()

@@ -22,6 +22,10 @@ use super::signal::kill_group;
 use super::{
     RankEvent, RankEventKind, RankExit, RankKey, RankSpec, SupervisorError, STDERR_TAIL_LINES,
 };
+use crate::program::checkpoints::Watcher;
+
+/// How often a program's checkpoint directory is looked at.
+const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
 
 /// How long to wait for the output readers after the process is gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,11 +73,11 @@ pub(crate) async fn spawn(
     }
     let mut command = Command::new(&spec.program);
     command
-        .args(spec.args())
+        .args(&spec.args)
         .env_clear()
         .envs(spec.base_env.iter().cloned())
         .envs(spec.env())
-        .current_dir(&spec.run_dir)
+        .current_dir(&spec.working_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -100,6 +104,7 @@ pub(crate) async fn spawn(
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (exited_tx, exited_rx) = watch::channel(false);
     let monitor = Monitor {
+        checkpoints: spec.checkpoints.map(Watcher::new),
         log: Arc::new(Mutex::new(RankLog::open(spec.log_path.clone()).await)),
         key: spec.key,
         gpu_index: spec.gpu_index,
@@ -123,6 +128,8 @@ type SharedLog = Arc<Mutex<RankLog>>;
 
 struct Monitor {
     key: RankKey,
+    /// A program's rank 0: its checkpoint directory, watched.
+    checkpoints: Option<Watcher>,
     /// The rank's log, written by both readers.
     log: SharedLog,
     gpu_index: u32,
@@ -134,7 +141,7 @@ struct Monitor {
 
 impl Monitor {
     async fn run(
-        self,
+        mut self,
         mut child: Child,
         stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
         stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
@@ -144,7 +151,22 @@ impl Monitor {
         let stderr_task =
             stderr.map(|err| tokio::spawn(read_stderr(err, self.key.clone(), self.log.clone())));
 
-        let status = child.wait().await;
+        let status = match self.checkpoints.take() {
+            None => child.wait().await,
+            Some(mut watcher) => {
+                let mut tick = tokio::time::interval(CHECKPOINT_POLL);
+                let status = loop {
+                    tokio::select! {
+                        status = child.wait() => break status,
+                        _ = tick.tick() => watcher = self.report_checkpoints(watcher).await,
+                    }
+                };
+                // A checkpoint published just before the end is reported
+                // before the exit, so the next attempt can resume from it.
+                self.report_checkpoints(watcher).await;
+                status
+            }
+        };
         // Whatever the rank forked dies with it: a rank's group never outlives it.
         kill_group(self.pid, Signal::SIGKILL);
         let _ = self.exited.send(true);
@@ -167,6 +189,23 @@ impl Monitor {
             "rank exited"
         );
         self.emit(RankEventKind::Exited(exit)).await;
+    }
+
+    /// Reports the checkpoints that appeared (and prunes), off the runtime.
+    async fn report_checkpoints(&self, mut watcher: Watcher) -> Watcher {
+        let polled = tokio::task::spawn_blocking(move || {
+            let lines = watcher.poll();
+            (watcher, lines)
+        })
+        .await;
+        let Ok((watcher, lines)) = polled else {
+            unreachable!("a checkpoint poll does not panic")
+        };
+        for line in lines {
+            tracing::info!(rank = %self.key, line = %line.to_line(), "program checkpoint");
+            self.emit(RankEventKind::Progress(line)).await;
+        }
+        watcher
     }
 
     fn exit_report(

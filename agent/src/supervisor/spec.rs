@@ -31,21 +31,26 @@ impl fmt::Display for RankKey {
     }
 }
 
-/// Everything needed to start one rank: `PROGRAM --config FILE --run-dir DIR`
-/// with the torchrun environment.
+/// Everything needed to start one rank, whatever it runs: `PROGRAM ARGS...`
+/// in its working directory with the launch contract's environment. The
+/// built-in SAE is `cohort-rank --config FILE --run-dir DIR`
+/// ([`RankSpec::cohort_rank_args`]); a team's program is its own argv.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RankSpec {
     pub key: RankKey,
-    /// The `cohort-rank` executable.
+    /// The executable.
     pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<std::ffi::OsString>,
+    /// Where it runs (it must exist).
+    pub working_dir: PathBuf,
     /// Where its output is kept ([`super::log`]).
     pub log_path: PathBuf,
-    /// The job config file passed as `--config`.
-    pub config_path: PathBuf,
-    /// The run directory (checkpoints, reports) passed as `--run-dir`; it
-    /// must exist (the caller creates it, off the async runtime). The process
-    /// also runs with it as its working directory.
+    /// The run directory (checkpoints, reports: `COHORT_RUN_DIR`); it must
+    /// exist (the caller creates it, off the async runtime).
     pub run_dir: PathBuf,
+    /// A program's rank 0: the checkpoint directory its agent watches.
+    pub checkpoints: Option<crate::program::checkpoints::CheckpointWatch>,
     pub world_size: u32,
     pub local_rank: u32,
     pub local_world_size: u32,
@@ -98,13 +103,13 @@ impl RankSpec {
         env
     }
 
-    /// The command-line arguments after the program.
-    pub fn args(&self) -> Vec<std::ffi::OsString> {
+    /// `cohort-rank`'s arguments: its config file and run directory.
+    pub fn cohort_rank_args(config_path: &Path, run_dir: &Path) -> Vec<std::ffi::OsString> {
         vec![
             "--config".into(),
-            self.config_path.clone().into_os_string(),
+            config_path.as_os_str().to_owned(),
             "--run-dir".into(),
-            self.run_dir.clone().into_os_string(),
+            run_dir.as_os_str().to_owned(),
         ]
     }
 }

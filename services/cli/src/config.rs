@@ -7,7 +7,7 @@
 
 use crate::errors::CliError;
 use clap::Args;
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -82,10 +82,11 @@ fn set(value: &mut Value, table: &str, key: &str, field: Value, unset: &[&str]) 
 }
 
 /// The config from `file` (if any) with the flags applied, parsed and validated.
-pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<TrainingConfig, CliError> {
+/// A program's config (`[program]`) takes none of the SAE's flags.
+pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<Workload, CliError> {
     let mut value = match file {
         Some(path) => {
-            let config = TrainingConfig::from_file(path).map_err(CliError::Config)?;
+            let config = Workload::from_file(path).map_err(CliError::Config)?;
             serde_json::to_value(&config).unwrap_or_else(|_| json!({}))
         }
         None => json!({}),
@@ -162,7 +163,7 @@ pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<TrainingConfig,
     if let Some(d) = &f.device {
         set(&mut value, "runtime", "device", d.as_str().into(), &[]);
     }
-    TrainingConfig::from_json(&value.to_string()).map_err(|e| match e {
+    Workload::from_value(value).map_err(|e| match e {
         // A parse error here is about the merged flags, not JSON the user wrote.
         cohort_spec::ConfigError::Parse { reason, .. } => {
             CliError::Config(cohort_spec::ConfigError::Invalid {
@@ -210,7 +211,7 @@ mod tests {
             "cpu",
         ])
         .unwrap();
-        let c = build(None, &args.fields).unwrap();
+        let c = build(None, &args.fields).unwrap().sae().cloned().unwrap();
         assert_eq!(c.model.d_in, 64);
         assert_eq!(c.d_sae(), 512);
         assert_eq!(c.optim.batch_size, 32);
@@ -249,14 +250,22 @@ mod tests {
             "128",
         ])
         .unwrap();
-        let c = build(args.config.as_deref(), &args.fields).unwrap();
+        let c = build(args.config.as_deref(), &args.fields)
+            .unwrap()
+            .sae()
+            .cloned()
+            .unwrap();
         assert_eq!((c.model.d_sae, c.model.expansion_factor), (Some(24), None));
         assert_eq!((c.optim.steps, c.optim.epochs), (Some(7), None));
         let synthetic = c.data.synthetic.unwrap();
         assert_eq!((synthetic.num_samples, synthetic.num_features), (128, 32));
 
         let args = submit(&["--config", p, "--data-files", "a.npy,b.npy"]).unwrap();
-        let c = build(args.config.as_deref(), &args.fields).unwrap();
+        let c = build(args.config.as_deref(), &args.fields)
+            .unwrap()
+            .sae()
+            .cloned()
+            .unwrap();
         assert!(c.data.synthetic.is_none());
         assert_eq!(c.data.files.unwrap().paths.len(), 2);
 

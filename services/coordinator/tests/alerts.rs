@@ -267,7 +267,9 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
         let new = || NewTraining {
             request_id: None,
             display_name: "stall".into(),
-            config: cohort_spec::TrainingConfig::from_toml(CONFIG).unwrap(),
+            config: cohort_spec::TrainingConfig::from_toml(CONFIG)
+                .unwrap()
+                .into(),
             gpu_request: GpuRequest {
                 selection: GpuSelection::Count { count: 1 },
                 queue: true,

@@ -55,6 +55,7 @@ fn sample(base: i64, g: usize, i: i64) -> v1::GpuSample {
 fn register() -> v1::AgentMessage {
     v1::AgentMessage {
         message: Some(v1::agent_message::Message::Register(v1::Register {
+            program_roots: Vec::new(),
             host_name: "hist-host".into(),
             agent_name: "hist-agent".into(),
             gpus: GPUS

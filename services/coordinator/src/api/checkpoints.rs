@@ -43,11 +43,11 @@ async fn kept(ctx: &Context, who: &Principal, id: &str) -> Result<Kept, Status> 
         .map_err(ApiError::from)?
         .into_iter()
         .partition(|c| c.best);
-    let keep = training.config.checkpoint.keep.max(1) as usize;
+    let keep = training.config.checkpoint_keep().max(1) as usize;
     Ok(Kept {
         steps: steps.into_iter().rev().take(keep).collect(),
         best: best.into_iter().next(),
-        storage: training.config.checkpoint.storage.clone(),
+        storage: training.config.checkpoint_storage().map(str::to_string),
         team: training.team.clone(),
     })
 }

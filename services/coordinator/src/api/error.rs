@@ -31,6 +31,7 @@ impl Unplaceable {
             Unplaceable::NotSuitable(why) | Unplaceable::WaitingForHealthy(why) => {
                 ("why", why.clone())
             }
+            Unplaceable::OutsideProgramRoots(dir) => ("working_dir", dir.clone()),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::selection::{self, Candidate, MemoryEstimate};
 use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_server::GpuService;
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use tonic::{Request, Response, Status};
 
 /// Most GPUs one RecommendGpus may ask for.
@@ -93,12 +93,29 @@ impl GpuApi {
 }
 
 /// A request's config, checked as CreateTraining checks it.
-fn parse_config(config: v1::TrainingConfig) -> Result<TrainingConfig, Status> {
-    TrainingConfig::try_from(config).map_err(|e| ApiError::from(e).into())
+fn parse_config(config: v1::TrainingConfig) -> Result<Workload, Status> {
+    Workload::try_from(config).map_err(|e| ApiError::from(e).into())
 }
 
-fn estimate_of(config: &TrainingConfig) -> MemoryEstimate {
-    selection::estimate(&selection::EstimateInput::from_config(config))
+/// The SAE's estimate from its shapes; a program's is what it declares
+/// (`memory_gib_per_rank`), all of it overhead to us.
+fn estimate_of(config: &Workload) -> MemoryEstimate {
+    match config {
+        Workload::Sae(sae) => selection::estimate(&selection::EstimateInput::from_config(sae)),
+        Workload::Program(p) => {
+            let bytes = p.memory_bytes_per_rank();
+            MemoryEstimate {
+                parameter_count: 0,
+                parameters: 0,
+                gradients: 0,
+                optimizer: 0,
+                activations: 0,
+                data: 0,
+                overhead: bytes,
+                total: bytes,
+            }
+        }
+    }
 }
 
 fn estimate_proto(e: &MemoryEstimate) -> v1::MemoryEstimate {
@@ -115,8 +132,8 @@ fn estimate_proto(e: &MemoryEstimate) -> v1::MemoryEstimate {
 }
 
 /// (per-rank batch, global batch) for `gpus` ranks; zeros without a config.
-fn batches(config: Option<&TrainingConfig>, gpus: usize) -> (i64, i64) {
-    config.map_or((0, 0), |c| {
+fn batches(config: Option<&Workload>, gpus: usize) -> (i64, i64) {
+    config.and_then(Workload::sae).map_or((0, 0), |c| {
         let per_rank = c.optim.batch_size;
         (per_rank, per_rank.saturating_mul(gpus as i64))
     })

@@ -13,7 +13,7 @@ use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCurs
 use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
@@ -69,7 +69,7 @@ fn validate_create(who: &Principal, req: v1::CreateTrainingRequest) -> Result<Ne
     let config = req
         .config
         .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
-    let config = TrainingConfig::try_from(config).map_err(ApiError::from)?;
+    let config = Workload::try_from(config).map_err(ApiError::from)?;
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
     if max_restarts < 0 {
@@ -177,10 +177,10 @@ impl TrainingApi {
                 })
                 .collect();
         }
-        if training.world_size > 0 {
-            message.global_batch_size = training.config.optim.batch_size
+        if let (Some(sae), true) = (training.config.sae(), training.world_size > 0) {
+            message.global_batch_size = sae.optim.batch_size
                 * i64::from(training.world_size)
-                * training.config.optim.accumulation_steps;
+                * sae.optim.accumulation_steps;
         }
         message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
         message.queue_position = lookups
@@ -188,11 +188,9 @@ impl TrainingApi {
             .as_ref()
             .and_then(|p| p.get(&training.id))
             .unwrap_or(0);
-        message.latest_progress = lookups
-            .details
-            .progress
-            .get(&training.id)
-            .and_then(super::convert::latest_progress);
+        let latest = lookups.details.progress.get(&training.id);
+        message.latest_progress = latest.and_then(super::convert::latest_progress);
+        message.latest_program_progress = latest.and_then(super::convert::latest_program_progress);
         message
     }
 

@@ -23,6 +23,8 @@ pub struct LiveAgent {
     /// Where other hosts' ranks reach this host (MASTER_ADDR when it hosts rank 0).
     pub address: String,
     pub gpus: Vec<GpuRecord>,
+    /// Its `--program-root` directories (empty: it runs no programs).
+    pub program_roots: Vec<String>,
     pub session: u64,
     pub commands: mpsc::Sender<AgentCommand>,
     pub last_seen: Instant,

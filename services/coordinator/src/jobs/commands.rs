@@ -11,7 +11,7 @@ pub(super) fn start_ranks(
     fleet: &Fleet,
     training: &Training,
     placement: &Placement,
-    config: &cohort_spec::TrainingConfig,
+    config: &cohort_spec::Workload,
     trace_context: &HashMap<String, String>,
     published_checkpoints: &[(i32, i64)],
 ) -> Result<(), String> {

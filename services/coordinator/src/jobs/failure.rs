@@ -13,7 +13,7 @@ use crate::model::{JobState, RankState, Training};
 use crate::persistence::DatabaseError;
 use cohort_proto::error::reason as error_reason;
 use cohort_spec::exit::{classify, ExitClass};
-use cohort_spec::TrainingConfig;
+use cohort_spec::{TrainingConfig, Workload};
 
 /// The exit code with which a rank reports that a peer died or stalled.
 const PEER_LOST: i32 = 11;
@@ -56,7 +56,13 @@ impl Failure {
     /// path outside its data roots) is the user's error and will not start
     /// on a restart either; anything else is the infrastructure's.
     pub fn start_failed(rank: i32, reason: &str, message: &str) -> Self {
-        if reason == error_reason::DATA_OUTSIDE_ROOTS {
+        // The training's own fault on every host: no restart helps.
+        let refused = [
+            error_reason::DATA_OUTSIDE_ROOTS,
+            error_reason::PROGRAM_OUTSIDE_ROOTS,
+            error_reason::INVALID_CONFIG,
+        ];
+        if refused.contains(&reason) {
             return Self {
                 rank,
                 class: ExitClass::UserError,
@@ -190,16 +196,24 @@ impl Jobs {
         }
         if failure.class == ExitClass::Diverged {
             // Not the GPU's fault: the same GPUs may take the next attempt.
-            let (config, note) = lowered_learning_rate(&training.config);
+            // A program's numbers are its own: it restarts as it was.
+            let Some(sae) = training.config.sae() else {
+                let cause = format!("{DIVERGED}: {}", failure.cause);
+                return self
+                    .restart_or_fail(&training.id, training.attempt, &cause, None)
+                    .await;
+            };
+            let (config, note) = lowered_learning_rate(sae);
             let cause = format!("{DIVERGED}: {}; {note}", failure.cause);
             return self
-                .restart_or_fail(&training.id, training.attempt, &cause, Some(config))
+                .restart_or_fail(&training.id, training.attempt, &cause, Some(config.into()))
                 .await;
         }
         self.avoid_gpu_of(training, failure.rank).await;
-        let (cause, config) = match shrunk_batch(&training.config) {
+        let shrunk = training.config.sae().and_then(shrunk_batch);
+        let (cause, config) = match shrunk {
             Some((config, note)) if failure.class == ExitClass::OutOfMemory => {
-                (format!("{}; {note}", failure.cause), Some(config))
+                (format!("{}; {note}", failure.cause), Some(config.into()))
             }
             _ => (failure.cause.clone(), None),
         };
@@ -277,7 +291,7 @@ impl Jobs {
         training_id: &str,
         attempt: i32,
         cause: &str,
-        next_config: Option<TrainingConfig>,
+        next_config: Option<Workload>,
     ) -> Result<(), DatabaseError> {
         let Some(training) = self.db.get_training(training_id).await? else {
             return Ok(());

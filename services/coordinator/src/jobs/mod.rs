@@ -113,12 +113,6 @@ impl std::fmt::Debug for Jobs {
 
 pub use placement::Plan;
 
-/// The memory a first placement needs per GPU, from the training's config.
-fn memory_need(config: &cohort_spec::TrainingConfig) -> u64 {
-    use crate::selection::{estimate, EstimateInput};
-    estimate(&EstimateInput::from_config(config)).total
-}
-
 impl Jobs {
     pub fn new(
         db: Persistence,
@@ -199,12 +193,18 @@ impl Jobs {
     }
 
     fn track(&self, training: &Training) {
-        let progress = AttemptProgress::new(
+        let mut progress = AttemptProgress::new(
             training.attempt,
             usize::try_from(training.world_size).unwrap_or(0),
-            training.config.runtime.log_every_steps,
+            training
+                .config
+                .sae()
+                .map_or(1, |c| c.runtime.log_every_steps),
             Instant::now(),
         );
+        if let Some(program) = training.config.program() {
+            progress.fixed_deadline = Some(program.heartbeat());
+        }
         self.rt().of(&training.id).progress = Some(progress);
     }
 
@@ -241,8 +241,13 @@ impl Jobs {
 
     /// Where a new training would go right now, without placing it (see
     /// [`placement::plan_first`]).
-    pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::TrainingConfig) -> Plan {
-        placement::plan_first(&FleetView::of(&self.fleet), request, memory_need(config))
+    pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::Workload) -> Plan {
+        let need = needs::Need::of(config);
+        let fleet = FleetView::of(&self.fleet);
+        match need.program_dir.as_deref() {
+            Some(dir) => placement::plan_first(&fleet.for_program(dir)?, request, need.memory),
+            None => placement::plan_first(&fleet, request, need.memory),
+        }
     }
 
     /// The waiting trainings in scheduling order (see [`QueuePolicy::schedule`]).

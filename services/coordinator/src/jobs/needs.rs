@@ -1,39 +1,65 @@
-//! The memory each waiting training's first placement needs per GPU,
+//! What each waiting training needs of the fleet — the memory of its first
+//! placement per GPU, and for a program the agents that may run it —
 //! remembered by training id: a config is read and estimated once, when its
 //! training is first seen waiting, not at every scheduling pass. Only the
 //! trainings waiting at the last pass are kept, so the memo never outgrows
 //! the queue.
 
-use super::memory_need;
 use crate::persistence::waiting::WaitingTraining;
 use crate::persistence::{DatabaseError, Persistence};
+use cohort_spec::Workload;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Configs read per query.
 const CHUNK: usize = 500;
 
+/// What one training needs of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Need {
+    /// Bytes per GPU of a first placement.
+    pub memory: u64,
+    /// A program's working directory: only agents with a program root
+    /// holding it may run it.
+    pub program_dir: Option<String>,
+}
+
+impl Need {
+    pub fn of(config: &Workload) -> Self {
+        use crate::selection::{estimate, EstimateInput};
+        match config {
+            Workload::Sae(sae) => Need {
+                memory: estimate(&EstimateInput::from_config(sae)).total,
+                program_dir: None,
+            },
+            Workload::Program(p) => Need {
+                memory: p.memory_bytes_per_rank(),
+                program_dir: Some(p.program.working_dir.clone()),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct MemoryNeeds {
-    by_id: Arc<Mutex<HashMap<String, u64>>>,
+    by_id: Arc<Mutex<HashMap<String, Need>>>,
 }
 
 impl MemoryNeeds {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Need>> {
         self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Makes the memo hold exactly the first placements among `waiting`:
-    /// reads the configs of those it does not know, forgets the rest.
+    /// Makes the memo hold exactly the trainings of `waiting`: reads the
+    /// configs of those it does not know, forgets the rest.
     pub async fn refresh(
         &self,
         db: &Persistence,
         waiting: &[WaitingTraining],
     ) -> Result<(), DatabaseError> {
-        let first: Vec<&WaitingTraining> = waiting.iter().filter(|w| w.attempt == 0).collect();
         let unknown: Vec<String> = {
             let map = self.map();
-            first
+            waiting
                 .iter()
                 .filter(|w| !map.contains_key(&w.id))
                 .map(|w| w.id.clone())
@@ -42,18 +68,18 @@ impl MemoryNeeds {
         let mut found = Vec::with_capacity(unknown.len());
         for ids in unknown.chunks(CHUNK) {
             for (id, config) in db.configs(ids.to_vec()).await? {
-                found.push((id, memory_need(&config)));
+                found.push((id, Need::of(&config)));
             }
         }
-        let live: HashSet<&str> = first.iter().map(|w| w.id.as_str()).collect();
+        let live: HashSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
         let mut map = self.map();
         map.retain(|id, _| live.contains(id.as_str()));
         map.extend(found);
         Ok(())
     }
 
-    /// The need of a training the last refresh saw waiting for its first placement.
-    pub fn get(&self, training_id: &str) -> Option<u64> {
-        self.map().get(training_id).copied()
+    /// The need of a training the last refresh saw waiting.
+    pub fn get(&self, training_id: &str) -> Option<Need> {
+        self.map().get(training_id).cloned()
     }
 }

@@ -121,7 +121,7 @@ mod tests {
             id: id.into(),
             request_id: None,
             display_name: String::new(),
-            config,
+            config: config.into(),
             gpu_request: GpuRequest::default(),
             state: JobState::Queued,
             state_reason: String::new(),

@@ -2,6 +2,7 @@
 //! view of the fleet; what fits is held and placed at the pass's end, what
 //! does not gets its pending reason.
 
+use super::needs::Need;
 use super::placement::{self, FleetView, Unplaceable};
 use super::{hold_of, quota, start, Jobs};
 use crate::model::{GpuSelection, JobState};
@@ -30,7 +31,7 @@ impl Jobs {
         self.needs.refresh(&self.db, &waiting).await?;
         let looked_at = waiting.len();
         let mut view: Option<FleetView> = None;
-        let mut failed: HashMap<(GpuSelection, u64), Unplaceable> = HashMap::new();
+        let mut failed: HashMap<(GpuSelection, Need), Unplaceable> = HashMap::new();
         let mut reasons: Vec<(String, String)> = Vec::new();
         let mut chosen: Vec<start::Chosen> = Vec::new();
         for training in waiting {
@@ -49,29 +50,42 @@ impl Jobs {
             let fleet = view.get_or_insert_with(|| FleetView::of(&self.fleet));
             // First placements follow the recommender; restarts keep rank 0 on
             // the checkpoint's host and avoid the faulty GPU.
-            let plan = if training.attempt == 0 {
-                let Some(need) = self.needs.get(&training.id) else {
-                    continue; // gone since the pass began
-                };
-                let key = (training.gpu_request.selection.clone(), need);
-                match failed.get(&key) {
-                    Some(why) => Err(why.clone()),
-                    None => {
-                        let plan = placement::plan_first(fleet, &training.gpu_request, need);
-                        if let Err(why) = &plan {
-                            failed.insert(key, why.clone());
+            let Some(need) = self.needs.get(&training.id) else {
+                continue; // gone since the pass began
+            };
+            // A program runs only where a program root holds its directory.
+            let narrowed = match need.program_dir.as_deref().map(|d| fleet.for_program(d)) {
+                Some(Err(why)) => Err(why),
+                Some(Ok(view)) => Ok(Some(view)),
+                None => Ok(None),
+            };
+            let plan = match narrowed {
+                Err(why) => Err(why),
+                Ok(narrowed) if training.attempt == 0 => {
+                    let view = narrowed.as_ref().unwrap_or(fleet);
+                    let key = (training.gpu_request.selection.clone(), need);
+                    match failed.get(&key) {
+                        Some(why) => Err(why.clone()),
+                        None => {
+                            let plan =
+                                placement::plan_first(view, &training.gpu_request, key.1.memory);
+                            if let Err(why) = &plan {
+                                failed.insert(key, why.clone());
+                            }
+                            plan
                         }
-                        plan
                     }
                 }
-            } else {
-                let avoid = self
-                    .rt()
-                    .get(&training.id)
-                    .map(|t| t.avoid.clone())
-                    .unwrap_or_default();
-                let leader = self.db.checkpoint_agent(&training.id).await?;
-                placement::plan_restart(fleet, &training.gpu_request, &avoid, leader.as_deref())
+                Ok(narrowed) => {
+                    let view = narrowed.as_ref().unwrap_or(fleet);
+                    let avoid = self
+                        .rt()
+                        .get(&training.id)
+                        .map(|t| t.avoid.clone())
+                        .unwrap_or_default();
+                    let leader = self.db.checkpoint_agent(&training.id).await?;
+                    placement::plan_restart(view, &training.gpu_request, &avoid, leader.as_deref())
+                }
             };
             // A first placement must fit its team's quota (a restart takes
             // back GPUs it was already granted); over it, the training waits

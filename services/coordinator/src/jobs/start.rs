@@ -175,7 +175,7 @@ impl Jobs {
         if training.attempt <= 1 {
             return Ok(Vec::new());
         }
-        let keep = training.config.checkpoint.keep.clamp(1, MAX_PUBLISHED) as usize;
+        let keep = training.config.checkpoint_keep().clamp(1, MAX_PUBLISHED) as usize;
         Ok(self
             .db
             .checkpoints(&training.id)
@@ -190,11 +190,14 @@ impl Jobs {
 
     /// The config the ranks get: the training's, with the collective timeout
     /// kept below the hang deadline so ranks fail on their own first.
-    fn launch_config(&self, training: &Training) -> cohort_spec::TrainingConfig {
+    /// A program's is its own.
+    fn launch_config(&self, training: &Training) -> cohort_spec::Workload {
         let mut config = training.config.clone();
-        let cap = self.settings.hang_floor.as_secs_f64() / 2.0;
-        if config.runtime.collective_timeout_s > cap {
-            config.runtime.collective_timeout_s = cap;
+        if let cohort_spec::Workload::Sae(sae) = &mut config {
+            let cap = self.settings.hang_floor.as_secs_f64() / 2.0;
+            if sae.runtime.collective_timeout_s > cap {
+                sae.runtime.collective_timeout_s = cap;
+            }
         }
         config
     }

@@ -76,6 +76,7 @@ impl Harness {
             host_name: name.into(),
             address: "127.0.0.1".into(),
             gpus: infos.clone(),
+            program_roots: Vec::new(),
             session: 0,
             commands: tx,
             last_seen: tokio::time::Instant::now(),
@@ -97,7 +98,7 @@ impl Harness {
             .create_training(NewTraining {
                 request_id: None,
                 display_name: "runner test".into(),
-                config,
+                config: config.into(),
                 gpu_request: GpuRequest {
                     selection: GpuSelection::Count { count: gpus },
                     queue: true,
@@ -381,7 +382,7 @@ async fn a_diverged_run_restarts_at_a_tenth_of_the_rate_then_fails_as_diverged()
     let h = Harness::new(JobSettings::default()).await;
     let mut agent = h.agent("a", 1).await;
     let t = running(&h, &mut agent, 1).await;
-    assert_eq!(t.config.optim.learning_rate, 1e-3);
+    assert_eq!(t.config.sae().unwrap().optim.learning_rate, 1e-3);
     h.event(&agent, &t.id, 1, 0, exited(15)).await;
     let restarting = h.training(&t.id).await;
     assert_eq!(restarting.state, JobState::Restarting);
@@ -396,7 +397,8 @@ async fn a_diverged_run_restarts_at_a_tenth_of_the_rate_then_fails_as_diverged()
         restarting.state_reason
     );
     assert_eq!(
-        restarting.config.optim.learning_rate, 1e-4,
+        restarting.config.sae().unwrap().optim.learning_rate,
+        1e-4,
         "stored with the restart"
     );
     // The next attempt gets the lowered rate, on the same GPU (not its fault).
@@ -418,7 +420,8 @@ async fn a_diverged_run_restarts_at_a_tenth_of_the_rate_then_fails_as_diverged()
         failed.state_reason
     );
     assert_eq!(
-        failed.config.optim.learning_rate, 1e-4,
+        failed.config.sae().unwrap().optim.learning_rate,
+        1e-4,
         "no restart left to lower it for"
     );
     assert!(!h.jobs.tracks(&t.id));

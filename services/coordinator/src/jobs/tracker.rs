@@ -21,6 +21,9 @@ pub struct AttemptProgress {
     pub world_size: usize,
     pub last_report: Instant,
     pub log_every_steps: i64,
+    /// A program's own rule: `Some(None)` never hangs, `Some(Some(d))`
+    /// hangs after `d` of silence; `None` (the SAE) measures its deadline.
+    pub fixed_deadline: Option<Option<Duration>>,
     step_times_ms: Vec<f64>,
     /// Latest compute time per rank, with the step it was reported at.
     compute_ms: BTreeMap<i32, (i64, f64)>,
@@ -50,6 +53,7 @@ impl AttemptProgress {
             world_size,
             last_report: now,
             log_every_steps: log_every_steps.max(1),
+            fixed_deadline: None,
             step_times_ms: Vec::new(),
             compute_ms: BTreeMap::new(),
             above: HashMap::new(),
@@ -68,7 +72,11 @@ impl AttemptProgress {
     /// How long silence may last before the attempt counts as hung:
     /// max(factor x the time between two reports, floor). Before any step
     /// time is known, the floor.
+    /// A program's deadline is its `heartbeat_timeout` (none: never).
     pub fn hang_deadline(&self, factor: f64, floor: Duration) -> Duration {
+        if let Some(fixed) = self.fixed_deadline {
+            return fixed.unwrap_or(Duration::MAX);
+        }
         match self.median_step_ms() {
             Some(ms) => {
                 let between_reports = ms * self.log_every_steps as f64 / 1e3;

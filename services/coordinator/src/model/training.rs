@@ -4,7 +4,7 @@
 use super::{GpuRequest, JobState};
 use chrono::{DateTime, Utc};
 use cohort_spec::progress::ProgressLine;
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use serde::{Deserialize, Serialize};
 
 /// A training job (one row of `trainings`, decoded).
@@ -14,7 +14,8 @@ pub struct Training {
     /// The client's idempotency key, if it gave one.
     pub request_id: Option<String>,
     pub display_name: String,
-    pub config: TrainingConfig,
+    /// What it runs: the built-in SAE or a program.
+    pub config: Workload,
     pub gpu_request: GpuRequest,
     pub state: JobState,
     /// Why the training is in its state (pending reason, failure cause, ...).

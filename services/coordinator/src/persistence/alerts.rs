@@ -141,7 +141,7 @@ impl Persistence {
                 // not MAX(event_time), which reads every event of the training.
                 let progress: Option<NaiveDateTime> = training_events::table
                     .filter(training_events::training_id.eq(&id))
-                    .filter(training_events::kind.eq("progress"))
+                    .filter(training_events::kind.eq_any(["progress", "metrics"]))
                     .order(training_events::seq.desc())
                     .select(training_events::event_time)
                     .first(c)
@@ -156,6 +156,7 @@ impl Persistence {
                 };
                 let batches_per_step = cohort_spec::TrainingConfig::from_json(&config)
                     .map_or(1, |c| c.optim.accumulation_steps);
+                // (a program's config is not an SAE's: one batch per step)
                 out.push(RunningTraining {
                     id,
                     last_activity: last.and_utc(),

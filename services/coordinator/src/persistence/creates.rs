@@ -17,7 +17,7 @@ use super::rows::{now, request_key, to_db_time, EventRow, NewTransitionRow, Trai
 use super::schema::{state_transitions, team_quotas, training_events, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, StateChange, Training};
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use diesel::prelude::*;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -35,7 +35,7 @@ pub struct NewTraining {
     /// Idempotency key: a second create with the same key returns the first training.
     pub request_id: Option<String>,
     pub display_name: String,
-    pub config: TrainingConfig,
+    pub config: Workload,
     pub gpu_request: GpuRequest,
     pub priority: i32,
     pub max_restarts: i32,

@@ -138,15 +138,15 @@ impl Persistence {
     }
 }
 
-/// The newest `progress` event of a training (an index walk back from its
-/// newest event).
+/// The newest `progress` (or a program's `metrics`) event of a training
+/// (an index walk back from its newest event).
 pub(super) fn latest_progress_in(
     conn: &mut DbConnection,
     training_id: &str,
 ) -> Result<Option<StoredEvent>, DatabaseError> {
     training_events::table
         .filter(training_events::training_id.eq(training_id))
-        .filter(training_events::kind.eq("progress"))
+        .filter(training_events::kind.eq_any(["progress", "metrics"]))
         .order(training_events::seq.desc())
         .select(EventRow::as_select())
         .first(conn)

@@ -398,7 +398,7 @@ impl Persistence {
         &self,
         training_id: &str,
         cause: &str,
-        next_config: Option<&cohort_spec::TrainingConfig>,
+        next_config: Option<&cohort_spec::Workload>,
     ) -> Result<Training, DatabaseError> {
         let (id, cause) = (training_id.to_string(), cause.to_string());
         let next = next_config.cloned();

@@ -8,7 +8,7 @@ use super::schema::trainings;
 use super::{DatabaseError, Persistence};
 use crate::model::{GpuRequest, JobState};
 use chrono::{DateTime, Utc};
-use cohort_spec::TrainingConfig;
+use cohort_spec::Workload;
 use diesel::prelude::*;
 
 fn waiting_states() -> [&'static str; 2] {
@@ -94,7 +94,7 @@ impl Persistence {
     pub async fn configs(
         &self,
         ids: Vec<String>,
-    ) -> Result<Vec<(String, TrainingConfig)>, DatabaseError> {
+    ) -> Result<Vec<(String, Workload)>, DatabaseError> {
         self.read("configs", move |c| {
             trainings::table
                 .filter(trainings::id.eq_any(&ids))

@@ -79,7 +79,9 @@ pub fn new_training(request_id: Option<&str>) -> NewTraining {
     NewTraining {
         request_id: request_id.map(str::to_string),
         display_name: "demo".into(),
-        config: TrainingConfig::from_toml(CONFIG).expect("the test config"),
+        config: TrainingConfig::from_toml(CONFIG)
+            .expect("the test config")
+            .into(),
         gpu_request: GpuRequest {
             selection: GpuSelection::Count { count: 2 },
             queue: true,

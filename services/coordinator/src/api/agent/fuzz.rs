@@ -79,6 +79,7 @@ fn message() -> impl Strategy<Value = v1::AgentMessage> {
     )
         .prop_map(|(name, gpus)| {
             Message::Register(v1::Register {
+                program_roots: Vec::new(),
                 agent_name: name,
                 gpus: gpus
                     .into_iter()

@@ -13,6 +13,10 @@ use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message;
 use std::collections::HashSet;
 use std::time::Duration;
+
+/// The most program roots kept of an agent, and the longest.
+const MAX_PROGRAM_ROOTS: usize = 64;
+const MAX_ROOT_LEN: usize = 4096;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::{Status, Streaming};
@@ -217,6 +221,13 @@ pub(super) async fn accept(
         host_name: reg.host_name.clone(),
         address: reg.address.clone(),
         gpus,
+        program_roots: reg
+            .program_roots
+            .iter()
+            .filter(|r| r.starts_with('/') && r.len() <= MAX_ROOT_LEN)
+            .take(MAX_PROGRAM_ROOTS)
+            .cloned()
+            .collect(),
         session: 0,
         commands: tx,
         last_seen: Instant::now(),

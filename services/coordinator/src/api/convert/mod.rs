@@ -38,6 +38,7 @@ impl From<&Training> for v1::Training {
             // when it has them (they live in other tables).
             ranks: Vec::new(),
             latest_progress: None,
+            latest_program_progress: None,
             // Filled in by the caller from the scheduler's live view.
             queue_position: 0,
             global_batch_size: 0,
@@ -228,6 +229,13 @@ fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
             wall_time_s,
             mean_samples_per_sec,
         }),
+        ProgressLine::Metrics(m) => Event::ProgramProgress(v1::ProgramProgress {
+            step: m.step,
+            total_steps: m.total_steps,
+            loss: m.loss,
+            metrics: m.metrics.into_iter().collect(),
+            finished: m.finished,
+        }),
         ProgressLine::RankFinished {
             rank,
             step,
@@ -261,6 +269,14 @@ pub fn rank_assignment(r: &RankRecord, host_name: &str) -> v1::RankAssignment {
 pub fn latest_progress(e: &StoredEvent) -> Option<v1::ProgressEvent> {
     match training_event(e)?.event? {
         v1::training_event::Event::Progress(p) => Some(p),
+        _ => None,
+    }
+}
+
+/// A program's newest progress line, from its stored event.
+pub fn latest_program_progress(e: &StoredEvent) -> Option<v1::ProgramProgress> {
+    match training_event(e)?.event? {
+        v1::training_event::Event::ProgramProgress(p) => Some(p),
         _ => None,
     }
 }

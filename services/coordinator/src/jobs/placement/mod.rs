@@ -28,11 +28,44 @@ pub struct FleetView {
     by_uuid: HashMap<String, usize>,
     /// Candidates' positions by agent (see [`host_groups`]).
     hosts: Vec<Vec<usize>>,
+    /// Each connected agent's `--program-root` directories.
+    program_roots: HashMap<String, Vec<String>>,
 }
 
 impl FleetView {
     pub fn of(fleet: &Fleet) -> Self {
-        Self::new(fleet.agent_count(), crate::selection::candidates(fleet))
+        let agents = fleet.agents();
+        let mut view = Self::new(agents.len(), crate::selection::candidates(fleet));
+        view.program_roots = agents
+            .into_iter()
+            .filter(|a| !a.program_roots.is_empty())
+            .map(|a| (a.id, a.program_roots))
+            .collect();
+        view
+    }
+
+    /// The part of the fleet that may run a program in `working_dir`: the
+    /// agents with a program root holding it.
+    pub fn for_program(&self, working_dir: &str) -> Result<FleetView, Unplaceable> {
+        let dir = std::path::Path::new(working_dir);
+        let able: HashMap<String, Vec<String>> = self
+            .program_roots
+            .iter()
+            .filter(|(_, roots)| roots.iter().any(|r| dir.starts_with(r)))
+            .map(|(id, roots)| (id.clone(), roots.clone()))
+            .collect();
+        if able.is_empty() {
+            return Err(Unplaceable::OutsideProgramRoots(working_dir.to_string()));
+        }
+        let candidates = self
+            .candidates
+            .iter()
+            .filter(|c| able.contains_key(&c.agent_id))
+            .cloned()
+            .collect();
+        let mut view = Self::new(able.len(), candidates);
+        view.program_roots = able;
+        Ok(view)
     }
 
     pub fn new(agents: usize, candidates: Vec<Candidate>) -> Self {
@@ -46,6 +79,7 @@ impl FleetView {
             hosts: host_groups(&candidates),
             candidates,
             by_uuid,
+            program_roots: HashMap::new(),
         }
     }
 
@@ -175,6 +209,9 @@ pub enum Unplaceable {
     NotSuitable(String),
     /// Enough GPUs exist, but some are unhealthy (ECC errors, faults).
     WaitingForHealthy(String),
+    /// A program whose working directory no connected agent's program
+    /// roots hold.
+    OutsideProgramRoots(String),
 }
 
 impl Unplaceable {
@@ -189,6 +226,7 @@ impl Unplaceable {
             Unplaceable::Busy(_) => reason::GPU_BUSY,
             Unplaceable::Unknown(_) => reason::GPU_NOT_FOUND,
             Unplaceable::WaitingForHealthy(_) => reason::GPU_UNHEALTHY,
+            Unplaceable::OutsideProgramRoots(_) => reason::PROGRAM_OUTSIDE_ROOTS,
         }
     }
 }
@@ -209,6 +247,10 @@ impl std::fmt::Display for Unplaceable {
             Unplaceable::NotSuitable(why) | Unplaceable::WaitingForHealthy(why) => {
                 write!(f, "{why}")
             }
+            Unplaceable::OutsideProgramRoots(dir) => write!(
+                f,
+                "working_dir {dir} lies under no --program-root of a connected agent; it never runs there"
+            ),
         }
     }
 }

@@ -1,0 +1,219 @@
+//! How a StartRanks' ranks are launched, whatever they run: the built-in
+//! SAE (`cohort-rank --config FILE --run-dir DIR` in the run directory, with
+//! the team's environment) or a team's program (its argv in its working
+//! directory under a `--program-root`, with a clean environment, its
+//! checkpoint directory and, on a restart, the checkpoint to resume from).
+//! Both become the same [`RankSpec`]s and go through the same supervisor.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use cohort_proto::error::reason;
+use cohort_spec::checkpoint::CHECKPOINTS_DIR;
+use cohort_spec::launch;
+use cohort_spec::location::Location;
+use cohort_spec::resume::Published;
+use cohort_spec::roots::DataRoots;
+use cohort_spec::{ProgramTraining, Workload};
+
+use super::Agent;
+use crate::program::checkpoints::{resume_dir, CheckpointWatch};
+use crate::program::{base_env, ProgramRoots};
+use crate::supervisor::RankSpec;
+
+/// What every rank of this agent's share starts with.
+#[derive(Debug, Clone)]
+pub(super) struct Plan {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub working_dir: PathBuf,
+    pub base_env: Vec<(String, String)>,
+    /// After the launch contract's variables.
+    pub extra_env: Vec<(String, String)>,
+    /// A program's checkpoint directory, watched on rank 0's agent.
+    pub checkpoints: Option<CheckpointWatch>,
+}
+
+impl Plan {
+    /// Fills in a rank's launch from the plan (rank 0 of a program gets
+    /// its checkpoint directory watched).
+    pub fn apply(&self, spec: &mut RankSpec) {
+        spec.program = self.program.clone();
+        spec.args = self.args.clone();
+        spec.working_dir = self.working_dir.clone();
+        spec.base_env = self.base_env.clone();
+        spec.extra_env.extend(self.extra_env.iter().cloned());
+        if spec.key.rank == 0 {
+            spec.checkpoints = self.checkpoints.clone();
+        }
+    }
+}
+
+/// Why the ranks cannot start: a stable reason (when the training is at
+/// fault and must not be retried) and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Refusal {
+    pub reason: Option<&'static str>,
+    pub message: String,
+}
+
+impl Refusal {
+    fn failed(message: String) -> Self {
+        Self {
+            reason: None,
+            message,
+        }
+    }
+
+    fn refused(reason: &'static str, message: String) -> Self {
+        Self {
+            reason: Some(reason),
+            message,
+        }
+    }
+}
+
+/// The launch of the built-in SAE.
+pub(super) fn sae(agent: &Agent, team: &str, config_path: &Path, run_dir: &Path) -> Plan {
+    Plan {
+        program: agent.config.rank_program.clone(),
+        args: RankSpec::cohort_rank_args(config_path, run_dir),
+        working_dir: run_dir.to_path_buf(),
+        // A clean environment: never the agent's own (its credentials).
+        base_env: agent.config.teams.rank_env(team, std::env::vars()),
+        extra_env: Vec::new(),
+        checkpoints: None,
+    }
+}
+
+/// Where a program training's rank-0 writes checkpoints on this host: the
+/// run directory's `checkpoints/`, or `<storage>/<training id>/` on a
+/// shared file system (under the team's data roots).
+fn checkpoint_dir(
+    p: &ProgramTraining,
+    training_id: &str,
+    run_dir: &Path,
+    roots: &DataRoots,
+) -> Result<PathBuf, Refusal> {
+    let Some(storage) = p.checkpoint.storage.as_deref() else {
+        return Ok(run_dir.join(CHECKPOINTS_DIR));
+    };
+    let location = Location::parse(storage)
+        .map_err(|e| Refusal::failed(format!("checkpoint.storage: {e}")))?
+        .join(training_id);
+    let Some(dir) = location.local() else {
+        return Err(Refusal::refused(
+            reason::INVALID_CONFIG,
+            "checkpoint.storage: s3:// storage is not available to programs yet; use a path on a shared file system".into(),
+        ));
+    };
+    roots
+        .check(&dir.display().to_string(), run_dir)
+        .map_err(|e| {
+            Refusal::refused(
+                reason::DATA_OUTSIDE_ROOTS,
+                format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"),
+            )
+        })?;
+    Ok(dir.to_path_buf())
+}
+
+/// The launch of a team's program. Blocking (it resolves paths and makes
+/// directories): run it off the runtime.
+#[allow(clippy::too_many_arguments, clippy::disallowed_methods)]
+pub(super) fn program(
+    p: &ProgramTraining,
+    program_roots: &ProgramRoots,
+    team_env: Vec<(String, String)>,
+    training_id: &str,
+    attempt: u32,
+    run_dir: &Path,
+    roots: &DataRoots,
+    published: &Published,
+) -> Result<Plan, Refusal> {
+    let working_dir = program_roots
+        .check(&p.program.working_dir)
+        .map_err(|e| Refusal::refused(reason::PROGRAM_OUTSIDE_ROOTS, e))?;
+    let dir = checkpoint_dir(p, training_id, run_dir, roots)?;
+    let home = run_dir.join("home");
+    let tmp = run_dir.join("tmp");
+    for d in [&dir, &home, &tmp] {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Refusal::failed(format!("cannot create {}: {e}", d.display())))?;
+    }
+    let mut env = base_env(&home, &tmp);
+    // The team's env file, then the program's own (validated: none is the
+    // contract's).
+    for (k, v) in team_env
+        .into_iter()
+        .chain(p.program.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+    {
+        env.retain(|(name, _)| *name != k);
+        env.push((k, v));
+    }
+    let mut extra_env = vec![(
+        launch::CHECKPOINT_DIR.to_string(),
+        dir.display().to_string(),
+    )];
+    if let Some(resume) = resume_dir(&dir, published, attempt) {
+        tracing::info!(training = training_id, attempt, resume = %resume.display(), "program resumes");
+        extra_env.push((launch::RESUME_DIR.to_string(), resume.display().to_string()));
+    }
+    let (first, rest) = p
+        .program
+        .command
+        .split_first()
+        .ok_or_else(|| Refusal::failed("program.command is empty".into()))?;
+    Ok(Plan {
+        program: PathBuf::from(first),
+        args: rest.iter().map(OsString::from).collect(),
+        working_dir,
+        base_env: env,
+        extra_env,
+        checkpoints: Some(CheckpointWatch {
+            dir,
+            keep: usize::try_from(p.checkpoint.keep).unwrap_or(1).max(1),
+        }),
+    })
+}
+
+/// The plan for a StartRanks: a program's when its config is one, the
+/// SAE's otherwise (a config the agent cannot read is the rank's to report).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn plan(
+    agent: &Agent,
+    config_json: &str,
+    team: &str,
+    training_id: &str,
+    attempt: u32,
+    config_path: &Path,
+    run_dir: &Path,
+    roots: &DataRoots,
+    published: &Published,
+) -> Result<Plan, Refusal> {
+    let Ok(Workload::Program(p)) = Workload::from_json(config_json) else {
+        return Ok(sae(agent, team, config_path, run_dir));
+    };
+    let team_env = agent.config.teams.rank_env(team, std::iter::empty());
+    let program_roots = agent.config.program_roots.clone();
+    let (id, run_dir, roots, published) = (
+        training_id.to_string(),
+        run_dir.to_path_buf(),
+        roots.clone(),
+        published.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        program(
+            &p,
+            &program_roots,
+            team_env,
+            &id,
+            attempt,
+            &run_dir,
+            &roots,
+            &published,
+        )
+    })
+    .await
+    .map_err(|e| Refusal::failed(format!("launch planning failed: {e}")))?
+}

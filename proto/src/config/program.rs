@@ -1,0 +1,164 @@
+//! The workload: `cohort.v1.TrainingConfig` with `program` set is a
+//! [`ProgramTraining`], without it the SAE ([`TrainingConfig`]).
+
+use super::{checkpoint_table, invalid};
+use crate::v1;
+use cohort_spec::program::{ProgramCheckpoint, ProgramConfig};
+use cohort_spec::{ConfigError, ProgramTraining, TrainingConfig, Workload};
+use serde_json::{json, Map, Value};
+
+impl TryFrom<v1::TrainingConfig> for Workload {
+    type Error = ConfigError;
+
+    fn try_from(p: v1::TrainingConfig) -> Result<Self, ConfigError> {
+        let Some(program) = p.program.clone() else {
+            return TrainingConfig::try_from(p).map(Workload::Sae);
+        };
+        for (field, set) in [
+            ("model", p.model.is_some()),
+            ("optim", p.optim.is_some()),
+            ("data", p.data.is_some()),
+            ("runtime", p.runtime.is_some()),
+            ("validation", p.validation.is_some()),
+            (
+                "checkpoint.every_steps",
+                p.checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.every_steps.is_some()),
+            ),
+        ] {
+            if set {
+                return Err(invalid(
+                    field,
+                    "not with program: a program training has only program and checkpoint",
+                ));
+            }
+        }
+        let mut table = Map::new();
+        table.insert("command".into(), json!(program.command));
+        table.insert("working_dir".into(), json!(program.working_dir));
+        if !program.memory_gib_per_rank.is_finite() {
+            return Err(invalid(
+                "program.memory_gib_per_rank",
+                "must be a finite number",
+            ));
+        }
+        table.insert(
+            "memory_gib_per_rank".into(),
+            json!(program.memory_gib_per_rank),
+        );
+        if let Some(h) = program.heartbeat_timeout {
+            table.insert("heartbeat_timeout".into(), json!(h));
+        }
+        if !program.env.is_empty() {
+            table.insert("env".into(), json!(program.env));
+        }
+        let mut root = Map::new();
+        root.insert("program".into(), Value::Object(table));
+        if let Some(c) = p.checkpoint {
+            root.insert("checkpoint".into(), checkpoint_table(c));
+        }
+        let training: ProgramTraining =
+            serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
+                format: "protobuf",
+                reason: e.to_string(),
+            })?;
+        training.validate()?;
+        Ok(Workload::Program(training))
+    }
+}
+
+impl From<&ProgramConfig> for v1::ProgramConfig {
+    fn from(p: &ProgramConfig) -> Self {
+        Self {
+            command: p.command.clone(),
+            working_dir: p.working_dir.clone(),
+            memory_gib_per_rank: p.memory_gib_per_rank,
+            heartbeat_timeout: p.heartbeat_timeout.clone(),
+            env: p.env.clone().into_iter().collect(),
+        }
+    }
+}
+
+impl From<&ProgramCheckpoint> for v1::CheckpointConfig {
+    fn from(c: &ProgramCheckpoint) -> Self {
+        Self {
+            every_steps: None,
+            keep: Some(c.keep),
+            storage: c.storage.clone(),
+        }
+    }
+}
+
+impl From<&Workload> for v1::TrainingConfig {
+    fn from(w: &Workload) -> Self {
+        match w {
+            Workload::Sae(config) => config.into(),
+            Workload::Program(p) => Self {
+                program: Some((&p.program).into()),
+                checkpoint: Some((&p.checkpoint).into()),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program() -> v1::ProgramConfig {
+        v1::ProgramConfig {
+            command: vec!["/usr/bin/python3".into(), "train.py".into()],
+            working_dir: "/opt/team/src".into(),
+            memory_gib_per_rank: 20.0,
+            heartbeat_timeout: Some("10m".into()),
+            env: [("HF_HOME".to_string(), "/data/hf".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn a_program_round_trips() {
+        let p = v1::TrainingConfig {
+            program: Some(program()),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let w = Workload::try_from(p.clone()).unwrap();
+        assert_eq!(w.checkpoint_keep(), 2);
+        assert_eq!(v1::TrainingConfig::from(&w), p);
+    }
+
+    #[test]
+    fn sae_tables_beside_a_program_name_the_field() {
+        let p = v1::TrainingConfig {
+            program: Some(program()),
+            optim: Some(Default::default()),
+            ..Default::default()
+        };
+        assert_eq!(Workload::try_from(p).unwrap_err().field(), Some("optim"));
+        let mut bad = program();
+        bad.env.insert("WORLD_SIZE".into(), "9".into());
+        let p = v1::TrainingConfig {
+            program: Some(bad),
+            ..Default::default()
+        };
+        assert_eq!(
+            Workload::try_from(p).unwrap_err().field(),
+            Some("program.env.WORLD_SIZE")
+        );
+        let mut nan = program();
+        nan.memory_gib_per_rank = f64::NAN;
+        let p = v1::TrainingConfig {
+            program: Some(nan),
+            ..Default::default()
+        };
+        assert_eq!(
+            Workload::try_from(p).unwrap_err().field(),
+            Some("program.memory_gib_per_rank")
+        );
+    }
+}

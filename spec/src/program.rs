@@ -1,0 +1,309 @@
+//! A team's own data-parallel program as a training (`[program]`): what
+//! runs (an argv, no shell), where, with how much memory per rank, and how
+//! its checkpoints are kept (docs/programs.md).
+//!
+//! Parsing is as strict as the SAE config's: unknown keys are errors, and
+//! [`ProgramTraining::validate`] names the offending key.
+
+use crate::config::ConfigError;
+use crate::duration::parse_duration;
+use crate::launch::Launch;
+use crate::location::Location;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+use std::time::Duration;
+
+/// The most arguments a command may have.
+pub const MAX_ARGS: usize = 256;
+/// The longest argument, environment name or value, in bytes.
+pub const MAX_TEXT: usize = 4096;
+/// The most `[program.env]` entries.
+pub const MAX_ENV: usize = 128;
+/// The largest `memory_gib_per_rank`.
+pub const MAX_MEMORY_GIB: f64 = 4096.0;
+/// The shortest and longest `heartbeat_timeout`.
+pub const MIN_HEARTBEAT: Duration = Duration::from_secs(10);
+pub const MAX_HEARTBEAT: Duration = Duration::from_secs(7 * 86_400);
+
+/// A program training: `[program]` and `[checkpoint]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramTraining {
+    pub program: ProgramConfig,
+    #[serde(default)]
+    pub checkpoint: ProgramCheckpoint,
+}
+
+/// What runs on every rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramConfig {
+    /// The argv, run without a shell; the first entry an absolute path.
+    pub command: Vec<String>,
+    /// The working directory: an absolute path under one of the agent's
+    /// `--program-root` directories.
+    pub working_dir: String,
+    /// What one rank needs on its GPU, for placement and the memory checks.
+    pub memory_gib_per_rank: f64,
+    /// No progress line for this long (e.g. "10m") is a hang; unset: a
+    /// program that prints none is never declared hung.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_timeout: Option<String>,
+    /// Variables added to the launch contract's (which they cannot replace).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// How a program's checkpoints are kept: where (`storage`, as for the SAE)
+/// and how many (`keep`, the newest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramCheckpoint {
+    #[serde(default = "default_keep")]
+    pub keep: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+}
+
+fn default_keep() -> i64 {
+    3
+}
+
+impl Default for ProgramCheckpoint {
+    fn default() -> Self {
+        Self {
+            keep: default_keep(),
+            storage: None,
+        }
+    }
+}
+
+/// Variables a program may not set besides the contract's own: cohort's
+/// namespace and the private temp dir.
+fn reserved(name: &str) -> bool {
+    Launch::sets(name) || name.starts_with("COHORT_") || name == "TMPDIR"
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// An absolute path with no `.` or `..` component and no NUL.
+fn absolute(field: &str, path: &str) -> Result<(), ConfigError> {
+    if path.contains('\0') || path.len() > MAX_TEXT {
+        return Err(invalid(field, "not a usable path"));
+    }
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(invalid(field, format!("{path:?} is not an absolute path")));
+    }
+    if p.components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(invalid(field, format!("{path:?} has a . or .. component")));
+    }
+    Ok(())
+}
+
+fn env_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl ProgramTraining {
+    /// Check every value; the first problem found is returned with its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let p = &self.program;
+        let Some(first) = p.command.first() else {
+            return Err(invalid(
+                "program.command",
+                "give the program and its arguments",
+            ));
+        };
+        if p.command.len() > MAX_ARGS {
+            return Err(invalid(
+                "program.command",
+                format!("at most {MAX_ARGS} arguments"),
+            ));
+        }
+        if p.command
+            .iter()
+            .any(|a| a.contains('\0') || a.len() > MAX_TEXT)
+        {
+            return Err(invalid(
+                "program.command",
+                format!("an argument holds a NUL or is over {MAX_TEXT} bytes"),
+            ));
+        }
+        absolute("program.command", first).map_err(|_| {
+            invalid(
+                "program.command",
+                format!("{first:?}: the program must be an absolute path (it runs without a shell or PATH lookup)"),
+            )
+        })?;
+        absolute("program.working_dir", &p.working_dir)?;
+        let m = p.memory_gib_per_rank;
+        if !(m.is_finite() && m > 0.0 && m <= MAX_MEMORY_GIB) {
+            return Err(invalid(
+                "program.memory_gib_per_rank",
+                format!("must be in (0, {MAX_MEMORY_GIB}] GiB"),
+            ));
+        }
+        if let Some(text) = &p.heartbeat_timeout {
+            let d = parse_duration(text).map_err(|e| invalid("program.heartbeat_timeout", e))?;
+            if !(MIN_HEARTBEAT..=MAX_HEARTBEAT).contains(&d) {
+                return Err(invalid(
+                    "program.heartbeat_timeout",
+                    "must be between 10s and 7d",
+                ));
+            }
+        }
+        if p.env.len() > MAX_ENV {
+            return Err(invalid(
+                "program.env",
+                format!("at most {MAX_ENV} variables"),
+            ));
+        }
+        for (name, value) in &p.env {
+            let field = format!("program.env.{name}");
+            if !env_name_ok(name) || name.len() > MAX_TEXT {
+                return Err(invalid(
+                    &field,
+                    "not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                ));
+            }
+            if reserved(name) {
+                return Err(invalid(
+                    &field,
+                    "set by cohort's launch contract; a training cannot replace it",
+                ));
+            }
+            if value.contains('\0') || value.len() > MAX_TEXT {
+                return Err(invalid(
+                    &field,
+                    format!("the value holds a NUL or is over {MAX_TEXT} bytes"),
+                ));
+            }
+        }
+        let c = &self.checkpoint;
+        if c.keep < 1 {
+            return Err(invalid("checkpoint.keep", "must be >= 1"));
+        }
+        if let Some(storage) = &c.storage {
+            if storage.trim().is_empty() || storage.contains('\0') {
+                return Err(invalid("checkpoint.storage", "an entry is empty"));
+            }
+            let location =
+                Location::parse(storage).map_err(|e| invalid("checkpoint.storage", e))?;
+            if location.local().is_none() {
+                return Err(invalid(
+                    "checkpoint.storage",
+                    "s3:// storage is not available to programs yet; use a path on a shared file system",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The heartbeat timeout, when set (validated).
+    pub fn heartbeat(&self) -> Option<Duration> {
+        self.program
+            .heartbeat_timeout
+            .as_deref()
+            .and_then(|t| parse_duration(t).ok())
+    }
+
+    /// Bytes one rank needs on its GPU.
+    pub fn memory_bytes_per_rank(&self) -> u64 {
+        (self.program.memory_gib_per_rank * (1u64 << 30) as f64) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(extra: &str) -> Result<ProgramTraining, ConfigError> {
+        let text = format!(
+            "[program]\ncommand = [\"/usr/bin/python3\", \"train.py\"]\n\
+             working_dir = \"/opt/team/src\"\nmemory_gib_per_rank = 2\n{extra}"
+        );
+        let t: ProgramTraining = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            format: "TOML",
+            reason: e.to_string(),
+        })?;
+        t.validate()?;
+        Ok(t)
+    }
+
+    fn field_of(extra: &str) -> String {
+        program(extra)
+            .unwrap_err()
+            .field()
+            .map(str::to_string)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_minimal_program_takes_the_defaults() {
+        let t = program("").unwrap();
+        assert_eq!(t.checkpoint.keep, 3);
+        assert_eq!(t.checkpoint.storage, None);
+        assert_eq!(t.heartbeat(), None);
+        assert_eq!(t.memory_bytes_per_rank(), 2 << 30);
+    }
+
+    #[test]
+    fn each_bad_value_names_its_key() {
+        assert_eq!(
+            field_of("heartbeat_timeout = \"1s\""),
+            "program.heartbeat_timeout"
+        );
+        assert_eq!(
+            field_of("heartbeat_timeout = \"soon\""),
+            "program.heartbeat_timeout"
+        );
+        assert_eq!(field_of("[program.env]\nRANK = \"3\""), "program.env.RANK");
+        assert_eq!(
+            field_of("[program.env]\nCOHORT_RESUME_DIR = \"/x\""),
+            "program.env.COHORT_RESUME_DIR"
+        );
+        assert_eq!(
+            field_of("[program.env]\n\"A-B\" = \"x\""),
+            "program.env.A-B"
+        );
+        assert_eq!(field_of("[checkpoint]\nkeep = 0"), "checkpoint.keep");
+        let relative =
+            "[program]\ncommand = [\"python\"]\nworking_dir = \"/a\"\nmemory_gib_per_rank = 1";
+        let t: ProgramTraining = toml::from_str(relative).unwrap();
+        assert_eq!(t.validate().unwrap_err().field(), Some("program.command"));
+        let dotdot = "[program]\ncommand = [\"/bin/x\"]\nworking_dir = \"/a/../etc\"\nmemory_gib_per_rank = 1";
+        let t: ProgramTraining = toml::from_str(dotdot).unwrap();
+        assert_eq!(
+            t.validate().unwrap_err().field(),
+            Some("program.working_dir")
+        );
+        let no_memory =
+            "[program]\ncommand = [\"/bin/x\"]\nworking_dir = \"/a\"\nmemory_gib_per_rank = 0";
+        let t: ProgramTraining = toml::from_str(no_memory).unwrap();
+        assert_eq!(
+            t.validate().unwrap_err().field(),
+            Some("program.memory_gib_per_rank")
+        );
+    }
+
+    #[test]
+    fn env_and_heartbeat_are_kept() {
+        let t =
+            program("heartbeat_timeout = \"10m\"\n[program.env]\nHF_HOME = \"/data/hf\"").unwrap();
+        assert_eq!(t.heartbeat(), Some(Duration::from_secs(600)));
+        assert_eq!(t.program.env["HF_HOME"], "/data/hf");
+    }
+}
