@@ -64,6 +64,12 @@ pub struct Args {
     #[arg(long = "program-root", value_name = "DIR")]
     pub program_roots: Vec<PathBuf>,
 
+    /// How program ranks are confined: `landlock` (the default; an agent
+    /// with --program-root refuses to start on a kernel without Landlock)
+    /// or `none` (unconfined).
+    #[arg(long, value_enum, default_value_t = crate::program::sandbox::SandboxMode::Landlock)]
+    pub program_sandbox: crate::program::sandbox::SandboxMode,
+
     /// How long a rank gets to exit after SIGTERM before its group is SIGKILLed.
     #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
     pub stop_grace: Duration,

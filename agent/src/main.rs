@@ -85,6 +85,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !rank_program.is_file() {
         tracing::warn!(path = %rank_program.display(), "rank program not found; starting ranks will fail until it exists (see --rank-binary)");
     }
+    let confined = args.program_sandbox == cohort_agent::program::sandbox::SandboxMode::Landlock;
+    if !args.program_roots.is_empty() {
+        let abi = cohort_agent::program::sandbox::kernel_abi();
+        if confined && abi < 1 {
+            anyhow::bail!(
+                "--program-root needs Landlock to confine programs, and this kernel has none; \
+                 pass --program-sandbox none to run programs unconfined"
+            );
+        }
+        tracing::info!(roots = ?args.program_roots, sandbox = ?args.program_sandbox, landlock_abi = abi, "programs run from these roots");
+    }
     let work_dir = args.work_dir();
     tokio::fs::create_dir_all(&work_dir)
         .await
@@ -100,6 +111,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         rank_program,
         program_roots: cohort_agent::program::ProgramRoots::resolve(&args.program_roots)
             .map_err(anyhow::Error::msg)?,
+        program_sandbox: args.program_sandbox,
         stop_grace: args.stop_grace,
         backoff_initial: BACKOFF_INITIAL,
         backoff_max: BACKOFF_MAX,

@@ -75,6 +75,7 @@ async fn two_real_ranks_train_to_success() {
                 args: RankSpec::cohort_rank_args(&config_path, &dir.path().join("run")),
                 working_dir: dir.path().join("run"),
                 checkpoints: None,
+                sandbox: None,
                 log_path: dir.path().join(format!("rank-{rank}.log")),
                 run_dir: dir.path().join("run"),
                 world_size: 2,

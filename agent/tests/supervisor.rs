@@ -36,6 +36,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         args: RankSpec::cohort_rank_args(&config_path, &run_dir),
         working_dir: run_dir.clone(),
         checkpoints: None,
+        sandbox: None,
         log_path: dir.join(format!("rank-{job}-{rank}.log")),
         run_dir,
         world_size: 2,

@@ -55,6 +55,11 @@ impl DataRoots {
             .join("\n")
     }
 
+    /// The roots, resolved.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
     pub fn is_empty(&self) -> bool {
         self.roots.is_empty()
     }

@@ -188,6 +188,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             args: Vec::new(),
             working_dir: PathBuf::new(),
             checkpoints: None,
+            sandbox: None,
             log_path,
             run_dir: run_dir.clone(),
             world_size: cmd.world_size as u32,

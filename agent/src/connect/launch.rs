@@ -18,6 +18,7 @@ use cohort_spec::{ProgramTraining, Workload};
 
 use super::Agent;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
+use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
 use crate::supervisor::RankSpec;
 
@@ -32,6 +33,8 @@ pub(super) struct Plan {
     pub extra_env: Vec<(String, String)>,
     /// A program's checkpoint directory, watched on rank 0's agent.
     pub checkpoints: Option<CheckpointWatch>,
+    /// A program's confinement.
+    pub sandbox: Option<SandboxRules>,
 }
 
 impl Plan {
@@ -43,6 +46,7 @@ impl Plan {
         spec.working_dir = self.working_dir.clone();
         spec.base_env = self.base_env.clone();
         spec.extra_env.extend(self.extra_env.iter().cloned());
+        spec.sandbox = self.sandbox.clone();
         if spec.key.rank == 0 {
             spec.checkpoints = self.checkpoints.clone();
         }
@@ -83,6 +87,7 @@ pub(super) fn sae(agent: &Agent, team: &str, config_path: &Path, run_dir: &Path)
         base_env: agent.config.teams.rank_env(team, std::env::vars()),
         extra_env: Vec::new(),
         checkpoints: None,
+        sandbox: None,
     }
 }
 
@@ -124,6 +129,7 @@ fn checkpoint_dir(
 pub(super) fn program(
     p: &ProgramTraining,
     program_roots: &ProgramRoots,
+    sandbox: SandboxMode,
     team_env: Vec<(String, String)>,
     training_id: &str,
     attempt: u32,
@@ -164,8 +170,19 @@ pub(super) fn program(
         .command
         .split_first()
         .ok_or_else(|| Refusal::failed("program.command is empty".into()))?;
+    let program = PathBuf::from(first);
+    let sandbox = (sandbox == SandboxMode::Landlock).then(|| {
+        SandboxRules::for_program(
+            &program,
+            program_roots.paths(),
+            roots.paths(),
+            run_dir,
+            &dir,
+        )
+    });
     Ok(Plan {
-        program: PathBuf::from(first),
+        sandbox,
+        program,
         args: rest.iter().map(OsString::from).collect(),
         working_dir,
         base_env: env,
@@ -196,6 +213,7 @@ pub(super) async fn plan(
     };
     let team_env = agent.config.teams.rank_env(team, std::iter::empty());
     let program_roots = agent.config.program_roots.clone();
+    let sandbox = agent.config.program_sandbox;
     let (id, run_dir, roots, published) = (
         training_id.to_string(),
         run_dir.to_path_buf(),
@@ -206,6 +224,7 @@ pub(super) async fn plan(
         program(
             &p,
             &program_roots,
+            sandbox,
             team_env,
             &id,
             attempt,

@@ -60,6 +60,8 @@ pub struct AgentConfig {
     /// `--program-root`: where teams' programs may run from (none: this
     /// agent runs no program trainings).
     pub program_roots: crate::program::ProgramRoots,
+    /// `--program-sandbox`: whether program ranks run under Landlock.
+    pub program_sandbox: crate::program::sandbox::SandboxMode,
     /// SIGTERM-to-SIGKILL grace when a StopRanks names none.
     pub stop_grace: Duration,
     /// First reconnect delay; doubles up to `backoff_max`.

@@ -6,6 +6,7 @@
 //! `[program.env]` — never the agent's (its credentials included).
 
 pub mod checkpoints;
+pub mod sandbox;
 
 use std::path::{Path, PathBuf};
 

@@ -14,6 +14,8 @@ pub enum SupervisorError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot confine the program: {0}")]
+    Sandbox(String),
     #[error("rank {0} is already running")]
     AlreadyRunning(RankKey),
     #[error("rank {0} is not known to this agent")]

@@ -23,6 +23,7 @@ use super::{
     RankEvent, RankEventKind, RankExit, RankKey, RankSpec, SupervisorError, STDERR_TAIL_LINES,
 };
 use crate::program::checkpoints::Watcher;
+use crate::program::sandbox::Confinement;
 
 /// How often a program's checkpoint directory is looked at.
 const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
@@ -83,6 +84,12 @@ pub(crate) async fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(rules) = spec.sandbox.clone() {
+        let built = tokio::task::spawn_blocking(move || Confinement::build(&rules))
+            .await
+            .map_err(|e| SupervisorError::Sandbox(e.to_string()))?;
+        built.map_err(SupervisorError::Sandbox)?.apply(&mut command);
+    }
     let mut child =
         super::spawner::spawn(command)
             .await

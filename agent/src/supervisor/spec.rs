@@ -51,6 +51,8 @@ pub struct RankSpec {
     pub run_dir: PathBuf,
     /// A program's rank 0: the checkpoint directory its agent watches.
     pub checkpoints: Option<crate::program::checkpoints::CheckpointWatch>,
+    /// A program's confinement (Landlock), when the agent confines them.
+    pub sandbox: Option<crate::program::sandbox::SandboxRules>,
     pub world_size: u32,
     pub local_rank: u32,
     pub local_world_size: u32,

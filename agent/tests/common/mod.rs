@@ -245,6 +245,7 @@ pub fn start_agent(
         work_dir: work.to_path_buf(),
         rank_program: program,
         program_roots: Default::default(),
+        program_sandbox: Default::default(),
         stop_grace: Duration::from_secs(5),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(300),

@@ -7,7 +7,12 @@ use super::schema::{training_events, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
+use cohort_spec::progress::ProgressLine;
 use diesel::prelude::*;
+
+/// How many of a program's last progress lines are looked at for its
+/// final loss (a program may report its loss only now and then).
+const FINAL_LOSS_LOOKBACK: i64 = 64;
 
 /// Appends one event inside the caller's transaction and returns it.
 pub fn append_event_in(
@@ -107,7 +112,8 @@ impl Persistence {
 }
 
 impl Persistence {
-    /// The loss of rank 0's `finished` line of `attempt`, if it sent one.
+    /// The loss of rank 0's `finished` line of `attempt`, if it sent one;
+    /// for a program, the loss of its last progress line that had one.
     pub async fn finished_loss(
         &self,
         training_id: &str,
@@ -115,24 +121,25 @@ impl Persistence {
     ) -> Result<Option<f64>, DatabaseError> {
         let id = training_id.to_string();
         self.read("finished_loss", move |c| {
-            let row = training_events::table
+            let rows: Vec<EventRow> = training_events::table
                 .filter(training_events::training_id.eq(&id))
-                .filter(training_events::kind.eq("finished"))
+                .filter(training_events::kind.eq_any(["finished", "metrics"]))
                 .filter(training_events::attempt.eq(attempt))
                 .order(training_events::seq.desc())
                 .select(EventRow::as_select())
-                .first(c)
-                .optional()?;
-            Ok(row
-                .map(StoredEvent::try_from)
-                .transpose()?
-                .and_then(|e| match e.payload {
-                    EventPayload::Rank(cohort_spec::progress::ProgressLine::Finished {
-                        loss,
-                        ..
-                    }) => Some(loss),
+                .limit(FINAL_LOSS_LOOKBACK)
+                .load(c)?;
+            for row in rows {
+                let loss = match StoredEvent::try_from(row)?.payload {
+                    EventPayload::Rank(ProgressLine::Finished { loss, .. }) => Some(loss),
+                    EventPayload::Rank(ProgressLine::Metrics(m)) => m.loss,
                     _ => None,
-                }))
+                };
+                if loss.is_some() {
+                    return Ok(loss);
+                }
+            }
+            Ok(None)
         })
         .await
     }
