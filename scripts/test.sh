@@ -19,3 +19,5 @@ cargo build --workspace --locked --bins
 # deploy/: Kubernetes manifests, Dockerfiles and systemd units, offline.
 bash scripts/check-deploy.sh
 cargo test --workspace --locked
+# The programs' Python helper.
+"$COHORT_VENV/bin/python" -m pytest -q sdk/python/tests

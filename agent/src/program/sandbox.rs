@@ -4,7 +4,8 @@
 //! interpreter its command names (a virtualenv and the base Python it was
 //! made from), the agent's program roots and its team's data roots; it may
 //! write only its run directory (with its private HOME and TMPDIR) and its
-//! checkpoint directory, and the devices and shared memory a GPU job needs.
+//! checkpoint directory, and use the devices a GPU job needs (/dev/null and
+//! the like, the NVIDIA and InfiniBand devices, /dev/shm) — not a disk.
 //! Everything else on the file system — the shared /tmp, home directories,
 //! the agent's key and work dir, other trainings' run dirs, other teams'
 //! files — answers EACCES. The network is not restricted (the ranks must
@@ -36,6 +37,34 @@ pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/run",
 ];
 
+/// Device files any program may read and write.
+const COMMON_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The devices of a GPU job: the common ones, every `/dev/nvidia*` (GPUs,
+/// the control and UVM devices, the capabilities) and `/dev/infiniband`.
+/// Blocking: it lists /dev.
+#[allow(clippy::disallowed_methods)]
+fn devices() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = COMMON_DEVICES.iter().map(PathBuf::from).collect();
+    found.push(PathBuf::from("/dev/infiniband"));
+    if let Ok(entries) = std::fs::read_dir("/dev") {
+        found.extend(
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("nvidia"))
+                .map(|e| e.path()),
+        );
+    }
+    found
+}
+
 /// The ABI version of the running kernel's Landlock; 0 without it.
 pub fn kernel_abi() -> i64 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -59,6 +88,8 @@ pub struct SandboxRules {
     pub read_exec: Vec<PathBuf>,
     /// Read, write, create and remove.
     pub write: Vec<PathBuf>,
+    /// Device files (and device directories) to read, write and ioctl.
+    pub devices: Vec<PathBuf>,
 }
 
 impl SandboxRules {
@@ -78,10 +109,14 @@ impl SandboxRules {
         let write = vec![
             run_dir.to_path_buf(),
             checkpoint_dir.to_path_buf(),
-            // Device files (/dev/null, GPUs) and shared memory (NCCL).
-            PathBuf::from("/dev"),
+            // Shared memory (NCCL's, Python multiprocessing's).
+            PathBuf::from("/dev/shm"),
         ];
-        Self { read_exec, write }
+        Self {
+            read_exec,
+            write,
+            devices: devices(),
+        }
     }
 }
 
@@ -143,6 +178,13 @@ impl Confinement {
                 ))
             })
             .and_then(|r| r.add_rules(path_beneath_rules(&rules.write, AccessFs::from_all(abi))))
+            .and_then(|r| {
+                let device = AccessFs::from_read(abi)
+                    | AccessFs::WriteFile
+                    | AccessFs::Truncate
+                    | AccessFs::IoctlDev;
+                r.add_rules(path_beneath_rules(&rules.devices, device))
+            })
             .map_err(|e| format!("cannot build the Landlock ruleset: {e}"))?;
         let fd: Option<OwnedFd> = created.into();
         let fd = fd.ok_or("this kernel has no Landlock")?;
@@ -209,6 +251,7 @@ mod tests {
         let rules = SandboxRules {
             read_exec: SYSTEM_DIRS.iter().map(PathBuf::from).collect(),
             write: vec![mine.clone()],
+            devices: devices(),
         };
         let run = |path: PathBuf| {
             let rules = rules.clone();
@@ -220,6 +263,7 @@ mod tests {
             }
         };
         assert!(run(mine.join("f")).await.status.success());
+        assert!(run(PathBuf::from("/dev/null")).await.status.success());
         let denied = run(other.join("f")).await;
         assert!(!denied.status.success());
         assert!(

@@ -55,6 +55,20 @@ fn summary(s: Summary) -> v1::PerformanceSummary {
         progress_windows: s.progress_windows,
         ranks: s.ranks.into_iter().map(rank).collect(),
         quality: Some(quality(s.quality)),
+        program_metrics: s
+            .program
+            .into_iter()
+            .map(|m| v1::ProgramMetric {
+                name: m.name,
+                first_step: m.first_step,
+                first: m.first,
+                last_step: m.last_step,
+                last: m.last,
+                min: m.min,
+                max: m.max,
+                points: m.points,
+            })
+            .collect(),
     }
 }
 

@@ -4,6 +4,7 @@
 //! - [`summary`]: the performance summary (throughput, step-time
 //!   percentiles, compute vs communication share, memory, GPU use per rank).
 //! - [`quality`]: the SAE's metrics, validations, rejected checkpoints, divergences.
+//! - [`program`]: a program's loss and own metrics over its run.
 //! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
 //! - [`stats`]: mean and percentiles.
@@ -16,6 +17,7 @@ pub mod files;
 pub mod gpu;
 pub mod load;
 pub mod metrics;
+pub mod program;
 pub mod quality;
 pub mod scaling;
 pub mod stats;

@@ -52,6 +52,8 @@ pub struct Summary {
     pub ranks: Vec<RankSummary>,
     /// What an SAE user judges the run by.
     pub quality: super::quality::Quality,
+    /// A program's loss and metrics over the run (empty for the SAE).
+    pub program: Vec<super::program::MetricSummary>,
 }
 
 /// One rank: its own timing from rank_stats, and its GPU from telemetry.
@@ -168,6 +170,16 @@ pub fn summarize(
                 wall_time_s,
                 ..
             } => finished = Some((*step, *loss, *wall_time_s)),
+            // A program's line: what it reported, nothing made up.
+            ProgressLine::Metrics(m) => {
+                last_step = m.step;
+                if let Some(t) = m.total_steps {
+                    total_steps = t;
+                }
+                if m.loss.is_some() {
+                    last_loss = m.loss;
+                }
+            }
             _ => {}
         }
     }
@@ -212,5 +224,6 @@ pub fn summarize(
         progress_windows: step_times.len() as u64,
         ranks,
         quality: super::quality::quality(events),
+        program: super::program::program_metrics(events),
     }
 }

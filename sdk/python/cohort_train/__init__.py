@@ -1,0 +1,157 @@
+"""Helpers for a program that runs as a cohort training (docs/programs.md).
+
+Everything here is optional: cohort starts a program with torchrun's
+environment plus `COHORT_CHECKPOINT_DIR` and (on a restart)
+`COHORT_RESUME_DIR`, and reads the JSON lines rank 0 prints. These helpers
+write those lines and checkpoints the way cohort expects them.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+__all__ = [
+    "is_main",
+    "report",
+    "finish",
+    "checkpoint_dir",
+    "resume_dir",
+    "save_checkpoint",
+    "step_of",
+]
+
+_STEP_PREFIX = "step-"
+
+
+def is_main() -> bool:
+    """Whether this process is rank 0 (true when RANK is unset: one process)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _numbers(metrics: dict) -> dict:
+    out = {}
+    for name, value in metrics.items():
+        if value is None:
+            continue
+        if hasattr(value, "item"):  # a one-element tensor or numpy scalar
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"metric {name!r} must be a number, not {type(value).__name__}")
+        out[name] = value
+    return out
+
+
+def _emit(event: str, fields: dict, stream=None) -> None:
+    # allow_nan: a NaN loss is written as NaN, which cohort reads as NaN.
+    line = json.dumps({"event": event, **fields}, allow_nan=True)
+    print(line, file=stream or sys.stdout, flush=True)
+
+
+def report(step: int, total_steps: Optional[int] = None, **metrics) -> None:
+    """Print one `progress` line on rank 0: the step, the total when known,
+    and any numeric metrics (`loss` among them) by name."""
+    if not is_main():
+        return
+    fields = {"step": int(step)}
+    if total_steps is not None:
+        fields["total_steps"] = int(total_steps)
+    fields.update(_numbers(metrics))
+    _emit("progress", fields)
+
+
+def finish(step: int, **metrics) -> None:
+    """Print the `finished` line on rank 0 (its `loss`, when given, must be
+    finite for the training to succeed)."""
+    if not is_main():
+        return
+    _emit("finished", {"step": int(step), **_numbers(metrics)})
+
+
+def _path_of(variable: str) -> Optional[Path]:
+    value = os.environ.get(variable)
+    return Path(value) if value else None
+
+
+def checkpoint_dir() -> Optional[Path]:
+    """Where rank 0 writes `step-<N>/` checkpoints (COHORT_CHECKPOINT_DIR)."""
+    return _path_of("COHORT_CHECKPOINT_DIR")
+
+
+def resume_dir() -> Optional[Path]:
+    """The newest complete checkpoint to resume from (COHORT_RESUME_DIR);
+    None on a fresh start."""
+    return _path_of("COHORT_RESUME_DIR")
+
+
+def step_of(path) -> Optional[int]:
+    """The step a `step-<N>` directory name stands for; None for any other."""
+    name = Path(path).name
+    digits = name[len(_STEP_PREFIX):] if name.startswith(_STEP_PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def _fsync_tree(root: Path) -> None:
+    for directory, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(directory))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(step: int, write_fn: Callable[[Path], None],
+                    keep: Optional[int] = None,
+                    directory: Optional[Path] = None) -> Optional[Path]:
+    """Write checkpoint `step` on rank 0 and return its directory.
+
+    `write_fn(tmp)` writes any files into `tmp`, a hidden directory beside
+    the final one. Its files are fsynced, then it is renamed to
+    `step-<N>` (8 digits), so a `step-<N>` directory is always complete.
+    With `keep`, all but the newest `keep` checkpoints are removed. Other
+    ranks write nothing and get None.
+    """
+    if not is_main():
+        return None
+    root = Path(directory) if directory is not None else checkpoint_dir()
+    if root is None:
+        raise RuntimeError("no checkpoint directory: COHORT_CHECKPOINT_DIR is unset")
+    if step < 0:
+        raise ValueError(f"step {step} is negative")
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{_STEP_PREFIX}{int(step):08d}"
+    tmp = root / f".{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        write_fn(tmp)
+        _fsync_tree(tmp)
+        if final.exists():
+            raise FileExistsError(f"checkpoint {final} exists already")
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep is not None:
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        steps = sorted((s, p) for p in root.iterdir()
+                       if p.is_dir() and (s := step_of(p)) is not None)
+        for _, old in steps[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
