@@ -29,7 +29,8 @@ if ! "$BIN/cohort-agent" --probe-once >/dev/null 2>&1; then
   gpus=(--simulate-gpus 2:16GiB)
 fi
 "$BIN/cohort-agent" --coordinator "$URL" --name "$(hostname)" --address 127.0.0.1 \
-  --work-dir "$STATE/agent" --rank-binary "$BIN/cohort-rank" "${gpus[@]}" > "$STATE/logs/agent.log" 2>&1 &
+  --work-dir "$STATE/agent" --rank-binary "$BIN/cohort-rank" "${gpus[@]}" \
+  --program-root "$PWD/examples/programs" > "$STATE/logs/agent.log" 2>&1 &
 pids+=($!)
 
 export COHORT_COORDINATOR="$URL"
@@ -45,6 +46,21 @@ echo
 echo "demo: the last lines of each rank of that training (cohort logs)"
 demo_id=$("$BIN/cohort" -o json train list | grep -o '"id":"trn-[0-9a-f]*"' | sed -n 1p | cut -d'"' -f4)
 "$BIN/cohort" logs "$demo_id" --tail 3
+echo
+echo "demo: a team's own PyTorch DDP script (examples/programs/torch_ddp) as a [program] training"
+cat > "$STATE/torch_ddp.toml" <<TOML
+[program]
+command = ["$COHORT_VENV/bin/python", "$PWD/examples/programs/torch_ddp/train.py", "--steps", "100"]
+working_dir = "$PWD/examples/programs/torch_ddp"
+memory_gib_per_rank = 1
+[checkpoint]
+keep = 2
+TOML
+"$BIN/cohort" train submit --config "$STATE/torch_ddp.toml" --gpus 2 --wait
+program_id=$("$BIN/cohort" -o json train list | grep -o '"id":"trn-[0-9a-f]*"' | sed -n 1p | cut -d'"' -f4)
+"$BIN/cohort" train get "$program_id"
+"$BIN/cohort" checkpoints "$program_id"
+"$BIN/cohort" train report "$program_id"
 if [ "$ONCE" = 1 ]; then exit 0; fi
 cat <<MSG
 

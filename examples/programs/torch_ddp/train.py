@@ -122,7 +122,7 @@ def main():
 
     final = loss.item()
     if rank == 0:
-        emit("finished", step=args.steps, loss=final)
+        emit("finished", step=args.steps, total_steps=args.steps, loss=final)
     dist.destroy_process_group()
     if not math.isfinite(final):
         print(f"rank {rank}: the loss is {final}", file=sys.stderr, flush=True)

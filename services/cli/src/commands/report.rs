@@ -72,7 +72,12 @@ pub fn render(r: &v1::TrainingReport) -> String {
         opt_num(s.step_time_p99_ms, 2, " ms"),
         s.progress_windows
     );
-    out += &quality(&s.quality.unwrap_or_default());
+    if s.program_metrics.is_empty() {
+        out += &quality(&s.quality.unwrap_or_default());
+    } else {
+        out += &crate::render::program::metrics_table(&s.program_metrics);
+        out += "\n";
+    }
     out += "\n";
     let mut ranks = Table::new(&[
         "RANK",
@@ -196,6 +201,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
             "step_time_p99_ms": s.step_time_p99_ms,
             "progress_windows": s.progress_windows,
             "quality": s.quality.as_ref().map(message_json::message),
+            "program_metrics": s.program_metrics.iter().map(message_json::message).collect::<Vec<_>>(),
             "ranks": s.ranks.iter().map(|k| json!({
                 "rank": k.rank,
                 "stats_windows": k.stats_windows,

@@ -319,6 +319,9 @@ impl Watcher {
         if self.out == OutputFormat::Table {
             match &event.event {
                 Some(Event::Progress(p)) => self.bar.update(p)?,
+                Some(Event::ProgramProgress(p)) => {
+                    self.bar.show(crate::render::program::progress_text(p))?
+                }
                 _ => {
                     if let Some(text) = describe(event) {
                         self.bar.message(&text)?;

@@ -84,7 +84,7 @@ fn complete(message: &DynamicMessage, value: &mut Value) {
 /// A config with the keys of the config file; `null` if the server sent
 /// one this CLI cannot read (it would have been rejected on creation).
 pub fn config(c: &v1::TrainingConfig) -> Value {
-    cohort_spec::TrainingConfig::try_from(c.clone())
+    cohort_spec::Workload::try_from(c.clone())
         .ok()
         .and_then(|c| serde_json::to_value(&c).ok())
         .unwrap_or(Value::Null)

@@ -45,7 +45,11 @@ impl ProgressLine {
 
     /// Shows the newest progress.
     pub fn update(&mut self, p: &ProgressEvent) -> Result<(), CliError> {
-        let text = progress_text(p);
+        self.show(progress_text(p))
+    }
+
+    /// Shows `text` as the newest progress (a program's line).
+    pub fn show(&mut self, text: String) -> Result<(), CliError> {
         let mut out = std::io::stdout().lock();
         if self.live {
             write!(out, "\r\x1b[2K{text}")?;

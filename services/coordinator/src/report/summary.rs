@@ -171,7 +171,12 @@ pub fn summarize(
                 ..
             } => finished = Some((*step, *loss, *wall_time_s)),
             // A program's line: what it reported, nothing made up.
+            // (its `samples_per_sec`, when it reports one, is the throughput
+            // of the report and of the scaling table).
             ProgressLine::Metrics(m) => {
+                if let Some(rate) = m.metrics.get("samples_per_sec").filter(|r| r.is_finite()) {
+                    throughput.push(*rate);
+                }
                 last_step = m.step;
                 if let Some(t) = m.total_steps {
                     total_steps = t;

@@ -21,7 +21,10 @@ pub fn trainings(trainings: &[v1::Training]) -> String {
         "ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "CREATED", "REASON",
     ]);
     for tr in trainings {
-        let (step, loss) = progress_cells(tr.latest_progress.as_ref());
+        let (step, loss) = match &tr.latest_program_progress {
+            Some(p) => crate::render::program::cells(p),
+            None => progress_cells(tr.latest_progress.as_ref()),
+        };
         t.row(vec![
             tr.id.clone(),
             dash(&tr.display_name),
@@ -65,6 +68,9 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
     }
     if let Some(c) = &t.config {
         field("config", config_summary(c));
+    }
+    if let Some(p) = &t.latest_program_progress {
+        field("progress", crate::render::program::progress_text(p));
     }
     if let Some(p) = &t.latest_progress {
         field(
@@ -128,6 +134,9 @@ pub fn gpu_request(r: &v1::GpuRequest) -> String {
 /// The main facts of a config on one line.
 pub fn config_summary(c: &v1::TrainingConfig) -> String {
     use v1::data_config::Source;
+    if let Some(p) = &c.program {
+        return crate::render::program::config_summary(p);
+    }
     let mut parts = Vec::new();
     if let Some(m) = &c.model {
         let width = match (m.d_sae, m.expansion_factor) {
