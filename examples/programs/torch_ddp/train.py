@@ -71,8 +71,10 @@ def main():
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) \
-        if backend == "nccl" else torch.device("cpu")
+    # cohort gives each rank one GPU (CUDA_VISIBLE_DEVICES): it is cuda:0;
+    # under torchrun every rank sees them all and takes LOCAL_RANK's.
+    local = int(os.environ.get("LOCAL_RANK", 0)) if torch.cuda.device_count() > 1 else 0
+    device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
     torch.manual_seed(0)  # the same initial model on every rank
     target = torch.randn(D_IN, D_OUT)
     model = torch.nn.Linear(D_IN, D_OUT).to(device)
