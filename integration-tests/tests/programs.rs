@@ -236,6 +236,40 @@ async fn a_program_trains_logs_live_and_resumes_from_its_checkpoint_after_kill_9
         .collect();
     assert_eq!(on_disk.len(), 2, "{on_disk:?}");
 
+    // Downloaded through the coordinator: the directory as the program wrote it.
+    let out = cluster.root().join("download");
+    let listed = cluster
+        .cli_ok(&[
+            "checkpoints",
+            "download",
+            &id,
+            "--out",
+            &out.display().to_string(),
+        ])
+        .await;
+    assert!(listed.contains("state.pt"), "{listed}");
+    let written = PathBuf::from(&kept[0].path).join("state.pt");
+    assert_eq!(
+        std::fs::read(out.join("state.pt")).unwrap(),
+        std::fs::read(&written).unwrap()
+    );
+    let refused = cluster
+        .cli(&[
+            "checkpoints",
+            "download",
+            &id,
+            "--out",
+            "/tmp/x",
+            "--format",
+            "saelens",
+        ])
+        .await;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("native format only"),
+        "{refused:?}"
+    );
+
     // The resumed attempt's own lines are readable afterwards.
     let out = cluster
         .cli_ok(&["logs", &id, "--attempt", "2", "--rank", "0"])

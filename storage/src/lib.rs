@@ -14,12 +14,15 @@
 //! - [`s3`]: the one S3 client builder and the blocking S3 operations,
 //!   with the object-storage prefixes a rank's team is confined to.
 //! - [`local`]: files opened so that a link swapped in cannot lead a read out.
+//! - [`tree`]: a program's checkpoint directory as written: its files
+//!   listed and opened, never through a link out of it.
 
 mod blob;
 mod dir;
 pub mod local;
 mod objects;
 pub mod s3;
+pub mod tree;
 
 pub use blob::{coalesce, Blob};
 pub use dir::{Dir, Fetched, Staged};

@@ -1,8 +1,9 @@
 //! ReadFile: the coordinator reads a checkpoint kept on this host (for
-//! DownloadCheckpoint) or a rank's log (for WatchLogs). Only files directly
-//! in a `step-*` (or the `best`) directory under a `checkpoints` directory
-//! below this agent's `<work-dir>/trainings`, and the logs of the ranks it
-//! ran, are served, at most 1 MiB per request; everything else is refused.
+//! DownloadCheckpoint) or a rank's log (for WatchLogs). Only files in a
+//! `step-*` (or the `best`) directory under a `checkpoints` directory below
+//! this agent's `<work-dir>/trainings` (a program's may be nested), and the
+//! logs of the ranks it ran, are served, at most 1 MiB per request; such a
+//! directory can also be listed; everything else is refused.
 
 use crate::supervisor::log::log_path;
 use cohort_proto::v1;
@@ -30,22 +31,51 @@ fn open_allowed(work_dir: &Path, requested: &str) -> Result<std::fs::File, Strin
         .canonicalize()
         .map_err(|e| format!("no trainings directory: {e}"))?;
     let (file, real) = open_resolved(path).map_err(|e| format!("{requested}: {e}"))?;
-    let in_checkpoint_dir = real
-        .parent()
-        .and_then(Path::file_name)
-        .is_some_and(|n| is_checkpoint_dir(&n.to_string_lossy()));
-    let under_checkpoints = real
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .is_some_and(|n| n == CHECKPOINTS_DIR);
     let is_file = file.metadata().is_ok_and(|m| m.is_file());
-    if !real.starts_with(&root) || !in_checkpoint_dir || !under_checkpoints || !is_file {
+    let in_checkpoint = real.ancestors().skip(1).any(is_served_checkpoint);
+    if !real.starts_with(&root) || !in_checkpoint || !is_file {
         return Err(format!(
             "{requested} is not a checkpoint file of this agent"
         ));
     }
     Ok(file)
+}
+
+/// Whether `dir` is a checkpoint directory (`step-*` or `best`) directly
+/// under a `checkpoints` directory.
+fn is_served_checkpoint(dir: &Path) -> bool {
+    let named = dir
+        .file_name()
+        .is_some_and(|n| is_checkpoint_dir(&n.to_string_lossy()));
+    let under = dir
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == CHECKPOINTS_DIR);
+    named && under
+}
+
+/// The most files a listing names (it must fit one answer).
+const MAX_LISTED: usize = 10_000;
+
+/// The files of a checkpoint directory of this agent, one per line.
+fn list_allowed(work_dir: &Path, requested: &str) -> Result<Vec<u8>, String> {
+    let root = work_dir
+        .join("trainings")
+        .canonicalize()
+        .map_err(|e| format!("no trainings directory: {e}"))?;
+    let real = Path::new(requested)
+        .canonicalize()
+        .map_err(|e| format!("{requested}: {e}"))?;
+    if !real.starts_with(&root) || !is_served_checkpoint(&real) {
+        return Err(format!("{requested} is not a checkpoint of this agent"));
+    }
+    let files = cohort_storage::tree::list_files(&real, MAX_LISTED)
+        .map_err(|e| format!("{requested}: {e}"))?;
+    let listing = files.join("\n").into_bytes();
+    if listing.len() as u64 > MAX_READ {
+        return Err(format!("{requested}: its listing is over {MAX_READ} bytes"));
+    }
+    Ok(listing)
 }
 
 /// Opens the log of a rank this agent ran (see `supervisor::log`), if there
@@ -81,6 +111,18 @@ pub fn read(work_dir: &Path, req: &v1::ReadFile) -> v1::FileChunk {
         file_size,
         error,
     };
+    if req.list && req.log.is_none() {
+        return match list_allowed(work_dir, &req.path) {
+            Ok(listing) => {
+                let size = listing.len() as u64;
+                answer(listing, size, String::new())
+            }
+            Err(e) => {
+                tracing::warn!(path = %req.path, error = %e, "refusing a listing");
+                answer(Vec::new(), 0, e)
+            }
+        };
+    }
     let opened = match &req.log {
         Some(log) => open_log(work_dir, log),
         None => open_allowed(work_dir, &req.path),
@@ -135,6 +177,7 @@ mod tests {
             offset,
             length,
             log: None,
+            list: false,
         };
         let best = step.with_file_name("best");
         std::fs::create_dir_all(&best).unwrap();
@@ -193,6 +236,7 @@ mod tests {
                 rank,
                 previous: false,
             }),
+            list: false,
         };
         let got = read(work.path(), &req("t1", 0, 6, 100));
         assert!(got.error.is_empty(), "{}", got.error);
@@ -204,5 +248,50 @@ mod tests {
                 "{training} rank {rank}"
             );
         }
+    }
+
+    #[test]
+    fn lists_and_serves_a_program_checkpoint_as_written() {
+        let work = tempfile::tempdir().unwrap();
+        let step = work.path().join("trainings/p1/run/checkpoints/step-7");
+        std::fs::create_dir_all(step.join("opt")).unwrap();
+        std::fs::write(step.join("model.pt"), b"weights").unwrap();
+        std::fs::write(step.join("opt/adam.pt"), b"moments").unwrap();
+        std::fs::write(work.path().join("trainings/p1/run/secret"), b"no").unwrap();
+        std::os::unix::fs::symlink(
+            work.path().join("trainings/p1/run/secret"),
+            step.join("leak"),
+        )
+        .unwrap();
+        let req = |path: &Path, list| v1::ReadFile {
+            request_id: 3,
+            path: path.display().to_string(),
+            offset: 0,
+            length: 100,
+            log: None,
+            list,
+        };
+        let listing = read(work.path(), &req(&step, true));
+        assert!(listing.error.is_empty(), "{}", listing.error);
+        assert_eq!(
+            String::from_utf8(listing.data).unwrap(),
+            "model.pt\nopt/adam.pt"
+        );
+        let nested = read(work.path(), &req(&step.join("opt/adam.pt"), false));
+        assert_eq!(nested.data, b"moments");
+        for bad in [
+            work.path().join("trainings/p1/run"),
+            work.path().join("trainings/p1/run/checkpoints"),
+            PathBuf::from("/etc"),
+        ] {
+            assert!(
+                !read(work.path(), &req(&bad, true)).error.is_empty(),
+                "{}",
+                bad.display()
+            );
+        }
+        assert!(!read(work.path(), &req(&step.join("leak"), false))
+            .error
+            .is_empty());
     }
 }

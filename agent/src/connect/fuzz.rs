@@ -86,6 +86,7 @@ proptest! {
         parts in prop::collection::vec(path_part(), 0..10),
         offset in any::<u64>(),
         length in any::<u32>(),
+        list in any::<bool>(),
     ) {
         let (dir, root) = host();
         let path = format!("{root}/{}", parts.join("/"));
@@ -95,6 +96,7 @@ proptest! {
             offset,
             length,
             log: None,
+            list,
         });
         prop_assert!(!chunk.data.windows(10).any(|w| w == b"TOP-SECRET"), "{path}");
         prop_assert!(chunk.data.len() as u64 <= files::MAX_READ);

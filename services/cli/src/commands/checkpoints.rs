@@ -101,6 +101,23 @@ fn create_part(part: &std::path::Path) -> std::io::Result<std::fs::File> {
         .open(part)
 }
 
+/// A file name the coordinator sent, split into its directory (relative,
+/// possibly empty) and base name; `None` unless every `/`-separated part is
+/// a plain name (not empty, `.` or `..`, no backslash, no leading `.` on the
+/// base name, which part files use).
+fn safe_name(file: &str) -> Option<(std::path::PathBuf, &str)> {
+    let parts: Vec<&str> = file.split('/').collect();
+    let plain = |p: &&str| !p.is_empty() && *p != "." && *p != ".." && !p.contains('\\');
+    if !parts.iter().all(plain) {
+        return None;
+    }
+    let (base, dirs) = parts.split_last()?;
+    if base.starts_with('.') {
+        return None;
+    }
+    Some((dirs.iter().collect(), base))
+}
+
 pub async fn download(
     coordinator: &Coordinator,
     args: &DownloadArgs,
@@ -126,20 +143,22 @@ pub async fn download(
     let mut step = None;
     while let Some(chunk) = stream.message().await? {
         step = Some(chunk.step);
-        // A name with a directory in it would write outside --out.
-        if chunk.file.is_empty() || chunk.file.contains(['/', '\\']) || chunk.file.starts_with('.')
-        {
+        // A name that could lead outside --out is refused (a program's
+        // checkpoint may have subdirectories: `opt/adam.pt`).
+        let Some((dir, base)) = safe_name(&chunk.file) else {
             return Err(fail(
                 &args.out,
                 format!("the coordinator sent a bad file name {:?}", chunk.file),
             ));
-        }
+        };
         if open.as_ref().is_none_or(|o| o.name != chunk.file) {
             if let Some(prev) = open.take() {
                 done.push(prev.finish()?);
             }
-            let path = args.out.join(&chunk.file);
-            let part = args.out.join(format!(".{}.part", chunk.file));
+            let parent = args.out.join(dir);
+            std::fs::create_dir_all(&parent).map_err(|e| fail(&parent, e))?;
+            let path = parent.join(base);
+            let part = parent.join(format!(".{base}.part"));
             let file = create_part(&part).map_err(|e| fail(&part, e))?;
             open = Some(Open {
                 name: chunk.file.clone(),
@@ -245,4 +264,35 @@ pub fn checkpoints_table(checkpoints: &[v1::Checkpoint]) -> String {
         ]);
     }
     t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_name;
+    use std::path::PathBuf;
+
+    #[test]
+    fn names_stay_inside_the_output_directory() {
+        assert_eq!(
+            safe_name("state.safetensors"),
+            Some((PathBuf::new(), "state.safetensors"))
+        );
+        assert_eq!(
+            safe_name("opt/adam.pt"),
+            Some((PathBuf::from("opt"), "adam.pt"))
+        );
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            ".hidden",
+            "a\\b",
+            "a/",
+        ] {
+            assert_eq!(safe_name(bad), None, "{bad}");
+        }
+    }
 }

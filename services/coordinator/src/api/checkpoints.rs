@@ -29,6 +29,8 @@ struct Kept {
     storage: Option<String>,
     /// The training's team (for the audit row of a download).
     team: String,
+    /// A program's: its checkpoints are directories as it wrote them.
+    program: bool,
 }
 
 /// The page token after the best checkpoint (the steps follow from the top).
@@ -49,6 +51,7 @@ async fn kept(ctx: &Context, who: &Principal, id: &str) -> Result<Kept, Status> 
         best: best.into_iter().next(),
         storage: training.config.checkpoint_storage().map(str::to_string),
         team: training.team.clone(),
+        program: training.config.program().is_some(),
     })
 }
 
@@ -131,7 +134,15 @@ pub async fn download(
         best,
         storage,
         team,
+        program,
     } = kept(ctx, who, &req.training_id).await?;
+    if program && format == v1::CheckpointFormat::Saelens {
+        return Err(ApiError::field(
+            "format",
+            "a program's checkpoint downloads in its native format only (the directory as written)",
+        )
+        .into());
+    }
     let chosen = match (req.best, req.step) {
         (true, _) => best,
         (false, None) => steps.into_iter().next(),
@@ -170,25 +181,38 @@ pub async fn download(
     let env = ctx.storage_env.get(&team).map(Vec::as_slice);
     let (kind, actor, _) = who.actor();
     let caller = format!("{kind}:{actor}");
-    let source = Source::open(
-        &location,
-        shared,
-        &ctx.fleet,
-        &checkpoint.agent_id,
-        &caller,
-        env,
-    )
-    .await
+    let source = if program {
+        Source::open_program(&location, shared, &ctx.fleet, &checkpoint.agent_id, &caller).await
+    } else {
+        Source::open(
+            &location,
+            shared,
+            &ctx.fleet,
+            &checkpoint.agent_id,
+            &caller,
+            env,
+        )
+        .await
+    }
     .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a
     // broken stream.
-    source
-        .size(MANIFEST)
-        .await
-        .map_err(|e| export_status(&id, step, e))?;
+    let what = if program {
+        let files = source
+            .list()
+            .await
+            .map_err(|e| export_status(&id, step, e))?;
+        Files::Program(files)
+    } else {
+        source
+            .size(MANIFEST)
+            .await
+            .map_err(|e| export_status(&id, step, e))?;
+        Files::Sae(format)
+    };
     // Who took a team's weights is on the record (folded per minute like
     // the other non-change rows).
-    let what = format!(
+    let noted = format!(
         "step {step}{}, {}",
         if checkpoint.best { " (best)" } else { "" },
         format.as_str_name()
@@ -201,12 +225,12 @@ pub async fn download(
                 &id,
                 &team,
             )
-            .with("OK", what),
+            .with("OK", noted),
         )
         .await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
-        if let Err(e) = send_files(&source, format, step, &tx).await {
+        if let Err(e) = send_files(&source, what, step, &tx).await {
             let _ = tx.send(Err(export_status(&id, step, e))).await;
         }
     });
@@ -233,12 +257,29 @@ fn within(file: &str, size: u64, cap: u64) -> Result<(), ExportError> {
     Ok(())
 }
 
+/// What a download sends.
+enum Files {
+    /// The SAE's checkpoint, natively or converted.
+    Sae(v1::CheckpointFormat),
+    /// A program's files as listed, relative to its checkpoint directory.
+    Program(Vec<String>),
+}
+
 async fn send_files(
     source: &Source,
-    format: v1::CheckpointFormat,
+    what: Files,
     step: i64,
     tx: &Sender,
 ) -> Result<(), ExportError> {
+    let format = match what {
+        Files::Sae(format) => format,
+        Files::Program(files) => {
+            for file in files {
+                send_file(source, &file, step, tx).await?;
+            }
+            return Ok(());
+        }
+    };
     match format {
         v1::CheckpointFormat::Unspecified | v1::CheckpointFormat::Native => {
             for file in [MANIFEST, STATE] {

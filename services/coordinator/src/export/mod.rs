@@ -3,6 +3,7 @@
 
 pub mod saelens;
 pub mod source;
+pub mod tree;
 
 /// Why a checkpoint cannot be exported.
 #[derive(Debug, thiserror::Error)]

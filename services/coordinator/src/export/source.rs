@@ -68,6 +68,9 @@ pub enum Source {
     /// Shared storage this coordinator reads itself (a directory or an S3
     /// prefix), or a directory of its own (a converted checkpoint).
     Storage(Objects),
+    /// A program's checkpoint directory this coordinator reads itself,
+    /// files below it only ([`super::tree`]).
+    Tree(std::path::PathBuf),
     /// A directory on the disk of the agent that holds it.
     Agent {
         fleet: Fleet,
@@ -118,6 +121,75 @@ impl Source {
     }
 
     /// A directory on this coordinator's host.
+    /// A program's checkpoint directory: through its agent when it is on
+    /// that agent's disk and the agent is connected, else read here.
+    pub async fn open_program(
+        location: &str,
+        shared: bool,
+        fleet: &Fleet,
+        holder: &str,
+        caller: &str,
+    ) -> Result<Self, ExportError> {
+        let dir = match Location::parse(location).map_err(ExportError::Malformed)? {
+            Location::S3 { .. } => {
+                return Err(ExportError::Storage(format!(
+                    "{location}: a program's checkpoint in object storage is not downloadable through the coordinator"
+                )))
+            }
+            Location::Local(dir) => dir,
+        };
+        if !shared && fleet.is_connected(holder) {
+            return Ok(Source::Agent {
+                fleet: fleet.clone(),
+                agent_id: holder.to_string(),
+                caller: caller.to_string(),
+                dir: location.to_string(),
+            });
+        }
+        match tokio::fs::metadata(&dir).await {
+            Ok(m) if m.is_dir() => Ok(Source::Tree(dir)),
+            _ if shared => Err(ExportError::Storage(format!(
+                "{location}: not readable from the coordinator's host (mount the shared storage there)"
+            ))),
+            _ => Err(ExportError::Unreachable(location.to_string())),
+        }
+    }
+
+    /// The files of a program's checkpoint, relative to its directory.
+    pub async fn list(&self) -> Result<Vec<String>, ExportError> {
+        match self {
+            Source::Tree(dir) => super::tree::list(dir).await,
+            Source::Agent {
+                fleet,
+                agent_id,
+                caller,
+                dir,
+            } => {
+                let (data, _) = fleet
+                    .read_file(agent_id, caller, FileRef::Listing(dir.clone()), 0, 0)
+                    .await
+                    .map_err(|e| relay_error(dir, e))?;
+                let text = String::from_utf8(data).map_err(|_| {
+                    ExportError::Malformed(format!("{dir}: a listing that is not text"))
+                })?;
+                let files: Vec<String> = text.lines().map(str::to_string).collect();
+                // The agent lists plain relative names; anything else is refused.
+                match files
+                    .iter()
+                    .find(|f| !cohort_storage::tree::is_plain_relative(f))
+                {
+                    Some(bad) => Err(ExportError::Malformed(format!(
+                        "{dir}: the agent listed {bad:?}"
+                    ))),
+                    None => Ok(files),
+                }
+            }
+            Source::Storage(_) => Err(ExportError::Storage(
+                "listing object storage is not supported".into(),
+            )),
+        }
+    }
+
     pub fn local(dir: &Path) -> Result<Self, ExportError> {
         Objects::open(&Location::Local(dir.to_path_buf()), None)
             .map(Source::Storage)
@@ -143,6 +215,7 @@ impl Source {
                 .map(|(_, size)| size)
                 .map_err(|e| relay_error(dir, e)),
             Source::Storage(objects) => objects.size(file).await.map_err(ExportError::Storage),
+            Source::Tree(dir) => super::tree::size(dir, file).await,
         }
     }
 
@@ -182,6 +255,7 @@ impl Source {
                 .read(file, offset, len)
                 .await
                 .map_err(ExportError::Storage),
+            Source::Tree(dir) => super::tree::read(dir, file, offset, len).await,
         }
     }
 

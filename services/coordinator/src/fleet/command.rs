@@ -35,6 +35,9 @@ pub enum AgentCommand {
 pub enum FileRef {
     /// A checkpoint file, by the path its rank reported.
     Path(String),
+    /// The files below a program's checkpoint directory (its path as
+    /// reported), one per line.
+    Listing(String),
     /// The log the agent keeps of one of its ranks (`previous`: the
     /// generation before the current one).
     RankLog {

@@ -149,8 +149,9 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 offset,
                 length,
             } => {
+                let list = matches!(file, FileRef::Listing(_));
                 let (path, log) = match file {
-                    FileRef::Path(path) => (path, None),
+                    FileRef::Path(path) | FileRef::Listing(path) => (path, None),
                     FileRef::RankLog {
                         training_id,
                         attempt,
@@ -172,6 +173,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                     offset,
                     length,
                     log,
+                    list,
                 })
             }
             AgentCommand::Members(coordinators) => Message::Members(v1::Members { coordinators }),
