@@ -4,7 +4,7 @@
 
 use super::ExportError;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The most files a program's checkpoint may hold to be downloaded.
 pub const MAX_FILES: usize = 10_000;
@@ -31,7 +31,7 @@ pub async fn list(dir: &Path) -> Result<Vec<String>, ExportError> {
     .await
 }
 
-fn open(dir: &PathBuf, file: &str) -> Result<std::fs::File, ExportError> {
+fn open(dir: &Path, file: &str) -> Result<std::fs::File, ExportError> {
     cohort_storage::tree::open_within(dir, file).map_err(|e| failed(dir, e))
 }
 
