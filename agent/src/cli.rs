@@ -64,6 +64,11 @@ pub struct Args {
     #[arg(long = "program-root", value_name = "DIR")]
     pub program_roots: Vec<PathBuf>,
 
+    /// A directory one team's programs may run from (no other team's);
+    /// repeatable.
+    #[arg(long = "team-program-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair)]
+    pub team_program_roots: Vec<(String, String)>,
+
     /// How program ranks are confined: `landlock` (the default; an agent
     /// with --program-root refuses to start on a kernel without Landlock)
     /// or `none` (unconfined).

@@ -86,7 +86,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %rank_program.display(), "rank program not found; starting ranks will fail until it exists (see --rank-binary)");
     }
     let confined = args.program_sandbox == cohort_agent::program::sandbox::SandboxMode::Landlock;
-    if !args.program_roots.is_empty() {
+    if !args.program_roots.is_empty() || !args.team_program_roots.is_empty() {
         let abi = cohort_agent::program::sandbox::kernel_abi();
         if confined && abi < 1 {
             anyhow::bail!(
@@ -109,8 +109,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         interval: args.interval,
         work_dir: work_dir.clone(),
         rank_program,
-        program_roots: cohort_agent::program::ProgramRoots::resolve(&args.program_roots)
-            .map_err(anyhow::Error::msg)?,
+        program_roots: cohort_agent::program::ProgramRoots::resolve(
+            &args.program_roots,
+            &args
+                .team_program_roots
+                .iter()
+                .map(|(team, dir)| (team.clone(), std::path::PathBuf::from(dir)))
+                .collect::<Vec<_>>(),
+        )
+        .map_err(anyhow::Error::msg)?,
         program_sandbox: args.program_sandbox,
         stop_grace: args.stop_grace,
         backoff_initial: BACKOFF_INITIAL,

@@ -22,7 +22,14 @@ fn programs_root() -> PathBuf {
 /// A cluster of one agent with two simulated GPUs that runs programs from
 /// examples/programs (and `more` program roots).
 async fn cluster_with_roots(more: &[&std::path::Path]) -> Cluster {
+    cluster_with(more, Vec::new()).await
+}
+
+/// The same with `env` for the coordinator, the agent and (its env file)
+/// the ranks.
+async fn cluster_with(more: &[&std::path::Path], env: Vec<(String, String)>) -> Cluster {
     let mut options = ClusterOptions::new(Backend::Sqlite, 1);
+    options.env = env;
     for root in std::iter::once(programs_root().as_path()).chain(more.iter().copied()) {
         options.agent_args.push("--program-root".into());
         options.agent_args.push(root.display().to_string());
@@ -511,4 +518,117 @@ async fn the_ppo_example_learns_and_its_report_shows_the_return_rising() {
         .into_inner()
         .checkpoints;
     assert_eq!(checkpoints.first().map(|c| c.step), Some(60));
+}
+
+/// `checkpoint.storage = "s3://..."`: rank 0's agent uploads each complete
+/// checkpoint to the bucket (with the team's credentials) before it is
+/// recorded, keeps `keep` there, and a restart resumes from one downloaded
+/// from the bucket; the coordinator downloads it from the bucket too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_checkpoints_to_s3_and_resumes_from_the_bucket() {
+    let s3 = cohort_integration_tests::s3::S3Server::start();
+    let empty = tempfile::tempdir().unwrap();
+    s3.upload_dir(empty.path(), "ckpt", "runs");
+    let cluster = cluster_with(&[], s3.env()).await;
+    let mut request = torch_ddp(
+        &[
+            "--steps",
+            "60",
+            "--checkpoint-every",
+            "10",
+            "--step-sleep",
+            "0.15",
+        ],
+        2,
+    );
+    request
+        .config
+        .as_mut()
+        .unwrap()
+        .checkpoint
+        .as_mut()
+        .unwrap()
+        .storage = Some("s3://ckpt/runs".into());
+    let id = cluster
+        .training()
+        .await
+        .create_training(request)
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+    let bucket_dir = format!("s3://ckpt/runs/{id}/step-");
+    let recorded = eventually(
+        "a checkpoint in the bucket",
+        Duration::from_secs(120),
+        || async {
+            let list = cluster
+                .training()
+                .await
+                .list_checkpoints(v1::ListCheckpointsRequest {
+                    training_id: id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("ListCheckpoints")
+                .into_inner()
+                .checkpoints;
+            match list.first() {
+                Some(c) if c.path.starts_with(&bucket_dir) => Ok(c.clone()),
+                _ => Err(format!("{list:?}")),
+            }
+        },
+    )
+    .await;
+    let pid = program_rank_pid(&cluster, &id, 1, 1).expect("rank 1's process");
+    signal(pid, Signal::SIGKILL);
+    let done = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(240))
+        .await;
+    assert_eq!(done.restart_count, 1, "{}", done.state_reason);
+    let resumed = events(&cluster, &id)
+        .await
+        .iter()
+        .filter(|e| e.attempt == 2)
+        .find_map(|e| match &e.event {
+            Some(v1::training_event::Event::ProgramProgress(p)) => {
+                p.metrics.get("resumed_from").copied()
+            }
+            _ => None,
+        })
+        .expect("attempt 2 said where it resumed");
+    assert!(resumed >= recorded.step as f64, "resumed from {resumed}");
+    // The checkpoint it resumed from came out of the bucket.
+    let fetched = cluster.root().join(format!(
+        "agent-0/trainings/{id}/run/resume/step-{:08}",
+        resumed as i64
+    ));
+    assert!(fetched.join("state.pt").is_file(), "{}", fetched.display());
+    let kept = cluster
+        .training()
+        .await
+        .list_checkpoints(v1::ListCheckpointsRequest {
+            training_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .checkpoints;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(
+        kept.iter().all(|c| c.path.starts_with(&bucket_dir)),
+        "{kept:?}"
+    );
+    let out = cluster.root().join("from-bucket");
+    let listed = cluster
+        .cli_ok(&[
+            "checkpoints",
+            "download",
+            &id,
+            "--out",
+            &out.display().to_string(),
+        ])
+        .await;
+    assert!(out.join("state.pt").is_file(), "{listed}");
 }

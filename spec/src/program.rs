@@ -200,14 +200,7 @@ impl ProgramTraining {
             if storage.trim().is_empty() || storage.contains('\0') {
                 return Err(invalid("checkpoint.storage", "an entry is empty"));
             }
-            let location =
-                Location::parse(storage).map_err(|e| invalid("checkpoint.storage", e))?;
-            if location.local().is_none() {
-                return Err(invalid(
-                    "checkpoint.storage",
-                    "s3:// storage is not available to programs yet; use a path on a shared file system",
-                ));
-            }
+            Location::parse(storage).map_err(|e| invalid("checkpoint.storage", e))?;
         }
         Ok(())
     }

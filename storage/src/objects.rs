@@ -55,6 +55,26 @@ impl Objects {
         format!("{}/{file}: {e}", self.name.trim_end_matches('/'))
     }
 
+    /// The files under the directory (paths relative to it), sorted; more
+    /// than `max` is an error.
+    pub async fn list(&self, max: usize) -> Result<Vec<String>, String> {
+        use futures::TryStreamExt;
+        let prefix = (!self.prefix.is_empty()).then(|| ObjectPath::from(self.prefix.as_str()));
+        let mut stream = self.store.list(prefix.as_ref());
+        let mut names = Vec::new();
+        let under = format!("{}/", self.prefix);
+        while let Some(meta) = stream.try_next().await.map_err(|e| self.failed("", e))? {
+            let key = meta.location.to_string();
+            let relative = key.strip_prefix(&under).unwrap_or(&key).to_string();
+            if names.len() == max {
+                return Err(format!("{}: more than {max} files", self.name));
+            }
+            names.push(relative);
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// The size of `file`.
     pub async fn size(&self, file: &str) -> Result<u64, String> {
         self.store

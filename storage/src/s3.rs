@@ -38,13 +38,15 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// (`COHORT_S3_PREFIXES`, read once); unset, any. Every operation below
 /// checks, so no object outside them is read, listed, written or deleted.
 pub fn allowed(bucket: &str, key: &str) -> Result<(), String> {
+    process_prefixes()?
+        .check(bucket, key)
+        .map_err(|e| format!("DATA_OUTSIDE_ROOTS: {e}"))
+}
+
+/// This process's prefixes (`COHORT_S3_PREFIXES`, read once).
+fn process_prefixes() -> Result<S3Prefixes, String> {
     static PREFIXES: OnceLock<Result<S3Prefixes, String>> = OnceLock::new();
-    match PREFIXES.get_or_init(S3Prefixes::from_env) {
-        Ok(prefixes) => prefixes
-            .check(bucket, key)
-            .map_err(|e| format!("DATA_OUTSIDE_ROOTS: {e}")),
-        Err(e) => Err(e.clone()),
-    }
+    PREFIXES.get_or_init(S3Prefixes::from_env).clone()
 }
 
 /// An S3 client for `bucket`, configured from `env` (AWS_* variables, a
@@ -161,108 +163,179 @@ impl Blob for S3Blob {
     }
 }
 
-/// (key, size) of the objects directly under `prefix` (a "directory"), or
-/// of every object under it with `recursive`, sorted by key.
+/// One bucket with the client and the prefixes of whoever works in it:
+/// this process's (the rank's: its AWS_* environment and
+/// `COHORT_S3_PREFIXES`), or a team's (the agent keeping a team program's
+/// checkpoints: that team's env file and prefixes, never the agent's own
+/// credentials). Every operation checks its key against the prefixes.
+pub struct Bucket {
+    store: Arc<AmazonS3>,
+    name: String,
+    prefixes: S3Prefixes,
+}
+
+impl Bucket {
+    /// The bucket as a team reaches it: a client from its AWS_* variables.
+    pub fn for_team(
+        name: &str,
+        env: &[(String, String)],
+        prefixes: S3Prefixes,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            store: Arc::new(config(name, Some(env))?),
+            name: name.to_string(),
+            prefixes,
+        })
+    }
+
+    /// The bucket as this process reaches it (one client per bucket).
+    pub fn process(name: &str) -> Result<Self, String> {
+        Ok(Self {
+            store: bucket(name)?,
+            name: name.to_string(),
+            prefixes: process_prefixes()?,
+        })
+    }
+
+    fn allowed(&self, key: &str) -> Result<(), String> {
+        self.prefixes
+            .check(&self.name, key)
+            .map_err(|e| format!("DATA_OUTSIDE_ROOTS: {e}"))
+    }
+
+    /// (key, size) of the objects directly under `prefix` (a "directory"),
+    /// or of every object under it with `recursive`, sorted by key.
+    pub fn list(&self, prefix: &str, recursive: bool) -> Result<Vec<(String, u64)>, String> {
+        self.allowed(prefix.trim_end_matches('/'))?;
+        let dir = ObjectPath::from(prefix.trim_end_matches('/'));
+        let prefix_opt = (!prefix.trim_end_matches('/').is_empty()).then_some(&dir);
+        let err =
+            |e: object_store::Error| format!("{}: cannot list: {e}", s3_uri(&self.name, prefix));
+        let mut found: Vec<(String, u64)> = if recursive {
+            block_on(
+                self.store
+                    .list(prefix_opt)
+                    .map_ok(|m| (m.location.to_string(), m.size))
+                    .try_collect(),
+            )
+            .map_err(err)?
+        } else {
+            block_on(self.store.list_with_delimiter(prefix_opt))
+                .map_err(err)?
+                .objects
+                .into_iter()
+                .map(|m| (m.location.to_string(), m.size))
+                .collect()
+        };
+        found.sort();
+        Ok(found)
+    }
+
+    /// Upload `source` (any size: multipart, 8 MiB parts) to `key`.
+    pub fn upload(&self, key: &str, mut source: impl Read) -> Result<(), String> {
+        self.allowed(key)?;
+        let path = ObjectPath::from(key);
+        let err =
+            |e: &dyn std::fmt::Display| format!("{}: cannot upload: {e}", s3_uri(&self.name, key));
+        block_on(async {
+            let upload = self.store.put_multipart(&path).await.map_err(|e| err(&e))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+            let mut buf = vec![0u8; 8 << 20];
+            loop {
+                let n = source.read(&mut buf).map_err(|e| err(&e))?;
+                if n == 0 {
+                    break;
+                }
+                writer.wait_for_capacity(4).await.map_err(|e| err(&e))?;
+                writer.write(&buf[..n]);
+            }
+            writer.finish().await.map_err(|e| err(&e))?;
+            Ok(())
+        })
+    }
+
+    /// Put a small object in one request.
+    pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), String> {
+        self.allowed(key)?;
+        block_on(
+            self.store
+                .put(&ObjectPath::from(key), PutPayload::from(bytes)),
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{}: cannot write: {e}", s3_uri(&self.name, key)))
+    }
+
+    /// A whole (small) object, or `None` when there is none at `key`.
+    pub fn get_if_present(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.allowed(key)?;
+        let got = block_on(async {
+            let got = self.store.get(&ObjectPath::from(key)).await?;
+            got.bytes().await
+        });
+        match got {
+            Ok(b) => Ok(Some(b.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(format!("{}: cannot read: {e}", s3_uri(&self.name, key))),
+        }
+    }
+
+    /// Stream an object into `sink`, a part at a time.
+    pub fn download(&self, key: &str, sink: &mut impl io::Write) -> Result<(), String> {
+        self.allowed(key)?;
+        let err =
+            |e: &dyn std::fmt::Display| format!("{}: cannot read: {e}", s3_uri(&self.name, key));
+        block_on(async {
+            let got = self
+                .store
+                .get(&ObjectPath::from(key))
+                .await
+                .map_err(|e| err(&e))?;
+            let mut stream = got.into_stream();
+            while let Some(part) = stream.next().await {
+                let part = part.map_err(|e| err(&e))?;
+                sink.write_all(&part).map_err(|e| err(&e))?;
+            }
+            Ok(())
+        })
+    }
+
+    pub fn delete(&self, key: &str) -> Result<(), String> {
+        self.allowed(key)?;
+        block_on(self.store.delete(&ObjectPath::from(key)))
+            .map_err(|e| format!("{}: cannot delete: {e}", s3_uri(&self.name, key)))
+    }
+}
+
+/// This process's [`Bucket::list`].
 pub fn list(
     bucket_name: &str,
     prefix: &str,
     recursive: bool,
 ) -> Result<Vec<(String, u64)>, String> {
-    allowed(bucket_name, prefix.trim_end_matches('/'))?;
-    let store = bucket(bucket_name)?;
-    let dir = ObjectPath::from(prefix.trim_end_matches('/'));
-    let prefix_opt = (!prefix.trim_end_matches('/').is_empty()).then_some(&dir);
-    let err = |e: object_store::Error| format!("{}: cannot list: {e}", s3_uri(bucket_name, prefix));
-    let mut found: Vec<(String, u64)> = if recursive {
-        block_on(
-            store
-                .list(prefix_opt)
-                .map_ok(|m| (m.location.to_string(), m.size))
-                .try_collect(),
-        )
-        .map_err(err)?
-    } else {
-        block_on(store.list_with_delimiter(prefix_opt))
-            .map_err(err)?
-            .objects
-            .into_iter()
-            .map(|m| (m.location.to_string(), m.size))
-            .collect()
-    };
-    found.sort();
-    Ok(found)
+    Bucket::process(bucket_name)?.list(prefix, recursive)
 }
 
-/// Upload `source` (any size: multipart, 8 MiB parts) to `key`.
-pub fn upload(bucket_name: &str, key: &str, mut source: impl Read) -> Result<(), String> {
-    allowed(bucket_name, key)?;
-    let store = bucket(bucket_name)?;
-    let path = ObjectPath::from(key);
-    let err =
-        |e: &dyn std::fmt::Display| format!("{}: cannot upload: {e}", s3_uri(bucket_name, key));
-    block_on(async {
-        let upload = store.put_multipart(&path).await.map_err(|e| err(&e))?;
-        let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
-        let mut buf = vec![0u8; 8 << 20];
-        loop {
-            let n = source.read(&mut buf).map_err(|e| err(&e))?;
-            if n == 0 {
-                break;
-            }
-            writer.wait_for_capacity(4).await.map_err(|e| err(&e))?;
-            writer.write(&buf[..n]);
-        }
-        writer.finish().await.map_err(|e| err(&e))?;
-        Ok(())
-    })
+/// This process's [`Bucket::upload`].
+pub fn upload(bucket_name: &str, key: &str, source: impl Read) -> Result<(), String> {
+    Bucket::process(bucket_name)?.upload(key, source)
 }
 
-/// Put a small object in one request.
+/// This process's [`Bucket::put`].
 pub fn put(bucket_name: &str, key: &str, bytes: Vec<u8>) -> Result<(), String> {
-    allowed(bucket_name, key)?;
-    let store = bucket(bucket_name)?;
-    block_on(store.put(&ObjectPath::from(key), PutPayload::from(bytes)))
-        .map(|_| ())
-        .map_err(|e| format!("{}: cannot write: {e}", s3_uri(bucket_name, key)))
+    Bucket::process(bucket_name)?.put(key, bytes)
 }
 
-/// A whole (small) object, or `None` when there is none at `key`.
+/// This process's [`Bucket::get_if_present`].
 pub fn get_if_present(bucket_name: &str, key: &str) -> Result<Option<Vec<u8>>, String> {
-    allowed(bucket_name, key)?;
-    let store = bucket(bucket_name)?;
-    let got = block_on(async {
-        let got = store.get(&ObjectPath::from(key)).await?;
-        got.bytes().await
-    });
-    match got {
-        Ok(b) => Ok(Some(b.to_vec())),
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(format!("{}: cannot read: {e}", s3_uri(bucket_name, key))),
-    }
+    Bucket::process(bucket_name)?.get_if_present(key)
 }
 
-/// Stream an object into `sink`, a part at a time.
+/// This process's [`Bucket::download`].
 pub fn download(bucket_name: &str, key: &str, sink: &mut impl io::Write) -> Result<(), String> {
-    allowed(bucket_name, key)?;
-    let store = bucket(bucket_name)?;
-    let err = |e: &dyn std::fmt::Display| format!("{}: cannot read: {e}", s3_uri(bucket_name, key));
-    block_on(async {
-        let got = store
-            .get(&ObjectPath::from(key))
-            .await
-            .map_err(|e| err(&e))?;
-        let mut stream = got.into_stream();
-        while let Some(part) = stream.next().await {
-            let part = part.map_err(|e| err(&e))?;
-            sink.write_all(&part).map_err(|e| err(&e))?;
-        }
-        Ok(())
-    })
+    Bucket::process(bucket_name)?.download(key, sink)
 }
 
+/// This process's [`Bucket::delete`].
 pub fn delete(bucket_name: &str, key: &str) -> Result<(), String> {
-    allowed(bucket_name, key)?;
-    let store = bucket(bucket_name)?;
-    block_on(store.delete(&ObjectPath::from(key)))
-        .map_err(|e| format!("{}: cannot delete: {e}", s3_uri(bucket_name, key)))
+    Bucket::process(bucket_name)?.delete(key)
 }

@@ -18,9 +18,11 @@ use cohort_spec::{ProgramTraining, Workload};
 
 use super::Agent;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
+use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
 use crate::supervisor::RankSpec;
+use cohort_spec::prefixes::S3Prefixes;
 
 /// What every rank of this agent's share starts with.
 #[derive(Debug, Clone)]
@@ -94,23 +96,39 @@ pub(super) fn sae(agent: &Agent, team: &str, config_path: &Path, run_dir: &Path)
 /// Where a program training's rank-0 writes checkpoints on this host: the
 /// run directory's `checkpoints/`, or `<storage>/<training id>/` on a
 /// shared file system (under the team's data roots).
+/// With `s3://` storage, the run directory's `checkpoints/` and the bucket
+/// they are uploaded to, worked in with the team's variables and prefixes.
 fn checkpoint_dir(
     p: &ProgramTraining,
     training_id: &str,
     run_dir: &Path,
     roots: &DataRoots,
-) -> Result<PathBuf, Refusal> {
+    team: (&[(String, String)], &S3Prefixes),
+) -> Result<(PathBuf, Option<RemoteSpec>), Refusal> {
     let Some(storage) = p.checkpoint.storage.as_deref() else {
-        return Ok(run_dir.join(CHECKPOINTS_DIR));
+        return Ok((run_dir.join(CHECKPOINTS_DIR), None));
     };
     let location = Location::parse(storage)
         .map_err(|e| Refusal::failed(format!("checkpoint.storage: {e}")))?
         .join(training_id);
-    let Some(dir) = location.local() else {
-        return Err(Refusal::refused(
-            reason::INVALID_CONFIG,
-            "checkpoint.storage: s3:// storage is not available to programs yet; use a path on a shared file system".into(),
-        ));
+    let dir = match &location {
+        Location::Local(dir) => dir,
+        Location::S3 { bucket, key } => {
+            let (env, prefixes) = team;
+            prefixes.check(bucket, key).map_err(|e| {
+                Refusal::refused(
+                    reason::DATA_OUTSIDE_ROOTS,
+                    format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"),
+                )
+            })?;
+            let remote = RemoteSpec {
+                bucket: bucket.clone(),
+                key: key.trim_end_matches('/').to_string(),
+                env: env.to_vec(),
+                prefixes: prefixes.clone(),
+            };
+            return Ok((run_dir.join(CHECKPOINTS_DIR), Some(remote)));
+        }
     };
     roots
         .check(&dir.display().to_string(), run_dir)
@@ -120,7 +138,33 @@ fn checkpoint_dir(
                 format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"),
             )
         })?;
-    Ok(dir.to_path_buf())
+    Ok((dir.to_path_buf(), None))
+}
+
+/// The checkpoint a restart resumes from, downloaded from the bucket into
+/// `into`: the newest recorded one the bucket holds.
+fn fetch_resume(
+    spec: &RemoteSpec,
+    published: &Published,
+    attempt: u32,
+    into: &Path,
+) -> Result<Option<PathBuf>, Refusal> {
+    if attempt <= 1 {
+        return Ok(None);
+    }
+    let remote = Remote::open(spec).map_err(Refusal::failed)?;
+    let mut steps: Vec<i64> = published.pairs().iter().map(|(_, s)| *s).collect();
+    steps.sort_unstable_by(|a, b| b.cmp(a));
+    steps.dedup();
+    for step in steps {
+        if let Some(dir) = remote
+            .fetch(step, into)
+            .map_err(|e| Refusal::failed(format!("cannot download checkpoint {step}: {e}")))?
+        {
+            return Ok(Some(dir));
+        }
+    }
+    Ok(None)
 }
 
 /// The launch of a team's program. Blocking (it resolves paths and makes
@@ -130,7 +174,9 @@ pub(super) fn program(
     p: &ProgramTraining,
     program_roots: &ProgramRoots,
     sandbox: SandboxMode,
+    team: &str,
     team_env: Vec<(String, String)>,
+    prefixes: &S3Prefixes,
     training_id: &str,
     attempt: u32,
     run_dir: &Path,
@@ -138,9 +184,9 @@ pub(super) fn program(
     published: &Published,
 ) -> Result<Plan, Refusal> {
     let working_dir = program_roots
-        .check(&p.program.working_dir)
+        .check(team, &p.program.working_dir)
         .map_err(|e| Refusal::refused(reason::PROGRAM_OUTSIDE_ROOTS, e))?;
-    let dir = checkpoint_dir(p, training_id, run_dir, roots)?;
+    let (dir, remote) = checkpoint_dir(p, training_id, run_dir, roots, (&team_env, prefixes))?;
     let home = run_dir.join("home");
     let tmp = run_dir.join("tmp");
     for d in [&dir, &home, &tmp] {
@@ -161,7 +207,11 @@ pub(super) fn program(
         launch::CHECKPOINT_DIR.to_string(),
         dir.display().to_string(),
     )];
-    if let Some(resume) = resume_dir(&dir, published, attempt) {
+    let resume = match &remote {
+        None => resume_dir(&dir, published, attempt),
+        Some(spec) => fetch_resume(spec, published, attempt, &run_dir.join("resume"))?,
+    };
+    if let Some(resume) = resume {
         tracing::info!(training = training_id, attempt, resume = %resume.display(), "program resumes");
         extra_env.push((launch::RESUME_DIR.to_string(), resume.display().to_string()));
     }
@@ -174,7 +224,7 @@ pub(super) fn program(
     let sandbox = (sandbox == SandboxMode::Landlock).then(|| {
         SandboxRules::for_program(
             &program,
-            program_roots.paths(),
+            &program_roots.for_team(team),
             roots.paths(),
             run_dir,
             &dir,
@@ -190,6 +240,7 @@ pub(super) fn program(
         checkpoints: Some(CheckpointWatch {
             dir,
             keep: usize::try_from(p.checkpoint.keep).unwrap_or(1).max(1),
+            remote,
         }),
     })
 }
@@ -212,8 +263,10 @@ pub(super) async fn plan(
         return Ok(sae(agent, team, config_path, run_dir));
     };
     let team_env = agent.config.teams.rank_env(team, std::iter::empty());
+    let prefixes = agent.config.teams.s3_prefixes(team);
     let program_roots = agent.config.program_roots.clone();
     let sandbox = agent.config.program_sandbox;
+    let team = team.to_string();
     let (id, run_dir, roots, published) = (
         training_id.to_string(),
         run_dir.to_path_buf(),
@@ -225,7 +278,9 @@ pub(super) async fn plan(
             &p,
             &program_roots,
             sandbox,
+            &team,
             team_env,
+            &prefixes,
             &id,
             attempt,
             &run_dir,

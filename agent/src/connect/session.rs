@@ -373,6 +373,13 @@ fn register(agent: &Agent) -> v1::Register {
         address: agent.config.address.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         program_roots: agent.config.program_roots.to_strings(),
+        team_program_roots: agent
+            .config
+            .program_roots
+            .team_strings()
+            .into_iter()
+            .map(|(team, root)| v1::TeamProgramRoot { team, root })
+            .collect(),
         running_ranks: agent
             .supervisor
             .running_pids()

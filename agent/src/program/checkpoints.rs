@@ -23,6 +23,8 @@ pub struct CheckpointWatch {
     pub dir: PathBuf,
     /// Complete checkpoints kept (the newest); at least 1.
     pub keep: usize,
+    /// Object storage each checkpoint is uploaded to before it is reported.
+    pub remote: Option<super::remote::RemoteSpec>,
 }
 
 /// The complete checkpoints in `dir`, oldest first: directories (not
@@ -58,10 +60,11 @@ pub fn resume_dir(dir: &Path, published: &Published, attempt: u32) -> Option<Pat
 }
 
 /// The checkpoints seen so far in one attempt's directory.
-#[derive(Debug)]
 pub struct Watcher {
     watch: CheckpointWatch,
     seen: BTreeSet<i64>,
+    /// The bucket, once its client could be built.
+    remote: Option<Result<super::remote::Remote, String>>,
 }
 
 impl Watcher {
@@ -69,26 +72,70 @@ impl Watcher {
     /// recorded): only what appears later is reported.
     pub fn new(watch: CheckpointWatch) -> Self {
         let seen = complete(&watch.dir).into_iter().map(|(s, _)| s).collect();
-        Self { watch, seen }
+        let remote = watch.remote.as_ref().map(super::remote::Remote::open);
+        Self {
+            watch,
+            seen,
+            remote,
+        }
+    }
+
+    /// Where a new checkpoint is reported to be: uploaded first when the
+    /// storage is a bucket (`None` when that failed: it is tried again at
+    /// the next look).
+    fn publish(&self, step: i64, path: &Path) -> Option<String> {
+        match &self.remote {
+            None => Some(path.display().to_string()),
+            Some(Ok(remote)) => match remote.upload(step, path) {
+                Ok(uri) => Some(uri),
+                Err(e) => {
+                    tracing::warn!(step, error = %e, "cannot upload a checkpoint; trying again");
+                    None
+                }
+            },
+            Some(Err(e)) => {
+                tracing::warn!(step, error = %e, "no bucket to upload checkpoints to");
+                None
+            }
+        }
     }
 
     /// The `checkpoint` lines of the checkpoints that appeared since the
     /// last look, oldest first; then removes all but the newest `keep`.
     pub fn poll(&mut self) -> Vec<ProgressLine> {
         let found = complete(&self.watch.dir);
-        let lines = found
+        let mut lines = Vec::new();
+        let mut failed = BTreeSet::new();
+        for (step, path) in found.iter().filter(|(step, _)| !self.seen.contains(step)) {
+            match self.publish(*step, path) {
+                Some(at) => lines.push(ProgressLine::Checkpoint {
+                    step: *step,
+                    path: at,
+                    best: false,
+                }),
+                None => {
+                    failed.insert(*step);
+                }
+            }
+        }
+        // What is on disk now is what is seen (bounded by the directory),
+        // but for what could not be uploaded yet.
+        self.seen = found
             .iter()
-            .filter(|(step, _)| !self.seen.contains(step))
-            .map(|(step, path)| ProgressLine::Checkpoint {
-                step: *step,
-                path: path.display().to_string(),
-                best: false,
-            })
+            .map(|(s, _)| *s)
+            .filter(|s| !failed.contains(s))
             .collect();
-        // What is on disk now is what is seen (bounded by the directory).
-        self.seen = found.iter().map(|(s, _)| *s).collect();
+        if let (Some(Ok(remote)), false) = (&self.remote, lines.is_empty()) {
+            if let Err(e) = remote.prune(self.watch.keep) {
+                tracing::warn!(error = %e, "cannot prune the bucket's checkpoints");
+            }
+        }
         let excess = found.len().saturating_sub(self.watch.keep.max(1));
-        for (step, path) in found.iter().take(excess) {
+        for (step, path) in found
+            .iter()
+            .take(excess)
+            .filter(|(s, _)| !failed.contains(s))
+        {
             match std::fs::remove_dir_all(path) {
                 Ok(()) => {
                     self.seen.remove(step);
@@ -131,6 +178,7 @@ mod tests {
         let mut w = Watcher::new(CheckpointWatch {
             dir: dir.path().into(),
             keep: 2,
+            remote: None,
         });
         assert!(w.poll().is_empty(), "an earlier attempt's is not new");
         step(dir.path(), "step-2");

@@ -49,6 +49,7 @@ fn gpu_uuid(name: &str, i: usize) -> String {
 fn register(name: &str) -> v1::Register {
     v1::Register {
         program_roots: Vec::new(),
+        team_program_roots: Vec::new(),
         host_name: name.to_string(),
         agent_name: name.to_string(),
         gpus: (0..GPUS_PER_AGENT)

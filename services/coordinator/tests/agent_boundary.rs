@@ -23,6 +23,7 @@ fn register(name: &str, gpu: &str) -> v1::AgentMessage {
     v1::AgentMessage {
         message: Some(Message::Register(v1::Register {
             program_roots: Vec::new(),
+            team_program_roots: Vec::new(),
             host_name: name.into(),
             agent_name: name.into(),
             gpus: vec![v1::GpuInfo {

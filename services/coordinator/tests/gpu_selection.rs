@@ -363,5 +363,36 @@ async fn estimate_memory_itemises_and_rejects_bad_configs() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 
+    // A program's estimate is what it declares per rank, and the selection
+    // RPCs check GPUs against it.
+    let program = v1::TrainingConfig {
+        program: Some(v1::ProgramConfig {
+            command: vec!["/usr/bin/python3".into(), "train.py".into()],
+            working_dir: "/opt/team".into(),
+            memory_gib_per_rank: 20.0,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let e = client
+        .estimate_memory(v1::EstimateMemoryRequest {
+            config: Some(program.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((e.total_bytes, e.parameter_count), (20 * GIB, 0));
+    let r = client
+        .recommend_gpus(v1::RecommendGpusRequest {
+            count: 1,
+            need: Some(v1::recommend_gpus_request::Need::Config(program)),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.estimate.map(|e| e.total_bytes), Some(20 * GIB));
+    assert_eq!(r.global_batch_size, 0, "a program's batch is its own");
+
     server.stop().await;
 }

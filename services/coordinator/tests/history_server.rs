@@ -56,6 +56,7 @@ fn register() -> v1::AgentMessage {
     v1::AgentMessage {
         message: Some(v1::agent_message::Message::Register(v1::Register {
             program_roots: Vec::new(),
+            team_program_roots: Vec::new(),
             host_name: "hist-host".into(),
             agent_name: "hist-agent".into(),
             gpus: GPUS

@@ -224,7 +224,7 @@ async fn training_ids_appear_only_when_exposed() {
         host_name: "m".into(),
         address: "127.0.0.1".into(),
         gpus: vec![gpu],
-        program_roots: Vec::new(),
+        program_roots: Default::default(),
         session: 0,
         commands: tx,
         last_seen: tokio::time::Instant::now(),

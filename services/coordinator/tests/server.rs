@@ -349,7 +349,7 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
                     ..Default::default()
                 })
                 .collect(),
-            program_roots: Vec::new(),
+            program_roots: Default::default(),
             session: 0,
             commands: tokio::sync::mpsc::channel(1).0,
             last_seen: tokio::time::Instant::now(),

@@ -182,7 +182,15 @@ pub async fn download(
     let (kind, actor, _) = who.actor();
     let caller = format!("{kind}:{actor}");
     let source = if program {
-        Source::open_program(&location, shared, &ctx.fleet, &checkpoint.agent_id, &caller).await
+        Source::open_program(
+            &location,
+            shared,
+            &ctx.fleet,
+            &checkpoint.agent_id,
+            &caller,
+            env,
+        )
+        .await
     } else {
         Source::open(
             &location,

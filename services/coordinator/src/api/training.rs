@@ -218,7 +218,7 @@ impl TrainingApi {
         }
         self.ctx
             .jobs
-            .plan_first(&new.gpu_request, &new.config)
+            .plan_first(&new.gpu_request, &new.config, &new.team)
             .map(drop)
             .map_err(|why| ApiError::from(why).into())
     }

@@ -129,12 +129,13 @@ impl Source {
         fleet: &Fleet,
         holder: &str,
         caller: &str,
+        env: Option<&[(String, String)]>,
     ) -> Result<Self, ExportError> {
-        let dir = match Location::parse(location).map_err(ExportError::Malformed)? {
+        let at = Location::parse(location).map_err(ExportError::Malformed)?;
+        let dir = match at {
             Location::S3 { .. } => {
-                return Err(ExportError::Storage(format!(
-                    "{location}: a program's checkpoint in object storage is not downloadable through the coordinator"
-                )))
+                let objects = Objects::open(&at, env).map_err(ExportError::Storage)?;
+                return Ok(Source::Storage(objects));
             }
             Location::Local(dir) => dir,
         };
@@ -184,9 +185,19 @@ impl Source {
                     None => Ok(files),
                 }
             }
-            Source::Storage(_) => Err(ExportError::Storage(
-                "listing object storage is not supported".into(),
-            )),
+            Source::Storage(objects) => {
+                let files = objects
+                    .list(super::tree::MAX_FILES)
+                    .await
+                    .map_err(ExportError::Storage)?;
+                match files
+                    .iter()
+                    .find(|f| !cohort_storage::tree::is_plain_relative(f))
+                {
+                    Some(bad) => Err(ExportError::Malformed(format!("an object named {bad:?}"))),
+                    None => Ok(files),
+                }
+            }
         }
     }
 

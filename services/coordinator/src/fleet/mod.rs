@@ -14,6 +14,7 @@ mod watchers;
 pub use command::{AgentCommand, FileChunk, FileRef, LocalRank, StartRanks};
 pub use holds::{FreeGpu, Hold};
 pub use refusals::Refusals;
+pub use registry::AgentProgramRoots;
 pub use registry::{LiveAgent, Presence};
 pub use relay::{Relay, RelayError};
 pub use samples::Ingested;

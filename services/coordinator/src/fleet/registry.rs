@@ -14,6 +14,30 @@ pub enum Presence {
     Disconnected { agent_id: String, name: String },
 }
 
+/// The directories an agent runs programs from: every team's
+/// (`--program-root`) and one team's (`--team-program-root`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentProgramRoots {
+    pub shared: Vec<String>,
+    /// (team, root).
+    pub teams: Vec<(String, String)>,
+}
+
+impl AgentProgramRoots {
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty() && self.teams.is_empty()
+    }
+
+    /// Whether a program of `team` in `dir` may run on this agent.
+    pub fn admit(&self, team: &str, dir: &std::path::Path) -> bool {
+        let theirs = self.teams.iter().filter(|(t, _)| t == team).map(|(_, r)| r);
+        self.shared
+            .iter()
+            .chain(theirs)
+            .any(|root| dir.starts_with(root))
+    }
+}
+
 /// A connected agent's session.
 #[derive(Debug, Clone)]
 pub struct LiveAgent {
@@ -23,8 +47,8 @@ pub struct LiveAgent {
     /// Where other hosts' ranks reach this host (MASTER_ADDR when it hosts rank 0).
     pub address: String,
     pub gpus: Vec<GpuRecord>,
-    /// Its `--program-root` directories (empty: it runs no programs).
-    pub program_roots: Vec<String>,
+    /// Where it runs programs from (none: it runs no programs).
+    pub program_roots: AgentProgramRoots,
     pub session: u64,
     pub commands: mpsc::Sender<AgentCommand>,
     pub last_seen: Instant,

@@ -241,11 +241,18 @@ impl Jobs {
 
     /// Where a new training would go right now, without placing it (see
     /// [`placement::plan_first`]).
-    pub fn plan_first(&self, request: &GpuRequest, config: &cohort_spec::Workload) -> Plan {
+    pub fn plan_first(
+        &self,
+        request: &GpuRequest,
+        config: &cohort_spec::Workload,
+        team: &str,
+    ) -> Plan {
         let need = needs::Need::of(config);
         let fleet = FleetView::of(&self.fleet);
         match need.program_dir.as_deref() {
-            Some(dir) => placement::plan_first(&fleet.for_program(dir)?, request, need.memory),
+            Some(dir) => {
+                placement::plan_first(&fleet.for_program(team, dir)?, request, need.memory)
+            }
             None => placement::plan_first(&fleet, request, need.memory),
         }
     }

@@ -54,7 +54,11 @@ impl Jobs {
                 continue; // gone since the pass began
             };
             // A program runs only where a program root holds its directory.
-            let narrowed = match need.program_dir.as_deref().map(|d| fleet.for_program(d)) {
+            let narrowed = match need
+                .program_dir
+                .as_deref()
+                .map(|d| fleet.for_program(&training.team, d))
+            {
                 Some(Err(why)) => Err(why),
                 Some(Ok(view)) => Ok(Some(view)),
                 None => Ok(None),

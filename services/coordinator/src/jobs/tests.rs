@@ -76,7 +76,7 @@ impl Harness {
             host_name: name.into(),
             address: "127.0.0.1".into(),
             gpus: infos.clone(),
-            program_roots: Vec::new(),
+            program_roots: Default::default(),
             session: 0,
             commands: tx,
             last_seen: tokio::time::Instant::now(),

@@ -80,6 +80,7 @@ fn message() -> impl Strategy<Value = v1::AgentMessage> {
         .prop_map(|(name, gpus)| {
             Message::Register(v1::Register {
                 program_roots: Vec::new(),
+                team_program_roots: Vec::new(),
                 agent_name: name,
                 gpus: gpus
                     .into_iter()

@@ -14,9 +14,30 @@ use cohort_proto::v1::agent_message::Message;
 use std::collections::HashSet;
 use std::time::Duration;
 
-/// The most program roots kept of an agent, and the longest.
+/// The most program roots kept of an agent (of each kind), and the longest.
 const MAX_PROGRAM_ROOTS: usize = 64;
 const MAX_ROOT_LEN: usize = 4096;
+
+/// The program roots an agent registered, bounded (absolute paths only).
+fn program_roots(reg: &v1::Register) -> crate::fleet::AgentProgramRoots {
+    let usable = |r: &str| r.starts_with('/') && r.len() <= MAX_ROOT_LEN;
+    crate::fleet::AgentProgramRoots {
+        shared: reg
+            .program_roots
+            .iter()
+            .filter(|r| usable(r))
+            .take(MAX_PROGRAM_ROOTS)
+            .cloned()
+            .collect(),
+        teams: reg
+            .team_program_roots
+            .iter()
+            .filter(|t| usable(&t.root) && !t.team.is_empty() && t.team.len() <= MAX_ROOT_LEN)
+            .take(MAX_PROGRAM_ROOTS)
+            .map(|t| (t.team.clone(), t.root.clone()))
+            .collect(),
+    }
+}
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::{Status, Streaming};
@@ -221,13 +242,7 @@ pub(super) async fn accept(
         host_name: reg.host_name.clone(),
         address: reg.address.clone(),
         gpus,
-        program_roots: reg
-            .program_roots
-            .iter()
-            .filter(|r| r.starts_with('/') && r.len() <= MAX_ROOT_LEN)
-            .take(MAX_PROGRAM_ROOTS)
-            .cloned()
-            .collect(),
+        program_roots: program_roots(&reg),
         session: 0,
         commands: tx,
         last_seen: Instant::now(),

@@ -9,7 +9,7 @@
 //! By ids: exactly those GPUs, in rank order, each free. Rank order follows
 //! agents, so ranks on one host are contiguous and `local_rank` counts up.
 
-use crate::fleet::{Fleet, FreeGpu, Hold};
+use crate::fleet::{AgentProgramRoots, Fleet, FreeGpu, Hold};
 use crate::model::{GpuRequest, GpuSelection, RankSlot};
 use crate::selection::{choose_in, host_groups, recommend, Candidate, Unsuitable};
 use cohort_proto::error::reason;
@@ -28,8 +28,8 @@ pub struct FleetView {
     by_uuid: HashMap<String, usize>,
     /// Candidates' positions by agent (see [`host_groups`]).
     hosts: Vec<Vec<usize>>,
-    /// Each connected agent's `--program-root` directories.
-    program_roots: HashMap<String, Vec<String>>,
+    /// Each connected agent's program roots.
+    program_roots: HashMap<String, AgentProgramRoots>,
 }
 
 impl FleetView {
@@ -44,14 +44,15 @@ impl FleetView {
         view
     }
 
-    /// The part of the fleet that may run a program in `working_dir`: the
-    /// agents with a program root holding it.
-    pub fn for_program(&self, working_dir: &str) -> Result<FleetView, Unplaceable> {
+    /// The part of the fleet that may run `team`'s program in
+    /// `working_dir`: the agents with a program root open to the team
+    /// holding it.
+    pub fn for_program(&self, team: &str, working_dir: &str) -> Result<FleetView, Unplaceable> {
         let dir = std::path::Path::new(working_dir);
-        let able: HashMap<String, Vec<String>> = self
+        let able: HashMap<String, AgentProgramRoots> = self
             .program_roots
             .iter()
-            .filter(|(_, roots)| roots.iter().any(|r| dir.starts_with(r)))
+            .filter(|(_, roots)| roots.admit(team, dir))
             .map(|(id, roots)| (id.clone(), roots.clone()))
             .collect();
         if able.is_empty() {

@@ -162,3 +162,47 @@ fn planning_decides_from_a_view_of_the_fleet() {
     let slots = plan_restart(&view, &count(2), &avoid, None).unwrap();
     assert_eq!(slots.len(), 2);
 }
+
+#[test]
+fn a_program_goes_only_where_a_root_open_to_its_team_holds_it() {
+    let mut view = FleetView::new(
+        2,
+        vec![
+            candidate("a", 0, &[]),
+            candidate("b", 0, &[]),
+            candidate("b", 1, &[]),
+        ],
+    );
+    view.program_roots.insert(
+        "a".into(),
+        AgentProgramRoots {
+            shared: vec!["/opt/shared".into()],
+            teams: Vec::new(),
+        },
+    );
+    view.program_roots.insert(
+        "b".into(),
+        AgentProgramRoots {
+            shared: Vec::new(),
+            teams: vec![("vision".into(), "/opt/vision".into())],
+        },
+    );
+    let shared = view.for_program("nlp", "/opt/shared/src").unwrap();
+    assert_eq!(shared.agents, 1);
+    assert!(shared.candidates.iter().all(|c| c.agent_id == "a"));
+    let vision = view.for_program("vision", "/opt/vision/src").unwrap();
+    assert_eq!(vision.candidates.len(), 2);
+    assert!(vision.candidates.iter().all(|c| c.agent_id == "b"));
+    // Another team's root, a sibling whose name merely starts the same, nowhere.
+    for (team, dir) in [
+        ("nlp", "/opt/vision/src"),
+        ("vision", "/opt/visionary"),
+        ("x", "/srv"),
+    ] {
+        assert_eq!(
+            view.for_program(team, dir).map(|v| v.agents),
+            Err(Unplaceable::OutsideProgramRoots(dir.to_string())),
+            "{team} {dir}"
+        );
+    }
+}

@@ -36,7 +36,7 @@ fn connect(fleet: &Fleet, agent: &str, n: usize) {
         host_name: agent.into(),
         address: String::new(),
         gpus,
-        program_roots: Vec::new(),
+        program_roots: Default::default(),
         session: 0,
         commands: mpsc::channel(1).0,
         last_seen: tokio::time::Instant::now(),
