@@ -632,3 +632,110 @@ async fn a_program_checkpoints_to_s3_and_resumes_from_the_bucket() {
         .await;
     assert!(out.join("state.pt").is_file(), "{listed}");
 }
+
+/// `heartbeat_timeout`: a program that stops printing progress lines is
+/// hung after that long, and its gang restarted (here: no restart left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_program_is_hung_after_its_heartbeat_timeout() {
+    let root = tempfile::tempdir().unwrap();
+    let script = root.path().join("stall.py");
+    std::fs::write(
+        &script,
+        "import json, time\nprint(json.dumps({'event': 'progress', 'step': 1}), flush=True)\ntime.sleep(300)\n",
+    )
+    .unwrap();
+    let cluster = cluster_with_roots(&[root.path()]).await;
+    let mut request = torch_ddp(&[], 1);
+    let program = request.config.as_mut().unwrap().program.as_mut().unwrap();
+    program.command = vec![
+        cohort_testkit::python().display().to_string(),
+        script.display().to_string(),
+    ];
+    program.working_dir = root.path().display().to_string();
+    program.heartbeat_timeout = Some("10s".into());
+    request.max_restarts = Some(0);
+    let id = cluster
+        .training()
+        .await
+        .create_training(request)
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+    let failed = cluster
+        .wait_state(&id, State::Failed, Duration::from_secs(90))
+        .await;
+    assert!(
+        failed.state_reason.contains("HANG"),
+        "{}",
+        failed.state_reason
+    );
+    assert_eq!(
+        failed.latest_program_progress.map(|p| p.step),
+        Some(1),
+        "it was heard once"
+    );
+}
+
+/// `checkpoint.storage` on a shared file system: checkpoints under
+/// `<storage>/<training id>/`, downloaded by the coordinator from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_checkpoints_to_shared_storage() {
+    let shared = tempfile::tempdir().unwrap();
+    let cluster = cluster().await;
+    let mut request = torch_ddp(&["--steps", "20", "--checkpoint-every", "10"], 3);
+    request
+        .config
+        .as_mut()
+        .unwrap()
+        .checkpoint
+        .as_mut()
+        .unwrap()
+        .storage = Some(shared.path().display().to_string());
+    let id = cluster
+        .training()
+        .await
+        .create_training(request)
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id;
+    cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(120))
+        .await;
+    let kept = cluster
+        .training()
+        .await
+        .list_checkpoints(v1::ListCheckpointsRequest {
+            training_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .checkpoints;
+    let steps: Vec<i64> = kept.iter().map(|c| c.step).collect();
+    assert_eq!(steps, [20, 10]);
+    let dir = shared.path().join(&id);
+    assert!(
+        kept.iter()
+            .all(|c| c.path.starts_with(&dir.display().to_string())),
+        "{kept:?}"
+    );
+    let out = cluster.root().join("from-shared");
+    cluster
+        .cli_ok(&[
+            "checkpoints",
+            "download",
+            &id,
+            "--step",
+            "10",
+            "--out",
+            &out.display().to_string(),
+        ])
+        .await;
+    assert_eq!(
+        std::fs::read(out.join("state.pt")).unwrap(),
+        std::fs::read(dir.join("step-00000010/state.pt")).unwrap()
+    );
+}

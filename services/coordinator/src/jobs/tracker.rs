@@ -151,6 +151,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_program_hangs_after_its_heartbeat_timeout_or_never() {
+        let mut p = AttemptProgress::new(1, 2, 1, Instant::now());
+        p.fixed_deadline = Some(Some(Duration::from_secs(600)));
+        let floor = Duration::from_secs(20);
+        assert_eq!(p.hang_deadline(5.0, floor), Duration::from_secs(600));
+        p.fixed_deadline = Some(None);
+        assert_eq!(p.hang_deadline(5.0, floor), Duration::MAX);
+    }
+
+    #[test]
     fn hang_deadline_scales_with_step_time_above_a_floor() {
         let now = Instant::now();
         let mut p = AttemptProgress::new(1, 2, 10, now);
