@@ -22,6 +22,7 @@ pub mod job;
 pub mod otlp;
 pub mod poll;
 pub mod procs;
+pub mod program;
 pub mod proxy;
 pub mod s3;
 pub mod secure;

@@ -78,11 +78,8 @@ impl Workload {
 
     /// Read a `.json` file as JSON and anything else as TOML.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        if path.extension().is_some_and(|ext| ext == "json") {
+        let (text, json) = crate::config::read_config(path)?;
+        if json {
             Self::from_json(&text)
         } else {
             Self::from_toml(&text)

@@ -291,6 +291,16 @@ impl ConfigError {
         }
     }
 }
+/// A config file's text, and whether it is JSON (a `.json` name; TOML
+/// otherwise).
+pub(crate) fn read_config(path: &Path) -> Result<(String, bool), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((text, path.extension().is_some_and(|ext| ext == "json")))
+}
+
 impl TrainingConfig {
     /// Parse TOML text (strict) and validate it.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -314,11 +324,8 @@ impl TrainingConfig {
 
     /// Read a `.json` file as JSON and anything else as TOML.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        if path.extension().is_some_and(|ext| ext == "json") {
+        let (text, json) = read_config(path)?;
+        if json {
             Self::from_json(&text)
         } else {
             Self::from_toml(&text)

@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::page_token::page_size;
 use super::BoxStream;
 use crate::context::Context;
-use crate::export::source::{Source, CHUNK};
+use crate::export::source::{Holder, Layout, Source, CHUNK};
 use crate::export::{saelens, ExportError};
 use crate::model::Principal;
 use crate::persistence::CheckpointRecord;
@@ -181,28 +181,19 @@ pub async fn download(
     let env = ctx.storage_env.get(&team).map(Vec::as_slice);
     let (kind, actor, _) = who.actor();
     let caller = format!("{kind}:{actor}");
-    let source = if program {
-        Source::open_program(
-            &location,
-            shared,
-            &ctx.fleet,
-            &checkpoint.agent_id,
-            &caller,
-            env,
-        )
-        .await
+    let holder = Holder {
+        fleet: &ctx.fleet,
+        agent_id: &checkpoint.agent_id,
+        caller: &caller,
+    };
+    let layout = if program {
+        Layout::Program
     } else {
-        Source::open(
-            &location,
-            shared,
-            &ctx.fleet,
-            &checkpoint.agent_id,
-            &caller,
-            env,
-        )
+        Layout::Sae
+    };
+    let source = Source::open(&location, shared, holder, env, layout)
         .await
-    }
-    .map_err(|e| export_status(&id, step, e))?;
+        .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a
     // broken stream.
     let what = if program {

@@ -81,55 +81,37 @@ pub enum Source {
     },
 }
 
+/// How a checkpoint's files are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The SAE's: its manifest and state file.
+    Sae,
+    /// A program's directory, as written.
+    Program,
+}
+
+/// The agent that holds a checkpoint on its disk, and who reads it.
+#[derive(Clone, Copy)]
+pub struct Holder<'a> {
+    pub fleet: &'a Fleet,
+    pub agent_id: &'a str,
+    /// Who the reads are for (the relay bounds each caller's share).
+    pub caller: &'a str,
+}
+
 impl Source {
     /// The source of a checkpoint reported at `location` (a directory or an
     /// `s3://bucket/key` URI) by a rank on agent `holder`. A checkpoint in
     /// shared storage is read directly; one on its agent's disk (no
     /// `checkpoint.storage`) through that agent while it is connected, else
-    /// directly when this host happens to see the path.
+    /// directly when this host happens to see it (the SAE's manifest, a
+    /// program's directory).
     pub async fn open(
         location: &str,
         shared: bool,
-        fleet: &Fleet,
-        holder: &str,
-        caller: &str,
+        holder: Holder<'_>,
         env: Option<&[(String, String)]>,
-    ) -> Result<Self, ExportError> {
-        let at = Location::parse(location).map_err(ExportError::Malformed)?;
-        let dir = match &at {
-            Location::S3 { .. } => {
-                let objects = Objects::open(&at, env).map_err(ExportError::Storage)?;
-                return Ok(Source::Storage(objects));
-            }
-            Location::Local(dir) => dir,
-        };
-        if !shared && fleet.is_connected(holder) {
-            return Ok(Source::Agent {
-                fleet: fleet.clone(),
-                agent_id: holder.to_string(),
-                caller: caller.to_string(),
-                dir: location.to_string(),
-            });
-        }
-        match tokio::fs::metadata(dir.join(MANIFEST_FILE)).await {
-            Ok(m) if m.is_file() => Self::local(dir),
-            _ if shared => Err(ExportError::Storage(format!(
-                "{location}: not readable from the coordinator's host (mount the shared storage there)"
-            ))),
-            _ => Err(ExportError::Unreachable(location.to_string())),
-        }
-    }
-
-    /// A directory on this coordinator's host.
-    /// A program's checkpoint directory: through its agent when it is on
-    /// that agent's disk and the agent is connected, else read here.
-    pub async fn open_program(
-        location: &str,
-        shared: bool,
-        fleet: &Fleet,
-        holder: &str,
-        caller: &str,
-        env: Option<&[(String, String)]>,
+        layout: Layout,
     ) -> Result<Self, ExportError> {
         let at = Location::parse(location).map_err(ExportError::Malformed)?;
         let dir = match at {
@@ -139,20 +121,27 @@ impl Source {
             }
             Location::Local(dir) => dir,
         };
-        if !shared && fleet.is_connected(holder) {
+        if !shared && holder.fleet.is_connected(holder.agent_id) {
             return Ok(Source::Agent {
-                fleet: fleet.clone(),
-                agent_id: holder.to_string(),
-                caller: caller.to_string(),
+                fleet: holder.fleet.clone(),
+                agent_id: holder.agent_id.to_string(),
+                caller: holder.caller.to_string(),
                 dir: location.to_string(),
             });
         }
-        match tokio::fs::metadata(&dir).await {
-            Ok(m) if m.is_dir() => Ok(Source::Tree(dir)),
-            _ if shared => Err(ExportError::Storage(format!(
+        let here = match layout {
+            Layout::Sae => tokio::fs::metadata(dir.join(MANIFEST_FILE))
+                .await
+                .is_ok_and(|m| m.is_file()),
+            Layout::Program => tokio::fs::metadata(&dir).await.is_ok_and(|m| m.is_dir()),
+        };
+        match (here, layout) {
+            (true, Layout::Sae) => Self::local(&dir),
+            (true, Layout::Program) => Ok(Source::Tree(dir)),
+            (false, _) if shared => Err(ExportError::Storage(format!(
                 "{location}: not readable from the coordinator's host (mount the shared storage there)"
             ))),
-            _ => Err(ExportError::Unreachable(location.to_string())),
+            (false, _) => Err(ExportError::Unreachable(location.to_string())),
         }
     }
 
@@ -201,6 +190,7 @@ impl Source {
         }
     }
 
+    /// A directory on this coordinator's host.
     pub fn local(dir: &Path) -> Result<Self, ExportError> {
         Objects::open(&Location::Local(dir.to_path_buf()), None)
             .map(Source::Storage)

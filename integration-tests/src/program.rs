@@ -1,0 +1,141 @@
+//! What the tests of program trainings share: a cluster whose agent runs
+//! programs from examples/programs (and more roots), the torch_ddp example
+//! as a CreateTraining, and reads of what a training did.
+
+use crate::procs::marked_processes;
+use crate::{Backend, Cluster, ClusterOptions};
+use cohort_proto::v1;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub fn programs_root() -> PathBuf {
+    cohort_testkit::workspace_root().join("examples/programs")
+}
+
+/// A cluster of one agent with two simulated GPUs that runs programs from
+/// examples/programs (and `more` program roots).
+pub async fn cluster_with_roots(more: &[&std::path::Path]) -> Cluster {
+    cluster_with(more, Vec::new()).await
+}
+
+/// The same with `env` for the coordinator, the agent and (its env file)
+/// the ranks.
+pub async fn cluster_with(more: &[&std::path::Path], env: Vec<(String, String)>) -> Cluster {
+    let mut options = ClusterOptions::new(Backend::Sqlite, 1);
+    options.env = env;
+    for root in std::iter::once(programs_root().as_path()).chain(more.iter().copied()) {
+        options.agent_args.push("--program-root".into());
+        options.agent_args.push(root.display().to_string());
+    }
+    Cluster::start(options).await
+}
+
+pub async fn cluster() -> Cluster {
+    cluster_with_roots(&[]).await
+}
+
+/// The torch_ddp example with `args`, on 2 GPUs.
+pub fn torch_ddp(args: &[&str], keep: i64) -> v1::CreateTrainingRequest {
+    let dir = programs_root().join("torch_ddp");
+    let mut command = vec![
+        cohort_testkit::python().display().to_string(),
+        dir.join("train.py").display().to_string(),
+    ];
+    command.extend(args.iter().map(|a| a.to_string()));
+    v1::CreateTrainingRequest {
+        config: Some(v1::TrainingConfig {
+            program: Some(v1::ProgramConfig {
+                command,
+                working_dir: dir.display().to_string(),
+                memory_gib_per_rank: 1.0,
+                heartbeat_timeout: Some("2m".into()),
+                env: [("OMP_NUM_THREADS".to_string(), "1".to_string())].into(),
+            }),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(keep),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        gpus: Some(v1::GpuRequest {
+            selection: Some(v1::gpu_request::Selection::Count(2)),
+            queue: Some(true),
+        }),
+        max_restarts: Some(2),
+        ..Default::default()
+    }
+}
+
+/// The pid of a program rank (a python process with this cluster's mark).
+pub fn program_rank_pid(cluster: &Cluster, id: &str, attempt: i32, rank: i32) -> Option<i32> {
+    marked_processes(&cluster.mark, "python")
+        .into_iter()
+        .find(|&pid| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let has = |var: String| environ.split(|&b| b == 0).any(|v| v == var.as_bytes());
+            has(format!("COHORT_TRAINING_ID={id}"))
+                && has(format!("COHORT_ATTEMPT={attempt}"))
+                && has(format!("RANK={rank}"))
+        })
+}
+
+/// Creates the training; its id.
+pub async fn create(cluster: &Cluster, request: v1::CreateTrainingRequest) -> String {
+    cluster
+        .training()
+        .await
+        .create_training(request)
+        .await
+        .expect("CreateTraining")
+        .into_inner()
+        .id
+}
+
+/// The training's kept checkpoints, newest first.
+pub async fn checkpoints(cluster: &Cluster, id: &str) -> Vec<v1::Checkpoint> {
+    cluster
+        .training()
+        .await
+        .list_checkpoints(v1::ListCheckpointsRequest {
+            training_id: id.to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListCheckpoints")
+        .into_inner()
+        .checkpoints
+}
+
+/// The step attempt 2 said it resumed from (the example's `resumed_from`).
+pub fn resumed_from(events: &[v1::TrainingEvent]) -> f64 {
+    events
+        .iter()
+        .filter(|e| e.attempt == 2)
+        .find_map(|e| match &e.event {
+            Some(v1::training_event::Event::ProgramProgress(p)) => {
+                p.metrics.get("resumed_from").copied()
+            }
+            _ => None,
+        })
+        .expect("attempt 2 said where it resumed")
+}
+
+pub async fn events(cluster: &Cluster, id: &str) -> Vec<v1::TrainingEvent> {
+    let mut client = cluster.training().await;
+    let mut stream = client
+        .watch_training(v1::WatchTrainingRequest {
+            id: id.to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("WatchTraining")
+        .into_inner();
+    let mut events = Vec::new();
+    // A finished training's stream ends after its history.
+    while let Ok(Ok(Some(e))) =
+        tokio::time::timeout(Duration::from_secs(10), stream.message()).await
+    {
+        events.push(e);
+    }
+    events
+}
