@@ -154,6 +154,22 @@ impl TrainingTracker {
                         keep_sample(samples, event.time, host, window);
                     }
                 }
+                // A program's line: a progress line seen, its loss (when it
+                // gave one) for the plateau rule, a non-finite loss counted
+                // as a non-finite step. What it did not report stays out.
+                ProgressLine::Metrics(m) => {
+                    if event.attempt != followed.attempt {
+                        followed.attempt = event.attempt;
+                        followed.memory.clear();
+                    }
+                    followed.interval.progress_lines += 1;
+                    if let Some(loss) = m.loss {
+                        if !loss.is_finite() {
+                            followed.interval.nonfinite_rise += 1;
+                        }
+                        followed.loss = next_loss(followed.loss, m.step, loss);
+                    }
+                }
                 ProgressLine::Diverged { .. } => followed.interval.diverged = true,
                 ProgressLine::CollectiveError {
                     rank,

@@ -298,3 +298,33 @@ fn repeated_non_finite_steps_and_divergence_raise_and_finite_steps_resolve() {
         vec![(false, AlertKind::TrainingNonfiniteSteps)]
     );
 }
+
+#[test]
+fn a_program_s_non_finite_losses_raise_and_a_finite_one_resolves() {
+    let line = |step: i64, loss: f64| {
+        ProgressLine::Metrics(cohort_spec::metrics::Metrics {
+            step,
+            total_steps: None,
+            loss: Some(loss),
+            metrics: Default::default(),
+            finished: false,
+        })
+    };
+    let mut rig = Rig::new(AlertSettings::default());
+    rig.feed(1, at(0), line(1, 0.5));
+    assert!(rig.check(at(0), 1).is_empty(), "nothing it did not report is judged");
+    for (i, step) in [2, 3, 4].into_iter().enumerate() {
+        rig.feed(1, at(10 + i as i64), line(step, f64::NAN));
+    }
+    assert_eq!(
+        rig.check(at(30), 1),
+        vec![(true, AlertKind::TrainingNonfiniteSteps)]
+    );
+    rig.feed(1, at(60), line(5, 0.4));
+    assert_eq!(
+        rig.check(at(60), 1),
+        vec![(false, AlertKind::TrainingNonfiniteSteps)]
+    );
+    let p = rig.tracker.progress(ID).unwrap();
+    assert_eq!((p.best_loss, p.best_step, p.latest_step), (0.4, 5, 5));
+}
