@@ -27,7 +27,19 @@ pub async fn cluster_with(more: &[&std::path::Path], env: Vec<(String, String)>)
         options.agent_args.push("--program-root".into());
         options.agent_args.push(root.display().to_string());
     }
+    if !landlock() {
+        eprintln!(
+            "NOTE: this kernel has no Landlock: programs run unconfined (--program-sandbox none)"
+        );
+        options.agent_args.push("--program-sandbox".into());
+        options.agent_args.push("none".into());
+    }
     Cluster::start(options).await
+}
+
+/// Whether this kernel offers Landlock (the agent confines programs with it).
+pub fn landlock() -> bool {
+    cohort_agent::program::sandbox::kernel_abi() >= 1
 }
 
 pub async fn cluster() -> Cluster {

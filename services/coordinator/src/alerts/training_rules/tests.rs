@@ -312,7 +312,10 @@ fn a_program_s_non_finite_losses_raise_and_a_finite_one_resolves() {
     };
     let mut rig = Rig::new(AlertSettings::default());
     rig.feed(1, at(0), line(1, 0.5));
-    assert!(rig.check(at(0), 1).is_empty(), "nothing it did not report is judged");
+    assert!(
+        rig.check(at(0), 1).is_empty(),
+        "nothing it did not report is judged"
+    );
     for (i, step) in [2, 3, 4].into_iter().enumerate() {
         rig.feed(1, at(10 + i as i64), line(step, f64::NAN));
     }
