@@ -119,7 +119,12 @@ pub async fn run_with_health(
     let gate = crate::leader::gate::GateLayer::new(ctx.leadership.clone(), ctx.forwarder.clone());
     let stopping = crate::context::stopped(ctx.stopping());
     let leadership = ctx.leadership.clone();
+    // gRPC-Web (a browser's calls, over HTTP/1.1 or HTTP/2) beside native
+    // gRPC on the same listener: translated to gRPC first, so every layer
+    // below (traces, the leader gate, auth) sees one kind of call.
     let router = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .layer(tonic_web::GrpcWebLayer::new())
         .layer(cohort_observe::grpc::GrpcTraceLayer::new())
         .layer(gate)
         .layer(auth)
