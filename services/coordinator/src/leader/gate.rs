@@ -51,14 +51,6 @@ pub fn not_leader(path: &str, leader: Option<&str>) -> tonic::Status {
 /// others (the CLI keeps them for its next run).
 pub const MEMBERS_HEADER: &str = "cohort-members";
 
-fn members_header(leadership: &Leadership) -> Option<http::HeaderValue> {
-    let members = leadership.members();
-    if members.is_empty() {
-        return None;
-    }
-    http::HeaderValue::from_str(&members.join(",")).ok()
-}
-
 /// Never forwarded: an agent holds its session with the leader itself.
 const NEVER_FORWARDED: &[&str] = &["/cohort.v1.AgentService/Connect"];
 
@@ -115,7 +107,7 @@ where
     }
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        let members = members_header(&self.leadership);
+        let members = self.leadership.members_header();
         if self.leadership.is_leader() || served_by_standby(request.uri().path()) {
             // The clone that was polled ready serves this call.
             let clone = self.inner.clone();

@@ -48,6 +48,10 @@ pub struct Leadership {
     working: Arc<watch::Sender<bool>>,
     /// The live coordinators' `--advertise` URLs (the member set), sorted.
     members: Arc<watch::Sender<Vec<String>>>,
+    /// The member set as the response header every call carries, encoded
+    /// once per change rather than per call (`None`: no members, or not a
+    /// valid header value).
+    members_header: Arc<std::sync::RwLock<Option<http::HeaderValue>>>,
     elected: bool,
 }
 
@@ -64,6 +68,7 @@ impl Leadership {
             role: Arc::new(watch::channel(Role::Leader { epoch: 0 }).0),
             working: Arc::new(watch::channel(false).0),
             members: Arc::new(watch::channel(Vec::new()).0),
+            members_header: Arc::default(),
             elected: false,
         }
     }
@@ -74,6 +79,7 @@ impl Leadership {
             role: Arc::new(watch::channel(Role::Standby { leader: None }).0),
             working: Arc::new(watch::channel(false).0),
             members: Arc::new(watch::channel(Vec::new()).0),
+            members_header: Arc::default(),
             elected: true,
         }
     }
@@ -129,9 +135,26 @@ impl Leadership {
         members.dedup();
         self.members.send_if_modified(|current| {
             let changed = *current != members;
+            if changed {
+                let header = (!members.is_empty())
+                    .then(|| http::HeaderValue::from_str(&members.join(",")).ok())
+                    .flatten();
+                *self
+                    .members_header
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = header;
+            }
             *current = members;
             changed
         });
+    }
+
+    /// The member set as a response header value (a cheap clone).
+    pub fn members_header(&self) -> Option<http::HeaderValue> {
+        self.members_header
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Marks the leader's work started (or stopped).
@@ -160,5 +183,29 @@ impl Leadership {
         {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_members_header_follows_the_member_set() {
+        let l = Leadership::alone();
+        assert_eq!(l.members_header(), None);
+        l.set_members(vec![
+            "http://b:1".into(),
+            "http://a:1".into(),
+            "http://a:1".into(),
+        ]);
+        assert_eq!(
+            l.members_header().unwrap().to_str().unwrap(),
+            "http://a:1,http://b:1"
+        );
+        l.set_members(Vec::new());
+        assert_eq!(l.members_header(), None);
+        l.set_members(vec!["bad\nvalue".into()]);
+        assert_eq!(l.members_header(), None, "not a header value: left out");
     }
 }
