@@ -102,10 +102,13 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         Err(message) => return fail_all(message),
     };
     let prefixes = agent.config.teams.s3_prefixes(&cmd.team);
+    // Read once. A config the agent cannot read is the rank's to report.
+    let workload = cohort_spec::Workload::from_json(&cmd.config_json).ok();
+    let sae = workload.as_ref().and_then(cohort_spec::Workload::sae);
     // Refused before any rank starts: a local path outside the team's
     // roots, or an object outside its prefixes.
-    let checked = check_roots(&roots, &cmd.config_json, &run_dir)
-        .and_then(|()| check_prefixes(&prefixes, &cmd.config_json));
+    let checked =
+        check_roots(&roots, sae, &run_dir).and_then(|()| check_prefixes(&prefixes, sae));
     if let Err(message) = checked {
         tracing::warn!(training = %cmd.training_id, error = %message, "training refused: data outside the roots");
         return keys
@@ -133,7 +136,8 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
     // What runs, where, with which environment: the SAE's or a program's.
     let plan = super::launch::plan(
         agent,
-        &cmd.config_json,
+        workload,
+        &prefixes,
         &cmd.team,
         &cmd.training_id,
         attempt,
@@ -221,30 +225,26 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
 
 /// Whether the config's local paths (relative ones against the run
 /// directory, the ranks' working directory) lie under the data roots.
+/// (A program's checkpoint storage is checked by its launch plan.)
 fn check_roots(
     roots: &DataRoots,
-    config_json: &str,
+    sae: Option<&cohort_spec::TrainingConfig>,
     run_dir: &std::path::Path,
 ) -> Result<(), String> {
-    if roots.is_empty() {
-        return Ok(());
-    }
-    // A config the agent cannot read is the rank's to report, as without roots.
-    match cohort_spec::TrainingConfig::from_json(config_json) {
-        Ok(config) => roots.check_config(&config, run_dir),
-        Err(_) => Ok(()),
+    match sae {
+        Some(config) if !roots.is_empty() => roots.check_config(config, run_dir),
+        _ => Ok(()),
     }
 }
 
 /// Whether the config's `s3://` locations lie under the team's prefixes.
-fn check_prefixes(prefixes: &S3Prefixes, config_json: &str) -> Result<(), String> {
-    if prefixes.is_open() {
-        return Ok(());
-    }
-    // A config the agent cannot read is the rank's to report, as for roots.
-    match cohort_spec::TrainingConfig::from_json(config_json) {
-        Ok(config) => prefixes.check_config(&config),
-        Err(_) => Ok(()),
+fn check_prefixes(
+    prefixes: &S3Prefixes,
+    sae: Option<&cohort_spec::TrainingConfig>,
+) -> Result<(), String> {
+    match sae {
+        Some(config) if !prefixes.is_open() => prefixes.check_config(config),
+        _ => Ok(()),
     }
 }
 

@@ -250,7 +250,8 @@ pub(super) fn program(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn plan(
     agent: &Agent,
-    config_json: &str,
+    workload: Option<Workload>,
+    prefixes: &S3Prefixes,
     team: &str,
     training_id: &str,
     attempt: u32,
@@ -259,11 +260,11 @@ pub(super) async fn plan(
     roots: &DataRoots,
     published: &Published,
 ) -> Result<Plan, Refusal> {
-    let Ok(Workload::Program(p)) = Workload::from_json(config_json) else {
+    let Some(Workload::Program(p)) = workload else {
         return Ok(sae(agent, team, config_path, run_dir));
     };
     let team_env = agent.config.teams.rank_env(team, std::iter::empty());
-    let prefixes = agent.config.teams.s3_prefixes(team);
+    let prefixes = prefixes.clone();
     let program_roots = agent.config.program_roots.clone();
     let sandbox = agent.config.program_sandbox;
     let team = team.to_string();
