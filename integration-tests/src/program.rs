@@ -91,18 +91,6 @@ pub fn program_rank_pid(cluster: &Cluster, id: &str, attempt: i32, rank: i32) ->
         })
 }
 
-/// Creates the training; its id.
-pub async fn create(cluster: &Cluster, request: v1::CreateTrainingRequest) -> String {
-    cluster
-        .training()
-        .await
-        .create_training(request)
-        .await
-        .expect("CreateTraining")
-        .into_inner()
-        .id
-}
-
 /// The training's kept checkpoints, newest first.
 pub async fn checkpoints(cluster: &Cluster, id: &str) -> Vec<v1::Checkpoint> {
     cluster
@@ -132,22 +120,9 @@ pub fn resumed_from(events: &[v1::TrainingEvent]) -> f64 {
         .expect("attempt 2 said where it resumed")
 }
 
+/// Every event of a training that has ended.
 pub async fn events(cluster: &Cluster, id: &str) -> Vec<v1::TrainingEvent> {
-    let mut client = cluster.training().await;
-    let mut stream = client
-        .watch_training(v1::WatchTrainingRequest {
-            id: id.to_string(),
-            ..Default::default()
-        })
+    crate::watch::watch_to_end(&mut cluster.training().await, id, Duration::from_secs(30))
         .await
-        .expect("WatchTraining")
-        .into_inner();
-    let mut events = Vec::new();
-    // A finished training's stream ends after its history.
-    while let Ok(Ok(Some(e))) =
-        tokio::time::timeout(Duration::from_secs(10), stream.message()).await
-    {
-        events.push(e);
-    }
-    events
+        .events
 }

@@ -43,17 +43,6 @@ fn long_job() -> SaeJob {
     }
 }
 
-async fn create(cluster: &Cluster, request: v1::CreateTrainingRequest) -> String {
-    cluster
-        .training()
-        .await
-        .create_training(request)
-        .await
-        .expect("CreateTraining")
-        .into_inner()
-        .id
-}
-
 /// Waits until the training has written a checkpoint at or after `step`.
 async fn wait_checkpoint(cluster: &Cluster, id: &str, step: i64) {
     let mut client = cluster.training().await;
@@ -128,13 +117,13 @@ async fn a_killed_rank_restarts_from_its_checkpoint_and_matches_an_uninterrupted
     let cluster = cluster(2).await;
     let job = long_job();
     // The uninterrupted reference.
-    let reference = create(&cluster, create_request(&job, 4, true)).await;
+    let reference = cluster.create(create_request(&job, 4, true)).await;
     cluster
         .wait_state(&reference, State::Succeeded, Duration::from_secs(180))
         .await;
     let reference_loss = final_loss(&cluster, &reference).await;
 
-    let id = create(&cluster, create_request(&job, 4, true)).await;
+    let id = cluster.create(create_request(&job, 4, true)).await;
     wait_checkpoint(&cluster, &id, 40).await;
     let victim = rank_pid(&cluster, &id, 1, 1).expect("rank 1 of attempt 1 runs");
     signal(victim, Signal::SIGKILL);
@@ -186,7 +175,7 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
         })),
         queue: Some(true),
     });
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     let running = cluster
         .wait_state(&id, State::Running, Duration::from_secs(60))
         .await;
@@ -270,7 +259,7 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_training_cancelled_while_restarting_is_not_placed_again() {
     let cluster = cluster(1).await;
-    let id = create(&cluster, create_request(&long_job(), 2, true)).await;
+    let id = cluster.create(create_request(&long_job(), 2, true)).await;
     wait_checkpoint(&cluster, &id, 20).await;
     restart_held_by_a_frozen_rank(&cluster, &id).await;
     let cancelled = cluster
@@ -321,7 +310,7 @@ async fn restart_held_by_a_frozen_rank(cluster: &Cluster, id: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_survives_a_coordinator_killed_while_restarting() {
     let mut cluster = cluster(1).await;
-    let id = create(&cluster, create_request(&long_job(), 2, true)).await;
+    let id = cluster.create(create_request(&long_job(), 2, true)).await;
     wait_checkpoint(&cluster, &id, 20).await;
     restart_held_by_a_frozen_rank(&cluster, &id).await;
     cluster.kill_coordinator();
@@ -339,7 +328,7 @@ async fn a_restart_survives_a_coordinator_killed_while_restarting() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_rank_is_a_hang_and_the_gang_restarts() {
     let cluster = cluster(2).await;
-    let id = create(&cluster, create_request(&long_job(), 4, true)).await;
+    let id = cluster.create(create_request(&long_job(), 4, true)).await;
     wait_checkpoint(&cluster, &id, 20).await;
     let frozen = rank_pid(&cluster, &id, 1, 2).expect("rank 2 runs");
     let stopped = Instant::now();
@@ -383,7 +372,7 @@ async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried()
     };
     let mut request = create_request(&endless, 2, true);
     request.max_restarts = Some(1);
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     for attempt in 1..=2 {
         let pid = eventually("the attempt to run", Duration::from_secs(60), || async {
             let t = cluster.get_training(&id).await;
@@ -433,7 +422,7 @@ async fn a_spent_budget_fails_with_every_cause_and_a_user_error_is_not_retried()
         })),
         ..Default::default()
     });
-    let id = create(&cluster, bad).await;
+    let id = cluster.create(bad).await;
     let failed = cluster
         .wait_state(&id, State::Failed, Duration::from_secs(60))
         .await;
@@ -459,7 +448,7 @@ async fn a_slowed_rank_is_reported_as_a_straggler_and_the_job_continues() {
         log_every: 10,
         ..SaeJob::small()
     };
-    let id = create(&cluster, create_request(&job, 4, true)).await;
+    let id = cluster.create(create_request(&job, 4, true)).await;
     cluster
         .wait_state(&id, State::Running, Duration::from_secs(60))
         .await;

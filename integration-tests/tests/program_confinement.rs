@@ -33,7 +33,7 @@ async fn a_program_is_denied_what_lies_outside_its_roots() {
     ];
     program.working_dir = probe_root.path().display().to_string();
     request.gpus.as_mut().unwrap().selection = Some(v1::gpu_request::Selection::Count(1));
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     cluster
         .wait_state(&id, State::Succeeded, Duration::from_secs(120))
         .await;

@@ -22,7 +22,7 @@ async fn the_ppo_example_learns_and_its_report_shows_the_return_rising() {
         "60".into(),
     ];
     program.working_dir = dir.display().to_string();
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     let done = cluster
         .wait_state(&id, State::Succeeded, Duration::from_secs(240))
         .await;

@@ -38,7 +38,7 @@ async fn a_program_checkpoints_to_s3_and_resumes_from_the_bucket() {
         .as_mut()
         .unwrap()
         .storage = Some("s3://ckpt/runs".into());
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     let bucket_dir = format!("s3://ckpt/runs/{id}/step-");
     let recorded = eventually(
         "a checkpoint in the bucket",
@@ -100,7 +100,7 @@ async fn a_program_checkpoints_to_shared_storage() {
         .as_mut()
         .unwrap()
         .storage = Some(shared.path().display().to_string());
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     cluster
         .wait_state(&id, State::Succeeded, Duration::from_secs(120))
         .await;

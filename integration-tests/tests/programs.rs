@@ -29,7 +29,7 @@ async fn a_program_trains_logs_live_and_resumes_from_its_checkpoint_after_kill_9
         "--step-sleep",
         "0.15",
     ];
-    let id = create(&cluster, torch_ddp(&args, 2)).await;
+    let id = cluster.create(torch_ddp(&args, 2)).await;
 
     // `cohort logs --follow`: both ranks' own lines, live.
     let mut follower = tokio::process::Command::new(&cluster.bins.cli)
@@ -166,11 +166,9 @@ async fn a_program_trains_logs_live_and_resumes_from_its_checkpoint_after_kill_9
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_code_3_fails_at_once_without_a_restart() {
     let cluster = cluster().await;
-    let id = create(
-        &cluster,
-        torch_ddp(&["--steps", "50", "--exit-code-at", "3@4"], 3),
-    )
-    .await;
+    let id = cluster
+        .create(torch_ddp(&["--steps", "50", "--exit-code-at", "3@4"], 3))
+        .await;
     let failed = cluster
         .wait_state(&id, State::Failed, Duration::from_secs(120))
         .await;
@@ -189,7 +187,7 @@ async fn a_working_dir_outside_every_program_root_never_runs() {
     let mut request = torch_ddp(&["--steps", "5"], 1);
     let program = request.config.as_mut().unwrap().program.as_mut().unwrap();
     program.working_dir = outside.path().display().to_string();
-    let id = create(&cluster, request.clone()).await;
+    let id = cluster.create(request.clone()).await;
     // It waits, saying why, and nothing starts.
     let waiting = eventually("a pending reason", Duration::from_secs(20), || async {
         let t = cluster.get_training(&id).await;
@@ -264,7 +262,7 @@ async fn a_silent_program_is_hung_after_its_heartbeat_timeout() {
     program.working_dir = root.path().display().to_string();
     program.heartbeat_timeout = Some("10s".into());
     request.max_restarts = Some(0);
-    let id = create(&cluster, request).await;
+    let id = cluster.create(request).await;
     let failed = cluster
         .wait_state(&id, State::Failed, Duration::from_secs(90))
         .await;

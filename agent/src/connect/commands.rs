@@ -107,8 +107,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
     let sae = workload.as_ref().and_then(cohort_spec::Workload::sae);
     // Refused before any rank starts: a local path outside the team's
     // roots, or an object outside its prefixes.
-    let checked =
-        check_roots(&roots, sae, &run_dir).and_then(|()| check_prefixes(&prefixes, sae));
+    let checked = check_roots(&roots, sae, &run_dir).and_then(|()| check_prefixes(&prefixes, sae));
     if let Err(message) = checked {
         tracing::warn!(training = %cmd.training_id, error = %message, "training refused: data outside the roots");
         return keys

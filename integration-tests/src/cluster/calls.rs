@@ -126,6 +126,17 @@ impl Cluster {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// CreateTraining: the new training's id.
+    pub async fn create(&self, request: v1::CreateTrainingRequest) -> String {
+        self.training()
+            .await
+            .create_training(request)
+            .await
+            .expect("CreateTraining")
+            .into_inner()
+            .id
+    }
+
     /// `cohort -o json train submit --config FILE <extra>`: returns the training id.
     pub async fn submit(&self, config: &Path, extra: &[&str]) -> String {
         let config = config.to_str().expect("UTF-8 path");
