@@ -111,7 +111,9 @@ pub(crate) async fn spawn(
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (exited_tx, exited_rx) = watch::channel(false);
     let monitor = Monitor {
-        checkpoints: spec.checkpoints.map(Watcher::new),
+        checkpoints: spec
+            .checkpoints
+            .map(|w| Arc::new(std::sync::Mutex::new(Watcher::new(w)))),
         log: Arc::new(Mutex::new(RankLog::open(spec.log_path.clone()).await)),
         key: spec.key,
         gpu_index: spec.gpu_index,
@@ -136,7 +138,7 @@ type SharedLog = Arc<Mutex<RankLog>>;
 struct Monitor {
     key: RankKey,
     /// A program's rank 0: its checkpoint directory, watched.
-    checkpoints: Option<Watcher>,
+    checkpoints: Option<Arc<std::sync::Mutex<Watcher>>>,
     /// The rank's log, written by both readers.
     log: SharedLog,
     gpu_index: u32,
@@ -160,17 +162,17 @@ impl Monitor {
 
         let status = match self.checkpoints.take() {
             None => child.wait().await,
-            Some(mut watcher) => {
+            Some(watcher) => {
                 let mut tick = tokio::time::interval(CHECKPOINT_POLL);
                 let status = loop {
                     tokio::select! {
                         status = child.wait() => break status,
-                        _ = tick.tick() => watcher = self.report_checkpoints(watcher).await,
+                        _ = tick.tick() => self.report_checkpoints(&watcher).await,
                     }
                 };
                 // A checkpoint published just before the end is reported
                 // before the exit, so the next attempt can resume from it.
-                self.report_checkpoints(watcher).await;
+                self.report_checkpoints(&watcher).await;
                 status
             }
         };
@@ -199,20 +201,26 @@ impl Monitor {
     }
 
     /// Reports the checkpoints that appeared (and prunes), off the runtime.
-    async fn report_checkpoints(&self, mut watcher: Watcher) -> Watcher {
+    async fn report_checkpoints(&self, watcher: &Arc<std::sync::Mutex<Watcher>>) {
+        let watcher = watcher.clone();
         let polled = tokio::task::spawn_blocking(move || {
-            let lines = watcher.poll();
-            (watcher, lines)
+            watcher
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .poll()
         })
         .await;
-        let Ok((watcher, lines)) = polled else {
-            unreachable!("a checkpoint poll does not panic")
+        let lines = match polled {
+            Ok(lines) => lines,
+            Err(e) => {
+                tracing::warn!(rank = %self.key, error = %e, "a checkpoint look failed; the next one tries again");
+                return;
+            }
         };
         for line in lines {
             tracing::info!(rank = %self.key, line = %line.to_line(), "program checkpoint");
             self.emit(RankEventKind::Progress(line)).await;
         }
-        watcher
     }
 
     fn exit_report(
