@@ -38,6 +38,8 @@ for _ in $(seq 1 50); do "$BIN/cohort" gpus >/dev/null 2>&1 && break; sleep 0.2;
 "$BIN/cohort" agents
 "$BIN/cohort" gpus
 echo
+echo "demo: the web console is at $URL/ — open it to watch the fleet and the trainings below"
+echo
 echo "demo: submitting examples/sae.toml on 2 GPUs (2 DDP ranks, gloo on CPU)"
 "$BIN/cohort" train submit --config examples/sae.toml --gpus 2 --wait
 echo
@@ -64,7 +66,8 @@ program_id=$("$BIN/cohort" -o json train list | grep -o '"id":"trn-[0-9a-f]*"' |
 if [ "$ONCE" = 1 ]; then exit 0; fi
 cat <<MSG
 
-The coordinator ($URL) and the agent keep running; logs in $STATE/logs/. Try:
+The coordinator ($URL) and the agent keep running; logs in $STATE/logs/.
+Open the web console: $URL/ (fleet, trainings with live curves and logs, a form to submit more). Or try:
   $BIN/cohort gpus
   $BIN/cohort telemetry watch --view per-gpu
   $BIN/cohort train submit --config examples/sae.toml --gpus 1 --wait

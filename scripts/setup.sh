@@ -10,6 +10,8 @@ need_apt=()
 [ -f /usr/include/gloo/algorithm.h ] || need_apt+=(libgloo-dev)
 [ -f /usr/include/postgresql/libpq-fe.h ] || need_apt+=(libpq-dev)
 dpkg -s libssl-dev >/dev/null 2>&1 || need_apt+=(libssl-dev)
+# Debian's Chromium: the browser of the console's end-to-end tests.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -45,4 +47,20 @@ NV="$("$COHORT_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths(
 if command -v pg_ctlcluster >/dev/null && ! (echo > /dev/tcp/127.0.0.1/5432) 2>/dev/null; then
   echo "setup: starting PostgreSQL"
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
+fi
+
+# The web console (console/): its npm packages (from the lockfile, once per
+# lockfile change) and its build, which the coordinator embeds. Node comes
+# from the machine.
+if ! command -v npm >/dev/null; then
+  echo "setup: npm is missing: the coordinator will serve a page that says how to build the console" >&2
+else
+  lock="$COHORT_ROOT/console/package-lock.json"
+  stamp="$COHORT_ROOT/console/node_modules/.cohort-lock"
+  if ! cmp -s "$lock" "$stamp" 2>/dev/null; then
+    echo "setup: installing the console's npm packages"
+    npm --prefix "$COHORT_ROOT/console" ci --no-audit --no-fund --loglevel=error
+    cp "$lock" "$stamp"
+  fi
+  npm --prefix "$COHORT_ROOT/console" run --silent build
 fi

@@ -21,3 +21,7 @@ bash scripts/check-deploy.sh
 cargo test --workspace --locked
 # The programs' Python helper.
 "$COHORT_VENV/bin/python" -m pytest -q sdk/python/tests
+# The web console: component tests, then end-to-end tests in Debian's
+# Chromium against a real coordinator and agent (the binaries built above).
+npm --prefix console test --silent
+npm --prefix console run --silent e2e

@@ -20,6 +20,7 @@ pub mod alerts;
 pub mod api;
 pub mod auth;
 pub mod background;
+pub mod console;
 pub mod context;
 pub mod error;
 pub mod export;

@@ -122,8 +122,10 @@ pub async fn run_with_health(
     // gRPC-Web (a browser's calls, over HTTP/1.1 or HTTP/2) beside native
     // gRPC on the same listener: translated to gRPC first, so every layer
     // below (traces, the leader gate, auth) sees one kind of call.
+    // The console's pages and files (GET) are answered before any of it.
     let router = tonic::transport::Server::builder()
         .accept_http1(true)
+        .layer(crate::console::ConsoleLayer)
         .layer(tonic_web::GrpcWebLayer::new())
         .layer(cohort_observe::grpc::GrpcTraceLayer::new())
         .layer(gate)
@@ -138,13 +140,13 @@ pub async fn run_with_health(
         .add_service(AgentServiceServer::new(AgentApi::new(ctx)));
     match listener {
         Listener::Plain(listener) => {
-            tracing::info!(addr = ?listener.local_addr().ok(), tls = false, "serving gRPC");
+            tracing::info!(addr = ?listener.local_addr().ok(), tls = false, console = crate::console::built(), "serving gRPC");
             router
                 .serve_with_incoming_shutdown(plain_incoming(listener), shutdown)
                 .await?
         }
         Listener::Tls(listener) => {
-            tracing::info!(addr = ?listener.local_addr().ok(), tls = true, "serving gRPC");
+            tracing::info!(addr = ?listener.local_addr().ok(), tls = true, console = crate::console::built(), "serving gRPC");
             router
                 .serve_with_incoming_shutdown(listener.incoming(stopping), shutdown)
                 .await?

@@ -1,0 +1,69 @@
+// How numbers, sizes, times and states read on every page.
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { Training_State } from "./gen/cohort/v1/training_pb";
+
+export function bytes(n: bigint | number | undefined): string {
+  const v = Number(n ?? 0);
+  if (v < 1024) return `${v} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let x = v / 1024;
+  let i = 0;
+  while (x >= 1024 && i < units.length - 1) {
+    x /= 1024;
+    i++;
+  }
+  return `${x.toFixed(x < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+export function num(v: number | undefined, digits = 3): string {
+  if (v === undefined || v === null) return "–";
+  if (Number.isNaN(v)) return "NaN";
+  if (!Number.isFinite(v)) return v > 0 ? "∞" : "−∞";
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
+  return Number(v.toPrecision(digits)).toString();
+}
+
+export function pct(v: number | undefined): string {
+  return v === undefined ? "–" : `${v.toFixed(0)}%`;
+}
+
+export function date(t: Timestamp | undefined): Date | undefined {
+  return t ? timestampDate(t) : undefined;
+}
+
+export function when(t: Timestamp | undefined): string {
+  const d = date(t);
+  return d ? d.toLocaleString() : "–";
+}
+
+export function clock(t: Timestamp | undefined): string {
+  const d = date(t);
+  return d ? d.toLocaleTimeString() : "–";
+}
+
+export function duration(seconds: number): string {
+  if (!Number.isFinite(seconds) || seconds < 0) return "–";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
+export const STATES: Training_State[] = [
+  Training_State.QUEUED,
+  Training_State.SCHEDULED,
+  Training_State.RUNNING,
+  Training_State.RESTARTING,
+  Training_State.SUCCEEDED,
+  Training_State.FAILED,
+  Training_State.CANCELLED,
+];
+
+export function stateName(s: Training_State): string {
+  return Training_State[s] ?? "UNKNOWN";
+}
+
+export function ended(s: Training_State): boolean {
+  return s === Training_State.SUCCEEDED || s === Training_State.FAILED || s === Training_State.CANCELLED;
+}

@@ -1,0 +1,114 @@
+// `/trainings`: every training the caller may see, newest first, live.
+import { useEffect, useState } from "react";
+import type { Training } from "../gen/cohort/v1/training_pb";
+import { Training_State } from "../gen/cohort/v1/training_pb";
+import { aborted, api, failure } from "../api/client";
+import { canEdit, useSession } from "../api/session";
+import { num, STATES, stateName, when } from "../format";
+import { Link, setQuery, useLocation } from "../router";
+import { gpuCount, loss, progress } from "../training/summary";
+import { ProgressBar } from "../training/ProgressBar";
+
+const POLL_MS = 2000;
+const PAGE = 200;
+
+export function TrainingsPage() {
+  const { query } = useLocation();
+  const session = useSession();
+  const state = query.get("state") ?? "";
+  const team = query.get("team") ?? "";
+  const [rows, setRows] = useState<Training[] | undefined>();
+  const [error, setError] = useState<string>();
+
+  useEffect(() => {
+    const stop = new AbortController();
+    const states = state ? [Training_State[state as keyof typeof Training_State]] : [];
+    const load = () =>
+      api.training
+        .listTrainings({ pageSize: PAGE, states }, { signal: stop.signal })
+        .then((r) => {
+          setRows(r.trainings);
+          setError(undefined);
+        })
+        .catch((err) => !aborted(err) && setError(failure(err).message));
+    load();
+    const timer = setInterval(load, POLL_MS);
+    return () => {
+      stop.abort();
+      clearInterval(timer);
+    };
+  }, [state]);
+
+  const set = (key: string, value: string) => {
+    const q = new URLSearchParams(query);
+    if (value) q.set(key, value);
+    else q.delete(key);
+    setQuery(q);
+  };
+  const teams = [...new Set((rows ?? []).map((t) => t.team).filter(Boolean))].sort();
+  const shown = (rows ?? []).filter((t) => !team || t.team === team);
+
+  return (
+    <main>
+      <div className="title-row">
+        <h1>Trainings</h1>
+        {canEdit(session) && <Link className="button primary" href="/new">New training</Link>}
+      </div>
+      <form className="filters" onSubmit={(e) => e.preventDefault()}>
+        <label>
+          State
+          <select value={state} onChange={(e) => set("state", e.target.value)}>
+            <option value="">any</option>
+            {STATES.map((s) => (
+              <option key={s} value={stateName(s)}>{stateName(s).toLowerCase()}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Team
+          <select value={team} onChange={(e) => set("team", e.target.value)}>
+            <option value="">any</option>
+            {teams.map((t) => <option key={t}>{t}</option>)}
+          </select>
+        </label>
+      </form>
+      {error && <p className="error" role="alert">{error}</p>}
+      {rows === undefined && !error && <p className="muted">Loading…</p>}
+      {rows !== undefined && shown.length === 0 && <p className="muted">No training matches.</p>}
+      {shown.length > 0 && (
+        <table className="table">
+          <thead>
+            <tr><th>id</th><th>name</th><th>state</th><th>team</th><th>creator</th><th>GPUs</th><th>progress</th><th>loss</th><th>created</th></tr>
+          </thead>
+          <tbody>
+            {shown.map((t) => {
+              const p = progress(t);
+              const name = stateName(t.state);
+              return (
+                <tr key={t.id}>
+                  <td><Link href={`/trainings/${t.id}`}>{t.id}</Link></td>
+                  <td>{t.displayName || "–"}</td>
+                  <td>
+                    <span className={`state ${name.toLowerCase()}`}>{name.toLowerCase()}</span>
+                    {t.state === Training_State.QUEUED && (
+                      <div className="muted small">#{t.queuePosition} · {t.stateReason}</div>
+                    )}
+                  </td>
+                  <td>{t.team || "–"}</td>
+                  <td>{t.creator || "–"}</td>
+                  <td>{gpuCount(t) || "–"}</td>
+                  <td className="progress-cell">
+                    <ProgressBar fraction={p.fraction} label={p.total ? `${p.step} / ${p.total}` : `step ${p.step}`} />
+                  </td>
+                  <td>{num(loss(t))}</td>
+                  <td className="small">{when(t.createTime)}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      )}
+    </main>
+  );
+}
+

@@ -1,0 +1,38 @@
+import { cluster } from "./cluster";
+import { expect, shot, test } from "./fixtures";
+
+test("the fleet shows both simulated GPUs and the view toggle works", async ({ page, problems }) => {
+  void problems;
+  await page.goto(`${cluster().open}/`);
+  const cards = page.getByRole("article");
+  await expect(cards).toHaveCount(2);
+  await expect(page.getByRole("article", { name: "e2e-host · GPU 0" })).toBeVisible();
+  await expect(page.getByRole("article", { name: "e2e-host · GPU 1" })).toBeVisible();
+  await expect(cards.first().getByText("simulated", { exact: true })).toBeVisible();
+  // Live samples reach the cards' mini-charts.
+  await expect(page.getByRole("img", { name: "e2e-host · GPU 0 utilization, last hour" })).toBeVisible();
+  await shot(page, "fleet-per-gpu");
+
+  await page.getByRole("radio", { name: "Aggregated" }).click();
+  await expect(page).toHaveURL(/\?view=aggregated$/);
+  const totals = page.getByRole("region", { name: "fleet totals" });
+  await expect(totals.getByText("2 (2 simulated)")).toBeVisible();
+  await expect(page.getByRole("img", { name: "Mean utilization and memory used (%)" })).toBeVisible();
+  await shot(page, "fleet-aggregated");
+
+  // The toggle is a bookmarkable URL, and keyboard-operable.
+  await page.reload();
+  await expect(page.getByRole("radio", { name: "Aggregated" })).toHaveAttribute("aria-checked", "true");
+  await page.getByRole("radio", { name: "Per GPU" }).focus();
+  await page.keyboard.press("Enter");
+  await expect(cards).toHaveCount(2);
+});
+
+test("a coordinator answers unknown files with 404 and app URLs with the app", async ({ request }) => {
+  const base = cluster().open;
+  const page = await request.get(`${base}/trainings/trn-nope`);
+  expect(page.status()).toBe(200);
+  expect(await page.text()).toContain('<div id="root">');
+  const missing = await request.get(`${base}/assets/nope.js`);
+  expect(missing.status()).toBe(404);
+});

@@ -1,0 +1,5 @@
+import { stopCluster } from "./cluster";
+
+export default async function teardown() {
+  stopCluster();
+}

@@ -1,0 +1,59 @@
+// @vitest-environment node
+import { describe, expect, it } from "vitest";
+import { Architecture } from "../../src/gen/cohort/v1/config_pb";
+import { configOf, DEFAULTS, fieldErrors } from "../../src/new/saeForm";
+import { fleetPoint } from "../../src/fleet/useFleet";
+import { tar } from "../../src/training/tar";
+import { GpuSampleSchema } from "../../src/gen/cohort/v1/common_pb";
+import { create } from "@bufbuild/protobuf";
+
+describe("the SAE form", () => {
+  it("makes the config it shows", () => {
+    const c = configOf({ ...DEFAULTS, dIn: "128", k: "16", steps: "50" });
+    expect(c.model?.dIn).toBe(128n);
+    expect(c.model?.k).toBe(16n);
+    expect(c.model?.architecture).toBe(Architecture.TOPK);
+    expect(c.optim?.steps).toBe(50n);
+    expect(c.data?.source.case).toBe("synthetic");
+  });
+
+  it("sends files one per line and no k for ReLU", () => {
+    const c = configOf({ ...DEFAULTS, architecture: "relu", data: "files", paths: " a.safetensors\n\nb.safetensors " });
+    expect(c.model?.k).toBeUndefined();
+    expect(c.data?.source).toEqual(expect.objectContaining({ case: "files" }));
+    if (c.data?.source.case === "files") expect(c.data.source.value.paths).toEqual(["a.safetensors", "b.safetensors"]);
+  });
+
+  it("puts the server's field errors beside their fields", () => {
+    const e = fieldErrors({ "config.model.k": "must be at least 1", "config.data.files.paths[0]": "outside the roots", "gpus": "no" });
+    expect(e.k).toBe("must be at least 1");
+    expect(e.paths).toBe("outside the roots");
+    expect(e[""]).toBe("gpus: no");
+  });
+});
+
+describe("the fleet's aggregate", () => {
+  it("averages utilization and sums memory and power", () => {
+    const s = (u: number, used: number) => create(GpuSampleSchema, { utilizationGpuPercent: u, memoryUsedBytes: BigInt(used), memoryTotalBytes: 100n, temperatureCelsius: u, powerDrawWatts: 10 });
+    const p = fleetPoint(1, [s(20, 10), s(60, 30)]);
+    expect(p.util).toBe(40);
+    expect(p.mem).toBe(20);
+    expect(p.temp).toBe(60);
+    expect(p.power).toBe(20);
+    expect(fleetPoint(1, []).util).toBeUndefined();
+  });
+});
+
+describe("the checkpoint archive", () => {
+  it("writes ustar headers with valid checksums, padded to 512 bytes", async () => {
+    const blob = tar([{ name: "trn-1-step-100/sae.safetensors", data: new Blob(["hello"]) }]);
+    const bytes = new Uint8Array(await blob.arrayBuffer());
+    expect(bytes.length).toBe(512 + 512 + 1024);
+    const header = bytes.slice(0, 512);
+    expect(new TextDecoder().decode(header.slice(257, 262))).toBe("ustar");
+    const stored = parseInt(new TextDecoder().decode(header.slice(148, 155)), 8);
+    const sum = header.reduce((a, b, i) => a + (i >= 148 && i < 156 ? 32 : b), 0);
+    expect(stored).toBe(sum);
+    expect(new TextDecoder().decode(bytes.slice(512, 517))).toBe("hello");
+  });
+});
