@@ -32,6 +32,8 @@ export interface TrainingView {
 }
 
 const KEEP_EVENTS = 500;
+/** The server thins a long stored history to this many points per chart. */
+export const HISTORY_POINTS = 10_000;
 const REFRESH_MS = 2000;
 
 function record(view: TrainingView, ev: TrainingEvent) {
@@ -97,7 +99,7 @@ export function useTraining(id: string): TrainingView {
     const watch = async () => {
       for (let attempt = 0; !stop.signal.aborted; attempt++) {
         try {
-          const stream = api.training.watchTraining({ id, afterSequence: after, includeRankStats: true }, { signal: stop.signal });
+          const stream = api.training.watchTraining({ id, afterSequence: after, includeRankStats: true, maxPoints: HISTORY_POINTS }, { signal: stop.signal });
           for await (const ev of stream) {
             if (ev.event.case === "lagged") break; // resume after the last one received
             after = ev.sequence;

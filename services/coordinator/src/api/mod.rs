@@ -20,6 +20,7 @@ pub mod logs;
 pub mod page_token;
 pub mod report;
 pub mod telemetry;
+pub mod thinning;
 pub mod training;
 
 pub use crate::context::BoxStream;

@@ -346,6 +346,14 @@ impl TrainingService for TrainingApi {
         let mut rung = db.events_bell().subscribe(&req.id);
         let mut after = i64::try_from(req.after_sequence).unwrap_or(i64::MAX);
         let mut ended = training.state.is_final() && after >= training.last_event_seq;
+        let mut thinning = super::thinning::Thinning::plan(
+            &self.ctx,
+            &req.id,
+            after,
+            training.last_event_seq,
+            req.max_points,
+        )
+        .await?;
         tokio::spawn(async move {
             while !ended {
                 let batch = match db.events_after(&req.id, after, WATCH_BATCH).await {
@@ -367,6 +375,9 @@ impl TrainingService for TrainingApi {
                     after = event.seq;
                     ended = is_final_change(&event);
                     if !req.include_rank_stats && is_per_rank(&event) {
+                        continue;
+                    }
+                    if thinning.as_mut().is_some_and(|t| !t.keep(&event)) {
                         continue;
                     }
                     let Some(message) = training_event(&event) else {

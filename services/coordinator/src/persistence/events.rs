@@ -89,6 +89,28 @@ impl Persistence {
         .await
     }
 
+    /// How many events of `kinds` a training has with a sequence number in
+    /// `(after_seq, up_to_seq]`.
+    pub async fn count_events_of_kinds(
+        &self,
+        training_id: &str,
+        after_seq: i64,
+        up_to_seq: i64,
+        kinds: &'static [&'static str],
+    ) -> Result<i64, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("count_events_of_kinds", move |c| {
+            Ok(training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::seq.gt(after_seq))
+                .filter(training_events::seq.le(up_to_seq))
+                .filter(training_events::kind.eq_any(kinds))
+                .count()
+                .get_result(c)?)
+        })
+        .await
+    }
+
     /// Every event of a training whose kind is one of `kinds`, in order.
     pub async fn events_of_kinds(
         &self,
