@@ -74,6 +74,7 @@ pub async fn watch_until(
         id: id.to_string(),
         after_sequence,
         include_rank_stats: false,
+        max_points: 0,
     };
     watch_request(client, request, timeout, stop).await
 }
@@ -138,6 +139,7 @@ pub async fn watch_everything(
         id: id.to_string(),
         after_sequence: 0,
         include_rank_stats: true,
+        max_points: 0,
     };
     watch_request(client, request, timeout, |_| false)
         .await

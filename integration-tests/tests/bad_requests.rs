@@ -19,6 +19,7 @@ async fn training_count(cluster: &Cluster) -> usize {
                 page_size: 1000,
                 page_token,
                 states: Vec::new(),
+                ..Default::default()
             })
             .await
             .expect("ListTrainings")

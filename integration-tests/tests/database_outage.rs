@@ -86,6 +86,7 @@ async fn a_database_outage_refuses_changes_and_recovers_on_its_own() {
         id: id.clone(),
         after_sequence: 0,
         include_rank_stats: false,
+        max_points: 0,
     };
     let history = watch_request(&mut client, request, Duration::from_secs(180), |_| false)
         .await

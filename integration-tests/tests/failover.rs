@@ -100,6 +100,7 @@ async fn succeeded_in_one_attempt(cluster: &Cluster, url: &str, id: &str, steps:
         id: id.to_string(),
         after_sequence: 0,
         include_rank_stats: false,
+        max_points: 0,
     };
     let history = watch_request(&mut c, request, JOB_TIMEOUT, |_| false)
         .await

@@ -53,6 +53,7 @@ async fn coordinator_killed_mid_job(backend: Backend) {
             id: id.clone(),
             after_sequence: seen,
             include_rank_stats: false,
+            max_points: 0,
         })
         .await
         .expect("WatchTraining")
@@ -125,6 +126,7 @@ async fn coordinator_killed_mid_job(backend: Backend) {
         id: id.clone(),
         after_sequence: seen,
         include_rank_stats: true,
+        max_points: 0,
     };
     let resumed = watch_request(&mut client, request, JOB_TIMEOUT, |_| false)
         .await

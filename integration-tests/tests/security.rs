@@ -688,6 +688,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
                 id: nlp_job.id.clone(),
                 after_sequence: 0,
                 include_rank_stats: false,
+                max_points: 0,
             },
             &token("nlp/dev"),
         ))

@@ -279,6 +279,7 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
             trace_context: None,
             team: String::new(),
             creator: "anonymous".into(),
+            labels: Default::default(),
             audit: None,
             max_queued: None,
         };

@@ -16,6 +16,7 @@ fn audited(team: &str, request_id: Option<String>) -> NewTraining {
     NewTraining {
         team: team.into(),
         creator: format!("{team}/dev"),
+        labels: Default::default(),
         audit: Some(AuditEntry {
             actor_kind: "token".into(),
             actor: format!("{team}/dev"),

@@ -267,6 +267,7 @@ fn page(states: &[JobState], limit: i64, after: Option<TrainingCursor>) -> ListT
         limit,
         after,
         team: None,
+        labels: Vec::new(),
     }
 }
 

@@ -53,6 +53,7 @@ fn create_request(request_id: &str) -> v1::CreateTrainingRequest {
         display_name: "t".into(),
         max_restarts: None,
         priority: 0,
+        labels: Default::default(),
     }
 }
 
@@ -223,7 +224,7 @@ async fn training_rpcs_over_persistence() {
                 .list_trainings(v1::ListTrainingsRequest {
                     page_size: 2,
                     page_token: token,
-                    states: vec![],
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -242,6 +243,7 @@ async fn training_rpcs_over_persistence() {
                 id: a.id.clone(),
                 after_sequence: 0,
                 include_rank_stats: false,
+                max_points: 0,
             })
             .await
             .unwrap()

@@ -22,6 +22,7 @@ pub mod report;
 pub mod telemetry;
 pub mod thinning;
 pub mod training;
+pub mod training_requests;
 
 pub use crate::context::BoxStream;
 

@@ -8,22 +8,18 @@ use super::convert::training_event;
 use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor, page_size};
 use crate::context::Context;
-use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, Principal, StoredEvent};
+use crate::model::{AuditEntry, EventPayload, JobState, StoredEvent};
 use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
-use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
-use cohort_spec::Workload;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-/// Restarts allowed when CreateTraining does not say.
-pub const DEFAULT_MAX_RESTARTS: i32 = 3;
-/// Longest accepted request_id.
-pub const MAX_REQUEST_ID_LEN: usize = 128;
+use super::training_requests::{label_filter, state_filter, validate_create};
+pub use super::training_requests::{DEFAULT_MAX_RESTARTS, MAX_REQUEST_ID_LEN};
 /// How long a watcher with nothing new waits before it looks again even
 /// without a ring from the event bell (a safety net: every event this
 /// coordinator writes rings at once).
@@ -54,54 +50,7 @@ impl TrainingApi {
     }
 }
 
-const CREATE: &str = "cohort.v1.TrainingService/CreateTraining";
 const CANCEL: &str = "cohort.v1.TrainingService/CancelTraining";
-
-/// Checks a CreateTraining request of `who`; nothing is written when this fails.
-fn validate_create(who: &Principal, req: v1::CreateTrainingRequest) -> Result<NewTraining, Status> {
-    if req.request_id.len() > MAX_REQUEST_ID_LEN {
-        return Err(ApiError::field(
-            "request_id",
-            format!("at most {MAX_REQUEST_ID_LEN} characters"),
-        )
-        .into());
-    }
-    let config = req
-        .config
-        .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
-    let config = Workload::try_from(config).map_err(ApiError::from)?;
-    let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
-    let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
-    if max_restarts < 0 {
-        return Err(ApiError::field("max_restarts", "must be >= 0").into());
-    }
-    Ok(NewTraining {
-        request_id: Some(req.request_id).filter(|r| !r.is_empty()),
-        display_name: req.display_name,
-        config,
-        gpu_request,
-        priority: req.priority,
-        max_restarts,
-        trace_context: None,
-        team: who.team().to_string(),
-        creator: who.actor().1,
-        audit: Some(AuditEntry::ok(who, CREATE, "", who.team())),
-        max_queued: None,
-    })
-}
-
-fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
-    raw.iter()
-        .map(|&n| {
-            v1::training::State::try_from(n)
-                .ok()
-                .and_then(|s| JobState::try_from(s).ok())
-                .ok_or_else(|| {
-                    ApiError::field("states", format!("{n} is not a training state")).into()
-                })
-        })
-        .collect()
-}
 
 /// Whether a watcher that did not ask for per-rank events gets this one.
 fn is_per_rank(e: &StoredEvent) -> bool {
@@ -277,7 +226,11 @@ impl TrainingService for TrainingApi {
             states: state_filter(&req.states)?,
             limit: limit + 1,
             after: decode_training_cursor(&req.page_token)?,
-            team: team_filter(&who),
+            team: match (team_filter(&who), req.team) {
+                (Some(own), _) => Some(own),
+                (None, asked) => Some(asked).filter(|t| !t.is_empty()),
+            },
+            labels: label_filter(req.labels)?,
         };
         let mut trainings = self
             .ctx

@@ -141,6 +141,7 @@ mod tests {
             trace_context: None,
             team: String::new(),
             creator: String::new(),
+            labels: Default::default(),
         }
     }
 

@@ -108,6 +108,7 @@ impl Harness {
                 trace_context: None,
                 team: String::new(),
                 creator: "anonymous".into(),
+                labels: Default::default(),
                 audit: None,
                 max_queued: None,
             })

@@ -45,6 +45,8 @@ pub struct Training {
     pub team: String,
     /// Who created it (a token's name, or "anonymous").
     pub creator: String,
+    /// Its labels (e.g. `sweep=lr-k`), set at create.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// One row of a training's state history.

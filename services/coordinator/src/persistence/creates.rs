@@ -44,6 +44,8 @@ pub struct NewTraining {
     /// The team it belongs to and who creates it.
     pub team: String,
     pub creator: String,
+    /// Its labels (checked by the caller).
+    pub labels: std::collections::BTreeMap<String, String>,
     /// The audit row of the create, written in its transaction.
     pub audit: Option<AuditEntry>,
     /// Refuse ([`DatabaseError::QueueFull`]) when the team already has its
@@ -179,6 +181,7 @@ fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> Tr
         trace_context: new.trace_context.clone(),
         team: new.team.clone(),
         creator: new.creator.clone(),
+        labels_json: serde_json::to_string(&new.labels).expect("labels serialise"),
     }
 }
 
@@ -283,6 +286,7 @@ fn insert_queued(conn: &mut DbConnection, rows: &[TrainingRow]) -> Result<(), Da
     on_backend!(conn, |c| diesel::insert_into(trainings::table)
         .values(rows)
         .execute(c))?;
+    super::labels::insert_in(conn, rows)?;
     let transitions: Vec<NewTransitionRow> = rows
         .iter()
         .map(|row| NewTransitionRow {

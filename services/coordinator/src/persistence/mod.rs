@@ -21,6 +21,7 @@ pub mod events;
 pub mod exclusive;
 pub mod fleet;
 pub mod gpu_metrics;
+mod labels;
 pub mod lease;
 pub mod measure;
 mod members;

@@ -51,6 +51,7 @@ pub struct TrainingRow {
     pub trace_context: Option<String>,
     pub team: String,
     pub creator: String,
+    pub labels_json: String,
 }
 
 impl TryFrom<TrainingRow> for Training {
@@ -64,6 +65,7 @@ impl TryFrom<TrainingRow> for Training {
             config: serde_json::from_str(&row.config_json).map_err(|e| corrupt("config", e))?,
             gpu_request: serde_json::from_str(&row.gpu_request_json)
                 .map_err(|e| corrupt("gpu request", e))?,
+            labels: serde_json::from_str(&row.labels_json).map_err(|e| corrupt("labels", e))?,
             state: parse_state(&row.state)?,
             create_time: from_db_time(row.create_time),
             update_time: from_db_time(row.update_time),

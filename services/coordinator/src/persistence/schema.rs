@@ -52,6 +52,15 @@ diesel::table! {
         trace_context -> Nullable<Text>,
         team -> Text,
         creator -> Text,
+        labels_json -> Text,
+    }
+}
+
+diesel::table! {
+    training_labels (training_id, key) {
+        training_id -> Text,
+        key -> Text,
+        value -> Text,
     }
 }
 
@@ -233,6 +242,7 @@ diesel::table! {
 
 diesel::joinable!(gpus -> agents (agent_id));
 diesel::joinable!(ranks -> trainings (training_id));
+diesel::joinable!(training_labels -> trainings (training_id));
 diesel::joinable!(training_events -> trainings (training_id));
 diesel::joinable!(state_transitions -> trainings (training_id));
 diesel::joinable!(checkpoints -> trainings (training_id));
@@ -242,6 +252,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     agents,
     gpus,
     trainings,
+    training_labels,
     ranks,
     training_events,
     state_transitions,

@@ -4,7 +4,7 @@
 
 use super::events::append_event_in;
 use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
-use super::schema::{state_transitions, trainings};
+use super::schema::{state_transitions, training_labels, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
 use crate::model::{AuditEntry, EventPayload, JobState, StateChange, StateTransition, Training};
 use chrono::{DateTime, Utc};
@@ -37,6 +37,8 @@ pub struct ListTrainings {
     pub after: Option<TrainingCursor>,
     /// Only this team's; `None`: every team's.
     pub team: Option<String>,
+    /// Only trainings carrying every one of these labels.
+    pub labels: Vec<(String, String)>,
 }
 
 pub(crate) fn load_training(
@@ -146,6 +148,13 @@ fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training
     }
     if let Some(team) = &page.team {
         query = query.filter(trainings::team.eq(team.clone()));
+    }
+    for (key, value) in &page.labels {
+        let carrying = training_labels::table
+            .filter(training_labels::key.eq(key.clone()))
+            .filter(training_labels::value.eq(value.clone()))
+            .select(training_labels::training_id);
+        query = query.filter(trainings::id.eq_any(carrying));
     }
     if let Some(after) = &page.after {
         let t = to_db_time(after.create_time);

@@ -145,6 +145,7 @@ async fn same_config_peers(
                 after: after.clone(),
                 // a report names only its own team's trainings
                 team: Some(training.team.clone()),
+                labels: Vec::new(),
             })
             .await?;
         scanned += page.len();

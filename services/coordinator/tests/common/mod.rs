@@ -91,6 +91,7 @@ pub fn new_training(request_id: Option<&str>) -> NewTraining {
         trace_context: None,
         team: String::new(),
         creator: "anonymous".into(),
+        labels: Default::default(),
         audit: None,
         max_queued: None,
     }

@@ -2,6 +2,7 @@
 //! arguments, the calls, and their tables ([`table`]). `train watch` is in
 //! [`super::watch`], `train report` in [`super::report`].
 
+mod sweep;
 mod table;
 
 use super::watch;
@@ -27,6 +28,9 @@ pub enum TrainCommand {
     Submit(Box<SubmitArgs>),
     /// List trainings, newest first.
     List(ListArgs),
+    /// Submit a grid of trainings from one config (`--set model.k=16,32,64
+    /// --set optim.learning_rate=1e-3,3e-4`), labelled with the sweep.
+    Sweep(sweep::SweepArgs),
     /// Show one training: state, pending reason, rank map and state transitions.
     Get {
         /// The training id.
@@ -90,6 +94,9 @@ pub struct SubmitArgs {
     /// Print only the training id (for scripts: `ID=$(cohort train submit -q ...)`).
     #[arg(short, long)]
     pub quiet: bool,
+    /// A label (KEY=VALUE, repeatable): `train list --label` finds it by it.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
     /// The config's fields as flags: the whole config without --config, or
     /// overrides of the file's values.
     #[command(flatten)]
@@ -122,6 +129,20 @@ pub struct ListArgs {
     /// Fetch every page, not just the first.
     #[arg(long)]
     pub all: bool,
+    /// Only trainings carrying this label (KEY=VALUE; repeat: all of them).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Only this team's trainings.
+    #[arg(long)]
+    pub team: Option<String>,
+}
+
+/// `KEY=VALUE` (the server checks the characters).
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err("expected KEY=VALUE".to_string()),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -174,6 +195,7 @@ pub async fn submit(
         display_name: args.name.clone().unwrap_or_default(),
         max_restarts: args.max_restarts,
         priority: args.priority,
+        labels: args.labels.iter().cloned().collect(),
         ..Default::default()
     };
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
@@ -234,6 +256,8 @@ pub async fn list(
                 page_size: args.page_size.unwrap_or(0),
                 page_token,
                 states: state_filter(&args.state),
+                labels: args.labels.iter().cloned().collect(),
+                team: args.team.clone().unwrap_or_default(),
                 ..Default::default()
             })
             .await?
@@ -358,6 +382,7 @@ pub async fn run(
     match command {
         TrainCommand::Submit(args) => submit(coordinator, &args, out).await,
         TrainCommand::List(args) => list(coordinator, &args, out).await,
+        TrainCommand::Sweep(args) => sweep::sweep(coordinator, &args, out).await,
         TrainCommand::Get { id, no_history } => get(coordinator, &id, !no_history, out).await,
         TrainCommand::Cancel { id, reason } => cancel(coordinator, &id, &reason, out).await,
         TrainCommand::Report { id, metrics } => {

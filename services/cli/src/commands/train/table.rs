@@ -63,6 +63,11 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
         ),
     );
     field("priority", t.priority.to_string());
+    if !t.labels.is_empty() {
+        let mut labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        field("labels", labels.join(" "));
+    }
     if let Some(r) = &t.gpu_request {
         field("gpus", gpu_request(r));
     }

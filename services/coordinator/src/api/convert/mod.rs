@@ -23,6 +23,7 @@ impl From<&Training> for v1::Training {
         v1::Training {
             team: t.team.clone(),
             creator: t.creator.clone(),
+            labels: t.labels.clone().into_iter().collect(),
             id: t.id.clone(),
             display_name: t.display_name.clone(),
             config: Some((&t.config).into()),

@@ -1,0 +1,2 @@
+DROP TABLE training_labels;
+ALTER TABLE trainings DROP COLUMN labels_json;

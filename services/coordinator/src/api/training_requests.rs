@@ -1,0 +1,158 @@
+//! What TrainingService's requests must hold before anything is read or
+//! written: CreateTraining's fields and labels, ListTrainings' filters.
+
+use super::error::ApiError;
+use crate::model::{AuditEntry, GpuRequest, JobState, Principal};
+use crate::persistence::NewTraining;
+use cohort_proto::error::reason;
+use cohort_proto::v1;
+use cohort_spec::Workload;
+use std::collections::{BTreeMap, HashMap};
+use tonic::Status;
+
+/// Restarts allowed when CreateTraining does not say.
+pub const DEFAULT_MAX_RESTARTS: i32 = 3;
+/// Longest accepted request_id.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+/// Labels a training may carry.
+pub const MAX_LABELS: usize = 16;
+
+const CREATE: &str = "cohort.v1.TrainingService/CreateTraining";
+
+/// Checks a CreateTraining request of `who`; nothing is written when this fails.
+pub fn validate_create(
+    who: &Principal,
+    req: v1::CreateTrainingRequest,
+) -> Result<NewTraining, Status> {
+    if req.request_id.len() > MAX_REQUEST_ID_LEN {
+        return Err(ApiError::field(
+            "request_id",
+            format!("at most {MAX_REQUEST_ID_LEN} characters"),
+        )
+        .into());
+    }
+    let config = req
+        .config
+        .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
+    let config = Workload::try_from(config).map_err(ApiError::from)?;
+    let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
+    let labels = checked_labels("labels", req.labels)?;
+    let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
+    if max_restarts < 0 {
+        return Err(ApiError::field("max_restarts", "must be >= 0").into());
+    }
+    Ok(NewTraining {
+        request_id: Some(req.request_id).filter(|r| !r.is_empty()),
+        display_name: req.display_name,
+        config,
+        gpu_request,
+        priority: req.priority,
+        max_restarts,
+        trace_context: None,
+        team: who.team().to_string(),
+        creator: who.actor().1,
+        labels,
+        audit: Some(AuditEntry::ok(who, CREATE, "", who.team())),
+        max_queued: None,
+    })
+}
+
+pub fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
+    raw.iter()
+        .map(|&n| {
+            v1::training::State::try_from(n)
+                .ok()
+                .and_then(|s| JobState::try_from(s).ok())
+                .ok_or_else(|| {
+                    ApiError::field("states", format!("{n} is not a training state")).into()
+                })
+        })
+        .collect()
+}
+
+fn key_ok(key: &str) -> bool {
+    (1..=63).contains(&key.len())
+        && key.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c))
+}
+
+fn value_ok(value: &str) -> bool {
+    (1..=128).contains(&value.len())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+:/@".contains(c))
+}
+
+/// Checks labels (of a create, or a filter), naming the first bad one.
+fn checked_labels(
+    field: &str,
+    labels: HashMap<String, String>,
+) -> Result<BTreeMap<String, String>, Status> {
+    if labels.len() > MAX_LABELS {
+        return Err(ApiError::field(field, format!("at most {MAX_LABELS} labels")).into());
+    }
+    let labels: BTreeMap<String, String> = labels.into_iter().collect();
+    for (key, value) in &labels {
+        if !key_ok(key) {
+            return Err(ApiError::field(
+                format!("{field}[{key}]"),
+                "a key is 1-63 of a-z, 0-9, '.', '_', '-', '/', starting with a letter or digit",
+            )
+            .into());
+        }
+        if !value_ok(value) {
+            return Err(ApiError::field(
+                format!("{field}[{key}]"),
+                "a value is 1-128 of A-Z, a-z, 0-9, '.', '_', '-', '+', ':', '/', '@'",
+            )
+            .into());
+        }
+    }
+    Ok(labels)
+}
+
+/// ListTrainings' label filter.
+pub fn label_filter(labels: HashMap<String, String>) -> Result<Vec<(String, String)>, Status> {
+    Ok(checked_labels("labels", labels)?.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(key: &str, value: &str) -> HashMap<String, String> {
+        HashMap::from([(key.to_string(), value.to_string())])
+    }
+
+    #[test]
+    fn sweep_labels_are_accepted() {
+        for (k, v) in [
+            ("sweep", "k-lr"),
+            ("model.k", "32"),
+            ("optim.learning_rate", "3e-4"),
+            ("team/x", "a:b@c+d"),
+        ] {
+            assert!(checked_labels("labels", one(k, v)).is_ok(), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn bad_labels_are_refused_by_name() {
+        for (k, v) in [
+            ("", "x"),
+            ("Upper", "x"),
+            (".dot", "x"),
+            ("k", ""),
+            ("k", "a b"),
+            ("k", "é"),
+        ] {
+            let err = checked_labels("labels", one(k, v)).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{k}={v}");
+        }
+        let many: HashMap<String, String> =
+            (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(checked_labels("labels", many).is_err());
+    }
+}
