@@ -5,6 +5,7 @@ import { token } from "./api/token";
 import { Link, useLocation } from "./router";
 import { AdminPage } from "./pages/Admin";
 import { AlertsPage } from "./pages/Alerts";
+import { ComparePage } from "./pages/Compare";
 import { FleetPage } from "./pages/Fleet";
 import { NewTrainingPage } from "./pages/NewTraining";
 import { TrainingPage } from "./pages/Training";
@@ -37,6 +38,7 @@ function Page() {
   if (m) return <TrainingPage key={m[1]} id={decodeURIComponent(m[1])} />;
   if (path === "/new") return <NewTrainingPage />;
   if (path === "/alerts") return <AlertsPage />;
+  if (path === "/compare") return <ComparePage />;
   if (path === "/admin") return <AdminPage />;
   return <main><h1>Not found</h1><p>No page at {path}. <Link href="/">The fleet</Link></p></main>;
 }

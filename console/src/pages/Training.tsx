@@ -45,6 +45,14 @@ export function TrainingPage({ id }: { id: string }) {
       <p className="muted small">
         {t.id} · team {t.team || "–"} · by {t.creator || "–"} · {gpuCount(t)} GPUs · attempt {t.attempt} ({t.restartCount}/{t.maxRestarts} restarts) · created {when(t.createTime)}
       </p>
+      {Object.keys(t.labels).length > 0 && (
+        <div className="labels" aria-label="labels">
+          {Object.entries(t.labels).sort().map(([k, v]) => (
+            <Link key={k} className="label" href={`/trainings?label=${encodeURIComponent(`${k}=${v}`)}`}>{k}={v}</Link>
+          ))}
+          {t.labels.sweep && <Link href={`/compare?sweep=${encodeURIComponent(t.labels.sweep)}`}>Compare the sweep</Link>}
+        </div>
+      )}
       {t.stateReason && <p className="small">{t.stateReason}</p>}
       <ProgressBar fraction={p.fraction} label={p.total ? `step ${p.step} / ${p.total}` : `step ${p.step}`} />
       <p className="small">loss {num(loss(t))}{t.globalBatchSize > 0n ? ` · global batch ${t.globalBatchSize}` : ""}</p>

@@ -17,6 +17,9 @@ export function TrainingsPage() {
   const session = useSession();
   const state = query.get("state") ?? "";
   const team = query.get("team") ?? "";
+  const label = query.get("label") ?? "";
+  const [picked, setPicked] = useState<Set<string>>(new Set());
+  const [teams, setTeams] = useState<string[]>([]);
   const [rows, setRows] = useState<Training[] | undefined>();
   const [error, setError] = useState<string>();
 
@@ -25,9 +28,10 @@ export function TrainingsPage() {
     const states = state ? [Training_State[state as keyof typeof Training_State]] : [];
     const load = () =>
       api.training
-        .listTrainings({ pageSize: PAGE, states }, { signal: stop.signal })
+        .listTrainings({ pageSize: PAGE, states, team, labels: parseLabel(label) }, { signal: stop.signal })
         .then((r) => {
           setRows(r.trainings);
+          setTeams((known) => [...new Set([...known, ...r.trainings.map((t) => t.team).filter(Boolean)])].sort());
           setError(undefined);
         })
         .catch((err) => !aborted(err) && setError(failure(err).message));
@@ -37,7 +41,7 @@ export function TrainingsPage() {
       stop.abort();
       clearInterval(timer);
     };
-  }, [state]);
+  }, [state, team, label]);
 
   const set = (key: string, value: string) => {
     const q = new URLSearchParams(query);
@@ -45,8 +49,14 @@ export function TrainingsPage() {
     else q.delete(key);
     setQuery(q);
   };
-  const teams = [...new Set((rows ?? []).map((t) => t.team).filter(Boolean))].sort();
-  const shown = (rows ?? []).filter((t) => !team || t.team === team);
+  const shown = rows ?? [];
+  const sweep = label.startsWith("sweep=") ? label.slice("sweep=".length) : "";
+  const toggle = (id: string, on: boolean) => {
+    const next = new Set(picked);
+    if (on) next.add(id);
+    else next.delete(id);
+    setPicked(next);
+  };
 
   return (
     <main>
@@ -71,6 +81,14 @@ export function TrainingsPage() {
             {teams.map((t) => <option key={t}>{t}</option>)}
           </select>
         </label>
+        <label>
+          Label
+          <input key={label} placeholder="key=value" defaultValue={label} aria-label="label filter (key=value)"
+            onBlur={(e) => set("label", e.target.value.trim())}
+            onKeyDown={(e) => e.key === "Enter" && set("label", e.currentTarget.value.trim())} />
+        </label>
+        {picked.size > 0 && <Link className="button" href={`/compare?ids=${[...picked].join(",")}`}>Compare {picked.size} selected</Link>}
+        {sweep && <Link className="button" href={`/compare?sweep=${encodeURIComponent(sweep)}`}>Compare sweep {sweep}</Link>}
       </form>
       {error && <p className="error" role="alert">{error}</p>}
       {rows === undefined && !error && <p className="muted">Loading…</p>}
@@ -78,7 +96,7 @@ export function TrainingsPage() {
       {shown.length > 0 && (
         <table className="table">
           <thead>
-            <tr><th>id</th><th>name</th><th>state</th><th>team</th><th>creator</th><th>GPUs</th><th>progress</th><th>loss</th><th>created</th></tr>
+            <tr><th><span className="visually-hidden">compare</span></th><th>id</th><th>name</th><th>state</th><th>team</th><th>creator</th><th>GPUs</th><th>progress</th><th>loss</th><th>created</th></tr>
           </thead>
           <tbody>
             {shown.map((t) => {
@@ -86,6 +104,7 @@ export function TrainingsPage() {
               const name = stateName(t.state);
               return (
                 <tr key={t.id}>
+                  <td><input type="checkbox" aria-label={`compare ${t.id}`} checked={picked.has(t.id)} onChange={(e) => toggle(t.id, e.target.checked)} /></td>
                   <td><Link href={`/trainings/${t.id}`}>{t.id}</Link></td>
                   <td>{t.displayName || "–"}</td>
                   <td>
@@ -112,3 +131,9 @@ export function TrainingsPage() {
   );
 }
 
+/** `k=v` → {k: v}; empty or malformed → no label filter. */
+export function parseLabel(label: string): Record<string, string> {
+  const i = label.indexOf("=");
+  if (i <= 0 || i === label.length - 1) return {};
+  return { [label.slice(0, i).trim()]: label.slice(i + 1).trim() };
+}
