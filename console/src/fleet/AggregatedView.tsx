@@ -1,28 +1,23 @@
 // The fleet as one: totals now, and averages over the last hour.
-import type { FleetState } from "./useFleet";
+import type { Gpu } from "../gen/cohort/v1/gpu_pb";
 import { LineChart } from "../charts/LineChart";
 import { bytes, pct } from "../format";
-import { availability } from "./GpuCard";
+import { useAggregate } from "./useFleet";
 
-export function AggregatedView({ fleet }: { fleet: FleetState }) {
-  const samples = [...fleet.latest.values()];
-  const used = samples.reduce((a, s) => a + Number(s.memoryUsedBytes), 0);
-  const total = samples.reduce((a, s) => a + Number(s.memoryTotalBytes), 0);
-  const util = samples.length ? samples.reduce((a, s) => a + (s.utilizationGpuPercent ?? 0), 0) / samples.length : undefined;
-  const power = samples.reduce((a, s) => a + (s.powerDrawWatts ?? 0), 0);
-  const busy = fleet.gpus.filter((g) => availability(g) === "busy").length;
-  const agents = new Set(fleet.gpus.map((g) => g.agentId)).size;
-  const simulated = fleet.gpus.filter((g) => g.info?.simulated).length;
-  const a = fleet.aggregate;
+export function AggregatedView({ gpus }: { gpus: Gpu[] }) {
+  const { now, history: a, error } = useAggregate();
+  const agents = new Set(gpus.map((g) => g.agentId)).size;
   return (
     <section aria-label="fleet totals">
+      {error && <p className="error" role="alert">{error}</p>}
       <dl className="totals">
         <div><dt>agents</dt><dd>{agents}</dd></div>
-        <div><dt>GPUs</dt><dd>{fleet.gpus.length}{simulated ? ` (${simulated} simulated)` : ""}</dd></div>
-        <div><dt>busy</dt><dd>{busy}</dd></div>
-        <div><dt>mean utilization</dt><dd>{pct(util)}</dd></div>
-        <div><dt>memory</dt><dd>{bytes(used)} / {bytes(total)}</dd></div>
-        <div><dt>power</dt><dd>{power.toFixed(0)} W</dd></div>
+        <div><dt>GPUs</dt><dd>{now ? `${now.gpuCount}${now.simulatedCount ? ` (${now.simulatedCount} simulated)` : ""}` : gpus.length}</dd></div>
+        <div><dt>busy</dt><dd>{now?.busyCount ?? "–"}</dd></div>
+        <div><dt>mean utilization</dt><dd>{pct(now?.meanUtilizationGpuPercent)}</dd></div>
+        <div><dt>memory</dt><dd>{now ? `${bytes(now.memoryUsedBytes)} / ${bytes(now.memoryTotalBytes)}` : "–"}</dd></div>
+        <div><dt>power</dt><dd>{now ? `${now.powerDrawWatts.toFixed(0)} W` : "–"}</dd></div>
+        <div><dt>hottest</dt><dd>{now ? `${now.maxTemperatureCelsius.toFixed(0)} °C` : "–"}</dd></div>
       </dl>
       <div className="grid2">
         <LineChart title="Mean utilization and memory used (%)" time data={[a.t, a.util, a.mem]} series={[{ label: "utilization %", color: "#2f6fdf" }, { label: "memory %", color: "#8a4fd8" }]} />

@@ -1,27 +1,21 @@
-// The fleet's state for the fleet page: every GPU (ListGpus, refreshed),
-// an hour of history per GPU and for the fleet (QueryGpuMetrics), then live
-// samples from one WatchGpuMetrics stream that feeds every card. Updates
-// are published at most once a second, whatever the fleet's size.
+// The fleet page's data, sized for a fleet of thousands of GPUs: the GPU
+// list (ListGpus, refreshed); for the cards on screen only, an hour of
+// history (QueryGpuMetrics) then live samples from one WatchGpuMetrics
+// stream filtered to them; for the aggregated view, the fleet's aggregate
+// (history, then its own live stream while that view is shown). Updates are
+// published at most once a second whatever the fleet's size.
 import { useEffect, useState } from "react";
-import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Gpu } from "../gen/cohort/v1/gpu_pb";
 import type { GpuSample } from "../gen/cohort/v1/common_pb";
-import { MetricsView } from "../gen/cohort/v1/telemetry_pb";
+import { MetricsView, type AggregatedGpuMetrics } from "../gen/cohort/v1/telemetry_pb";
 import { aborted, api, failure } from "../api/client";
 import { append, emptyPoints, WINDOW_S, type Point, type Points } from "./history";
-
-export interface FleetState {
-  gpus: Gpu[];
-  latest: Map<string, GpuSample>;
-  history: Map<string, Points>;
-  aggregate: Points;
-  loaded: boolean;
-  error?: string;
-}
 
 const HISTORY_STEP_S = 30;
 const REFRESH_MS = 10_000;
 const PUBLISH_MS = 1_000;
+const MAX_GPUS = 20_000;
 
 function point(s: GpuSample): Point {
   return {
@@ -33,110 +27,90 @@ function point(s: GpuSample): Point {
   };
 }
 
-/** The fleet's point at time t from the latest sample of every GPU. */
-export function fleetPoint(t: number, samples: Iterable<GpuSample>): Point {
-  let n = 0, util = 0, used = 0, total = 0, temp = -Infinity, power = 0;
-  for (const s of samples) {
-    n++;
-    util += s.utilizationGpuPercent ?? 0;
-    used += Number(s.memoryUsedBytes);
-    total += Number(s.memoryTotalBytes);
-    temp = Math.max(temp, s.temperatureCelsius ?? -Infinity);
-    power += s.powerDrawWatts ?? 0;
-  }
-  if (n === 0) return { t };
-  return { t, util: util / n, mem: total > 0 ? (100 * used) / total : undefined, temp: Number.isFinite(temp) ? temp : undefined, power };
+export function aggregatePoint(time: Timestamp | undefined, a: AggregatedGpuMetrics): Point {
+  const total = Number(a.memoryTotalBytes);
+  return {
+    t: time ? timestampMs(time) / 1000 : Date.now() / 1000,
+    util: a.meanUtilizationGpuPercent,
+    mem: total > 0 ? (100 * Number(a.memoryUsedBytes)) / total : undefined,
+    temp: a.maxTemperatureCelsius,
+    power: a.powerDrawWatts,
+  };
 }
 
-async function listGpus(signal: AbortSignal): Promise<Gpu[]> {
-  const all: Gpu[] = [];
-  let pageToken = "";
-  do {
-    const page = await api.gpu.listGpus({ pageSize: 1000, pageToken }, { signal });
-    all.push(...page.gpus);
-    pageToken = page.nextPageToken;
-  } while (pageToken && all.length < 20_000);
-  return all;
-}
-
-async function loadHistory(signal: AbortSignal) {
-  const now = Date.now();
-  const range = {
-    startTime: { seconds: BigInt(Math.floor(now / 1000 - WINDOW_S)), nanos: 0 },
-    endTime: { seconds: BigInt(Math.floor(now / 1000)), nanos: 0 },
+function lastHour() {
+  const now = Math.floor(Date.now() / 1000);
+  return {
+    startTime: { seconds: BigInt(now - WINDOW_S), nanos: 0 },
+    endTime: { seconds: BigInt(now), nanos: 0 },
     step: { seconds: BigInt(HISTORY_STEP_S), nanos: 0 },
   };
-  const history = new Map<string, Points>();
-  let aggregate = emptyPoints();
-  let pageToken = "";
-  for (let pages = 0; pages < 50; pages++) {
-    const r = await api.telemetry.queryGpuMetrics({ ...range, view: MetricsView.PER_GPU, pageSize: 1000, pageToken }, { signal });
-    for (const u of r.updates)
-      for (const g of u.gpus)
-        if (g.sample) history.set(g.sample.gpuUuid, append(history.get(g.sample.gpuUuid) ?? emptyPoints(), point(g.sample), 1));
-    pageToken = r.nextPageToken;
-    if (!pageToken) break;
-  }
-  const agg = await api.telemetry.queryGpuMetrics({ ...range, view: MetricsView.AGGREGATED, pageSize: 1000 }, { signal });
-  for (const u of agg.updates) {
-    const a = u.aggregate;
-    if (!a || !u.time) continue;
-    const total = Number(a.memoryTotalBytes);
-    aggregate = append(aggregate, {
-      t: timestampMs(u.time) / 1000,
-      util: a.meanUtilizationGpuPercent,
-      mem: total > 0 ? (100 * Number(a.memoryUsedBytes)) / total : undefined,
-      temp: a.maxTemperatureCelsius,
-      power: a.powerDrawWatts,
-    }, 1);
-  }
-  return { history, aggregate };
 }
 
-export function useFleet(): FleetState {
-  const [state, setState] = useState<FleetState>({ gpus: [], latest: new Map(), history: new Map(), aggregate: emptyPoints(), loaded: false });
+/** Every GPU (ListGpus, all pages), refreshed every 10 s. */
+export function useGpuList(): { gpus: Gpu[]; loaded: boolean; error?: string } {
+  const [state, setState] = useState<{ gpus: Gpu[]; loaded: boolean; error?: string }>({ gpus: [], loaded: false });
   useEffect(() => {
     const stop = new AbortController();
-    let gpus: Gpu[] = [];
+    const load = async () => {
+      const all: Gpu[] = [];
+      let pageToken = "";
+      do {
+        const page = await api.gpu.listGpus({ pageSize: 1000, pageToken }, { signal: stop.signal });
+        all.push(...page.gpus);
+        pageToken = page.nextPageToken;
+      } while (pageToken && all.length < MAX_GPUS);
+      setState({ gpus: all, loaded: true });
+    };
+    const run = () => load().catch((err) => !aborted(err) && setState((s) => ({ ...s, error: failure(err).message })));
+    run();
+    const timer = setInterval(run, REFRESH_MS);
+    return () => {
+      stop.abort();
+      clearInterval(timer);
+    };
+  }, []);
+  return state;
+}
+
+export interface CardData {
+  latest: Map<string, GpuSample>;
+  history: Map<string, Points>;
+  error?: string;
+}
+
+/** History then live samples of the GPUs on screen (one stream for all of them). */
+export function useGpuCards(uuids: string[]): CardData {
+  const [data, setData] = useState<CardData>({ latest: new Map(), history: new Map() });
+  const key = uuids.join(",");
+  useEffect(() => {
+    if (!key) return;
+    const gpuUuids = key.split(",");
+    const stop = new AbortController();
     const latest = new Map<string, GpuSample>();
     let history = new Map<string, Points>();
-    let aggregate = emptyPoints();
     let dirty = false;
-    let loaded = false;
-    const fail = (err: unknown) => {
-      if (!aborted(err)) setState((s) => ({ ...s, error: failure(err).message }));
-    };
-    const publish = () => {
-      if (!dirty) return;
-      dirty = false;
-      setState({ gpus, latest: new Map(latest), history: new Map(history), aggregate, loaded });
-    };
-    const refresh = () =>
-      listGpus(stop.signal)
-        .then((list) => {
-          gpus = list;
-          for (const g of list) if (g.latestSample && !latest.has(g.latestSample.gpuUuid)) latest.set(g.latestSample.gpuUuid, g.latestSample);
-          loaded = dirty = true;
-          publish();
-        })
-        .catch(fail);
-    refresh().then(() =>
-      loadHistory(stop.signal)
-        .then((h) => {
-          // Live points that came while the history loaded are kept after it.
-          for (const [uuid, pts] of history) {
-            let merged = h.history.get(uuid) ?? emptyPoints();
-            pts.t.forEach((t, i) => (merged = append(merged, { t, util: pts.util[i] ?? undefined, mem: pts.mem[i] ?? undefined, temp: pts.temp[i] ?? undefined, power: pts.power[i] ?? undefined })));
-            h.history.set(uuid, merged);
-          }
-          history = h.history;
-          aggregate = h.aggregate;
-          dirty = true;
-        })
-        .catch(fail),
-    );
+    const fail = (err: unknown) => !aborted(err) && setData((d) => ({ ...d, error: failure(err).message }));
     (async () => {
-      const stream = api.telemetry.watchGpuMetrics({ view: MetricsView.PER_GPU }, { signal: stop.signal });
+      const loaded = new Map<string, Points>();
+      let pageToken = "";
+      do {
+        const r = await api.telemetry.queryGpuMetrics({ ...lastHour(), filter: { gpuUuids }, view: MetricsView.PER_GPU, pageSize: 1000, pageToken }, { signal: stop.signal });
+        for (const u of r.updates)
+          for (const g of u.gpus) if (g.sample) loaded.set(g.sample.gpuUuid, append(loaded.get(g.sample.gpuUuid) ?? emptyPoints(), point(g.sample), 1));
+        pageToken = r.nextPageToken;
+      } while (pageToken);
+      // Live points that came while the history loaded are kept after it.
+      for (const [uuid, live] of history) {
+        let merged = loaded.get(uuid) ?? emptyPoints();
+        live.t.forEach((t, i) => (merged = append(merged, { t, util: live.util[i] ?? undefined, mem: live.mem[i] ?? undefined, temp: live.temp[i] ?? undefined, power: live.power[i] ?? undefined })));
+        loaded.set(uuid, merged);
+      }
+      history = loaded;
+      dirty = true;
+    })().catch(fail);
+    (async () => {
+      const stream = api.telemetry.watchGpuMetrics({ view: MetricsView.PER_GPU, filter: { gpuUuids } }, { signal: stop.signal });
       for await (const update of stream) {
         for (const g of update.gpus) {
           const s = g.sample;
@@ -148,15 +122,63 @@ export function useFleet(): FleetState {
       }
     })().catch(fail);
     const tick = setInterval(() => {
-      if (latest.size > 0) aggregate = append(aggregate, fleetPoint(Date.now() / 1000, latest.values()));
-      publish();
+      if (!dirty) return;
+      dirty = false;
+      setData({ latest: new Map(latest), history: new Map(history) });
     }, PUBLISH_MS);
-    const reload = setInterval(refresh, REFRESH_MS);
     return () => {
       stop.abort();
       clearInterval(tick);
-      clearInterval(reload);
+    };
+  }, [key]);
+  return data;
+}
+
+export interface Aggregate {
+  now?: AggregatedGpuMetrics;
+  history: Points;
+  error?: string;
+}
+
+/** The fleet's aggregate: an hour of history, then live (its own stream). */
+export function useAggregate(): Aggregate {
+  const [data, setData] = useState<Aggregate>({ history: emptyPoints() });
+  useEffect(() => {
+    const stop = new AbortController();
+    let history = emptyPoints();
+    let now: AggregatedGpuMetrics | undefined;
+    let dirty = false;
+    const fail = (err: unknown) => !aborted(err) && setData((d) => ({ ...d, error: failure(err).message }));
+    (async () => {
+      let loaded = emptyPoints();
+      let pageToken = "";
+      do {
+        const r = await api.telemetry.queryGpuMetrics({ ...lastHour(), view: MetricsView.AGGREGATED, pageSize: 1000, pageToken }, { signal: stop.signal });
+        for (const u of r.updates) if (u.aggregate) loaded = append(loaded, aggregatePoint(u.time, u.aggregate), 1);
+        pageToken = r.nextPageToken;
+      } while (pageToken);
+      history.t.forEach((t, i) => (loaded = append(loaded, { t, util: history.util[i] ?? undefined, mem: history.mem[i] ?? undefined, temp: history.temp[i] ?? undefined, power: history.power[i] ?? undefined })));
+      history = loaded;
+      dirty = true;
+    })().catch(fail);
+    (async () => {
+      const stream = api.telemetry.watchGpuMetrics({ view: MetricsView.AGGREGATED }, { signal: stop.signal });
+      for await (const u of stream) {
+        if (!u.aggregate) continue;
+        now = u.aggregate;
+        history = append(history, aggregatePoint(u.time, u.aggregate));
+        dirty = true;
+      }
+    })().catch(fail);
+    const tick = setInterval(() => {
+      if (!dirty) return;
+      dirty = false;
+      setData({ now, history });
+    }, PUBLISH_MS);
+    return () => {
+      stop.abort();
+      clearInterval(tick);
     };
   }, []);
-  return state;
+  return data;
 }

@@ -98,3 +98,28 @@ export function configOf(f: SaeFields): TrainingConfig {
     },
   });
 }
+
+/** The form as a TOML config (what `cohort train submit --config` reads):
+ * the editor's starting point. */
+export function tomlOf(f: SaeFields): string {
+  const topk = f.architecture === "topk";
+  const lines = [
+    "[model]",
+    `d_in = ${f.dIn || 0}`,
+    f.width === "d_sae" ? `d_sae = ${f.dSae || 0}` : `expansion_factor = ${f.expansionFactor || 0}`,
+    `architecture = "${f.architecture}"`,
+    topk ? `k = ${f.k || 0}` : `l1_coefficient = ${f.l1 || 0}`,
+    "",
+    "[optim]",
+    `learning_rate = ${f.learningRate || 0}`,
+    `batch_size = ${f.batchSize || 0}`,
+    `steps = ${f.steps || 0}`,
+    "",
+    "[checkpoint]",
+    `every_steps = ${f.checkpointEvery || 0}`,
+    "",
+  ];
+  if (f.data === "synthetic") lines.push("[data.synthetic]", `num_samples = ${f.numSamples || 0}`);
+  else lines.push("[data.files]", `paths = [${f.paths.split("\n").map((p) => p.trim()).filter(Boolean).map((p) => JSON.stringify(p)).join(", ")}]`);
+  return lines.join("\n") + "\n";
+}

@@ -1,15 +1,15 @@
 // `/new`: submit a training from the SAE form or from a config in the
 // editor (any config, a program's included), with the GPU selector. The
 // server validates; its field errors are shown beside the fields.
-import { useMemo, useState } from "react";
+import { useEffect, useMemo, useState } from "react";
 import type { ReactNode } from "react";
-import { fromJsonString, toJsonString } from "@bufbuild/protobuf";
-import { TrainingConfigSchema, type TrainingConfig } from "../gen/cohort/v1/config_pb";
-import { api, failure } from "../api/client";
+import type { TrainingConfig } from "../gen/cohort/v1/config_pb";
+import { ParseTrainingConfigRequest_Format as Format } from "../gen/cohort/v1/training_service_pb";
+import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
 import { navigate } from "../router";
 import { GpuSelector } from "../new/GpuSelector";
-import { configOf, DEFAULTS, fieldErrors, type SaeFields } from "../new/saeForm";
+import { configOf, DEFAULTS, fieldErrors, tomlOf, type SaeFields } from "../new/saeForm";
 
 type Errors = Partial<Record<keyof SaeFields | "", string>>;
 
@@ -29,25 +29,41 @@ export function NewTrainingPage() {
   const [mode, setMode] = useState<"form" | "editor">("form");
   const [f, setF] = useState<SaeFields>(DEFAULTS);
   const [text, setText] = useState("");
+  const [format, setFormat] = useState<Format>(Format.TOML);
+  const [editorParse, setEditorParse] = useState<{ config?: TrainingConfig; error?: string }>({});
   const [gpus, setGpus] = useState<string[]>([]);
   const [errors, setErrors] = useState<Errors>({});
   const [busy, setBusy] = useState(false);
 
-  const parsed = useMemo((): { config?: TrainingConfig; error?: string } => {
-    if (mode === "form") return { config: configOf(f) };
-    try {
-      return { config: fromJsonString(TrainingConfigSchema, text) };
-    } catch (err) {
-      return { error: (err as Error).message };
-    }
-  }, [mode, f, text]);
+  // The editor's text is read by the server, as `cohort train submit --config` reads a file.
+  useEffect(() => {
+    if (mode !== "editor") return;
+    const stop = new AbortController();
+    const timer = setTimeout(() => {
+      api.training
+        .parseTrainingConfig({ text, format }, { signal: stop.signal })
+        .then((config) => setEditorParse({ config }))
+        .catch((err) => {
+          if (aborted(err)) return;
+          const fail = failure(err);
+          const fields = Object.entries(fail.fields).map(([k, v]) => `${k.replace(/^config\./, "")}: ${v}`);
+          setEditorParse({ error: fields.length > 0 ? fields.join("; ") : fail.message });
+        });
+    }, 300);
+    return () => {
+      clearTimeout(timer);
+      stop.abort();
+    };
+  }, [mode, text, format]);
+  const formConfig = useMemo(() => configOf(f), [f]);
+  const parsed = mode === "form" ? { config: formConfig } : editorParse;
 
   const set = (k: keyof SaeFields) => (e: { target: { value: string } }) => setF({ ...f, [k]: e.target.value });
   const input = (k: keyof SaeFields, props: Record<string, unknown> = {}) => (
     <input id={k} value={f[k]} onChange={set(k)} aria-invalid={!!errors[k]} aria-describedby={errors[k] ? `${k}-error` : undefined} {...props} />
   );
   const toEditor = () => {
-    setText(toJsonString(TrainingConfigSchema, configOf(f), { prettySpaces: 2 }));
+    if (!text) setText(tomlOf(f));
     setMode("editor");
   };
 
@@ -133,9 +149,17 @@ export function NewTrainingPage() {
             </fieldset>
           </>
         ) : (
-          <Field id="config" label="Config (TrainingConfig as JSON, the API's own shape)" error={parsed.error} hint="The SAE form's config is filled in; a program's is {&quot;program&quot;: {&quot;command&quot;: [...], &quot;workingDir&quot;: ...}}.">
-            <textarea id="config" className="mono" rows={22} value={text} onChange={(e) => setText(e.target.value)} spellCheck={false} />
-          </Field>
+          <>
+            <Field id="format" label="Written as">
+              <select id="format" value={format} onChange={(e) => setFormat(Number(e.target.value) as Format)}>
+                <option value={Format.TOML}>TOML</option>
+                <option value={Format.JSON}>JSON</option>
+              </select>
+            </Field>
+            <Field id="config" label="Config (as cohort train submit --config reads it)" error={parsed.error} hint="Any config: the SAE's (every key: docs/rank.md) or a program's [program] (docs/programs.md). The server checks it as you type.">
+              <textarea id="config" className="mono" rows={22} value={text} onChange={(e) => setText(e.target.value)} spellCheck={false} aria-invalid={!!parsed.error} />
+            </Field>
+          </>
         )}
         <GpuSelector config={parsed.config} value={gpus} onChange={setGpus} />
         <div className="actions">

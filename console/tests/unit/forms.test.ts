@@ -2,9 +2,9 @@
 import { describe, expect, it } from "vitest";
 import { Architecture } from "../../src/gen/cohort/v1/config_pb";
 import { configOf, DEFAULTS, fieldErrors } from "../../src/new/saeForm";
-import { fleetPoint } from "../../src/fleet/useFleet";
+import { aggregatePoint } from "../../src/fleet/useFleet";
+import { AggregatedGpuMetricsSchema } from "../../src/gen/cohort/v1/telemetry_pb";
 import { tar } from "../../src/training/tar";
-import { GpuSampleSchema } from "../../src/gen/cohort/v1/common_pb";
 import { create } from "@bufbuild/protobuf";
 
 describe("the SAE form", () => {
@@ -33,14 +33,11 @@ describe("the SAE form", () => {
 });
 
 describe("the fleet's aggregate", () => {
-  it("averages utilization and sums memory and power", () => {
-    const s = (u: number, used: number) => create(GpuSampleSchema, { utilizationGpuPercent: u, memoryUsedBytes: BigInt(used), memoryTotalBytes: 100n, temperatureCelsius: u, powerDrawWatts: 10 });
-    const p = fleetPoint(1, [s(20, 10), s(60, 30)]);
-    expect(p.util).toBe(40);
-    expect(p.mem).toBe(20);
-    expect(p.temp).toBe(60);
-    expect(p.power).toBe(20);
-    expect(fleetPoint(1, []).util).toBeUndefined();
+  it("reads the server's aggregate as a chart point", () => {
+    const a = create(AggregatedGpuMetricsSchema, { gpuCount: 2, meanUtilizationGpuPercent: 40, memoryUsedBytes: 40n, memoryTotalBytes: 200n, maxTemperatureCelsius: 60, powerDrawWatts: 20 });
+    const p = aggregatePoint({ seconds: 10n, nanos: 0 } as never, a);
+    expect(p).toEqual({ t: 10, util: 40, mem: 20, temp: 60, power: 20 });
+    expect(aggregatePoint(undefined, create(AggregatedGpuMetricsSchema, {})).mem).toBeUndefined();
   });
 });
 

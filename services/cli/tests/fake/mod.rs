@@ -338,6 +338,13 @@ impl TrainingService for Fake {
     ) -> Reply<v1::TrainingReport> {
         Err(Status::unimplemented("no reports in the fake"))
     }
+
+    async fn parse_training_config(
+        &self,
+        _req: Request<v1::ParseTrainingConfigRequest>,
+    ) -> Reply<v1::TrainingConfig> {
+        Err(Status::unimplemented("the CLI parses configs itself"))
+    }
 }
 
 #[tonic::async_trait]

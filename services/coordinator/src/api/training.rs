@@ -384,6 +384,14 @@ impl TrainingService for TrainingApi {
             .map(Response::new)
     }
 
+    async fn parse_training_config(
+        &self,
+        request: Request<v1::ParseTrainingConfigRequest>,
+    ) -> Result<Response<v1::TrainingConfig>, Status> {
+        caller(&self.ctx, &request)?;
+        super::training_requests::parse_config(request.into_inner()).map(Response::new)
+    }
+
     async fn get_training_report(
         &self,
         request: Request<v1::GetTrainingReportRequest>,

@@ -113,6 +113,25 @@ fn checked_labels(
     Ok(labels)
 }
 
+/// The longest config ParseTrainingConfig reads.
+pub const MAX_CONFIG_TEXT: usize = 1 << 20;
+
+/// ParseTrainingConfig: the text read as the CLI reads a config file.
+pub fn parse_config(req: v1::ParseTrainingConfigRequest) -> Result<v1::TrainingConfig, Status> {
+    use v1::parse_training_config_request::Format;
+    if req.text.len() > MAX_CONFIG_TEXT {
+        return Err(ApiError::field("text", format!("at most {MAX_CONFIG_TEXT} bytes")).into());
+    }
+    let format = Format::try_from(req.format)
+        .map_err(|_| ApiError::field("format", format!("{} is not a format", req.format)))?;
+    let workload = match format {
+        Format::Unspecified | Format::Toml => Workload::from_toml(&req.text),
+        Format::Json => Workload::from_json(&req.text),
+    }
+    .map_err(ApiError::from)?;
+    Ok(v1::TrainingConfig::from(&workload))
+}
+
 /// ListTrainings' label filter.
 pub fn label_filter(labels: HashMap<String, String>) -> Result<Vec<(String, String)>, Status> {
     Ok(checked_labels("labels", labels)?.into_iter().collect())
@@ -124,6 +143,42 @@ mod tests {
 
     fn one(key: &str, value: &str) -> HashMap<String, String> {
         HashMap::from([(key.to_string(), value.to_string())])
+    }
+
+    #[test]
+    fn configs_are_read_as_the_cli_reads_them() {
+        let toml = "[model]\nd_in = 8\narchitecture = \"topk\"\nk = 4\n[optim]\nbatch_size = 4\nsteps = 5\n[data.synthetic]\nnum_samples = 64\n";
+        let config = parse_config(v1::ParseTrainingConfigRequest {
+            text: toml.into(),
+            format: 0,
+        })
+        .unwrap();
+        assert_eq!(config.model.unwrap().k, Some(4));
+        let json = r#"{"model": {"d_in": 8}, "optim": {"batch_size": 4, "steps": 5}, "data": {"synthetic": {"num_samples": 64}}}"#;
+        let config = parse_config(v1::ParseTrainingConfigRequest {
+            text: json.into(),
+            format: 2,
+        })
+        .unwrap();
+        assert_eq!(config.model.unwrap().d_in, 8);
+        let bad = parse_config(v1::ParseTrainingConfigRequest {
+            text: "[model]\nd_in = 0\n".into(),
+            format: 1,
+        })
+        .unwrap_err();
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+        let odd = parse_config(v1::ParseTrainingConfigRequest {
+            text: String::new(),
+            format: 9,
+        })
+        .unwrap_err();
+        assert_eq!(odd.code(), tonic::Code::InvalidArgument);
+        let huge = parse_config(v1::ParseTrainingConfigRequest {
+            text: "#".repeat(MAX_CONFIG_TEXT + 1),
+            format: 1,
+        })
+        .unwrap_err();
+        assert_eq!(huge.code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub const METHODS: &[(&str, Permission)] = &[
     ("/cohort.v1.TrainingService/WatchTraining", Permission::Read),
     ("/cohort.v1.TrainingService/WatchLogs", Permission::Read),
     (
+        "/cohort.v1.TrainingService/ParseTrainingConfig",
+        Permission::Read,
+    ),
+    (
         "/cohort.v1.TrainingService/ListCheckpoints",
         Permission::Read,
     ),
