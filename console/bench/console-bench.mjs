@@ -133,9 +133,11 @@ console.log(`uPlot drawing all ${POINTS} points at once: ${rawDraw.toFixed(0)} m
 
 // 4. A big fleet: simulated agents streaming samples.
 if (AGENTS > 0) {
-  const sim = spawn(join(BIN, "cohort-bench-telemetry"), ["--coordinator", url, "--agents", String(AGENTS), "--watchers", "0", "--duration", "120s", "--warmup", "5s"], { stdio: ["ignore", openSync(join(dir, "sim.log"), "w"), openSync(join(dir, "sim.err"), "w")] });
+  const sim = spawn(join(BIN, "cohort-bench-telemetry"), ["--coordinator", url, "--agents", String(AGENTS), "--watchers", "0", "--duration", "600s", "--warmup", "5s"], { stdio: ["ignore", openSync(join(dir, "sim.log"), "w"), openSync(join(dir, "sim.err"), "w")] });
   children.push(sim);
-  await until(`${AGENTS * 8} GPUs`, () => (cli(url, ["-o", "json", "gpus"]).match(/"uuid"/g) ?? []).length >= AGENTS * 8, 180_000);
+  await until(`${AGENTS} agents registered`, () => /agents registered/.test(readFileSync(join(dir, "sim.err"), "utf8")), 180_000);
+  // A few seconds of samples, so the cards have something to show.
+  await new Promise((r) => setTimeout(r, 5_000));
   await page.goto("about:blank");
   const s0 = Date.now();
   await page.goto(`${url}/`);
@@ -159,7 +161,7 @@ if (AGENTS > 0) {
     );
   const perGpu = await frames();
   const search0 = Date.now();
-  await page.getByRole("searchbox").fill(`sim-agent-${Math.floor(AGENTS / 2)}`);
+  await page.getByRole("searchbox").fill(`-${String(Math.floor(AGENTS / 2)).padStart(5, "0")}`);
   await page.getByRole("article").first().waitFor();
   const searchMs = Date.now() - search0;
   await page.getByRole("radio", { name: "Aggregated" }).click();
