@@ -36,3 +36,15 @@ test("a coordinator answers unknown files with 404 and app URLs with the app", a
   const missing = await request.get(`${base}/assets/nope.js`);
   expect(missing.status()).toBe(404);
 });
+
+test("the console follows a dark system theme", async ({ page, problems }) => {
+  void problems;
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.goto(`${cluster().open}/`);
+  await expect(page.getByRole("article")).toHaveCount(2);
+  const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  expect(background).toBe("rgb(18, 22, 28)");
+  await shot(page, "fleet-dark");
+  await page.goto(`${cluster().open}/trainings`);
+  await shot(page, "trainings-dark");
+});
