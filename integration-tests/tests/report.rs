@@ -1,8 +1,9 @@
 //! Job reports end to end, on SQLite and PostgreSQL: a 1-rank and a 2-rank
 //! training of the same config run to SUCCEEDED on real cohort-rank
 //! processes; GetTrainingReport and `cohort train report` give the summary
-//! and the scaling row of the 2-rank run against the 1-rank one; the report
-//! files are in the data dir.
+//! and the scaling row of the 2-rank run against the 1-rank one; the cost
+//! analysis prices the simulated GPUs (`--gpu-price`); the report files are
+//! in the data dir.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
@@ -51,7 +52,10 @@ async fn report_of_one_and_two_rank_runs_postgres() {
 }
 
 async fn one_and_two_rank_runs(backend: Backend) {
-    let cluster = Cluster::start(ClusterOptions::new(backend, 1)).await;
+    let mut options = ClusterOptions::new(backend, 1);
+    // Matches the simulated GPUs' model ("cohort simulated gpu ..."), ignoring case.
+    options.coordinator_args = vec!["--gpu-price".into(), "H100=2.5,SIMULATED GPU=1.5".into()];
+    let cluster = Cluster::start(options).await;
     // long enough (a few seconds) for several telemetry samples of each rank's
     // GPU to land while the job holds it, even on an idle machine
     let job = SaeJob {
@@ -144,6 +148,37 @@ async fn one_and_two_rank_runs(backend: Backend) {
     );
     assert_eq!(scaling.rows[0].speedup, Some(1.0));
 
+    // The cost: 2 GPUs from placement to the end, priced by the second pattern.
+    let cost = r.cost.clone().expect("a cost analysis");
+    assert_eq!(cost.attempts.len(), 1, "{cost:?}");
+    assert_eq!(cost.attempts[0].gpus, 2);
+    let held_h = s.wall_time_s / 3600.0;
+    assert!(
+        cost.gpu_hours >= 2.0 * held_h * 0.9 && cost.gpu_hours > 0.0,
+        "{cost:?} vs {held_h} h"
+    );
+    assert!(
+        cost.idle_gpu_hours > 0.0 && cost.idle_gpu_hours < cost.gpu_hours,
+        "{cost:?}"
+    );
+    assert!(cost.gpu_model.contains("simulated"), "{cost:?}");
+    let price = cost.price.clone().expect("a price");
+    assert_eq!(
+        (price.pattern.as_str(), price.usd_per_gpu_hour),
+        ("SIMULATED GPU", 1.5)
+    );
+    assert!(
+        (cost.cost_usd.unwrap() - 1.5 * cost.gpu_hours).abs() < 1e-12,
+        "{cost:?}"
+    );
+    assert_eq!(
+        cost.samples,
+        job.steps as u64 * 2 * job.batch_size as u64,
+        "{cost:?}"
+    );
+    let per_million = cost.cost_per_million_samples_usd.unwrap();
+    assert!((per_million - cost.cost_usd.unwrap() / (cost.samples as f64 / 1e6)).abs() < 1e-9);
+
     // metrics.jsonl: every rank line, progress among them.
     let text = String::from_utf8(r.metrics_jsonl.clone()).expect("UTF-8");
     let lines: Vec<serde_json::Value> = text
@@ -190,6 +225,13 @@ async fn one_and_two_rank_runs(backend: Backend) {
         .join(&one)
         .join("summary.json")
         .is_file());
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("cost_analysis.json")).expect("cost_analysis.json"),
+    )
+    .expect("JSON");
+    assert_eq!(written["price"]["usd_per_gpu_hour"], 1.5);
+    assert_eq!(written["attempts"][0]["gpus"], 2);
+    assert!(written["cost_usd"].as_f64().unwrap() > 0.0, "{written}");
 
     // The CLI: the summary and the scaling table; JSON for scripts.
     let table = cluster.cli_ok(&["train", "report", &two]).await;
@@ -211,6 +253,17 @@ async fn one_and_two_rank_runs(backend: Backend) {
     )
     .expect("JSON");
     assert_eq!(json["summary"]["steps"], job.steps);
+    assert_eq!(json["cost"]["price"]["pattern"], "SIMULATED GPU");
+    assert!(
+        json["cost"]["cost_per_million_samples_usd"]
+            .as_f64()
+            .is_some(),
+        "{json}"
+    );
+    assert!(
+        table.contains("cost: ") && table.contains("$1.50/GPU-hour"),
+        "{table}"
+    );
     // (serde_json's default float parsing may be off by an ulp.)
     let printed = json["scaling"]["rows"][1]["speedup"].as_f64().unwrap();
     assert!((printed - speedup).abs() < 1e-9, "{json}");

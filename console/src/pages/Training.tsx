@@ -2,7 +2,7 @@
 import { useState } from "react";
 import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
-import { ended, num, stateName, when } from "../format";
+import { duration, ended, num, stateName, when } from "../format";
 import { Link } from "../router";
 import { Checkpoints } from "../training/Checkpoints";
 import { Curves } from "../training/Curves";
@@ -12,7 +12,7 @@ import { ProgressBar } from "../training/ProgressBar";
 import { Ranks } from "../training/Ranks";
 import { Report } from "../training/Report";
 import { gpuCount, isProgram, loss, progress } from "../training/summary";
-import { useTraining } from "../training/useTraining";
+import { secondsLeft, useTraining } from "../training/useTraining";
 
 export function TrainingPage({ id }: { id: string }) {
   const view = useTraining(id);
@@ -54,7 +54,11 @@ export function TrainingPage({ id }: { id: string }) {
         </div>
       )}
       {t.stateReason && <p className="small">{t.stateReason}</p>}
-      <ProgressBar fraction={p.fraction} label={p.total ? `step ${p.step} / ${p.total}` : `step ${p.step}`} />
+      {(() => {
+        const left = p.total && !ended(t.state) ? secondsLeft(view.recent, Number(p.total)) : undefined;
+        const label = `${p.total ? `step ${p.step} / ${p.total}` : `step ${p.step}`}${left !== undefined ? ` · ETA ${duration(left)}` : ""}`;
+        return <ProgressBar fraction={p.fraction} label={label} />;
+      })()}
       <p className="small">loss {num(loss(t))}{t.globalBatchSize > 0n ? ` · global batch ${t.globalBatchSize}` : ""}</p>
       <section aria-labelledby="curves"><h2 id="curves">Curves</h2><Curves view={view} program={program} /></section>
       <section aria-labelledby="ranks"><h2 id="ranks">Ranks</h2><Ranks training={t} stats={view.ranks} /></section>

@@ -62,6 +62,20 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
           </tbody>
         </table>
       )}
+      {report.cost && (
+        <>
+          <h3>Cost</h3>
+          <dl className="totals" aria-label="cost">
+            <div><dt>GPU-hours</dt><dd>{report.cost.gpuHours.toFixed(3)}</dd></div>
+            <div><dt>idle GPU-hours</dt><dd>{report.cost.idleGpuHours.toFixed(3)}</dd></div>
+            <div><dt>attempts</dt><dd>{report.cost.attempts.length}</dd></div>
+            <div><dt>GPU</dt><dd>{report.cost.gpuModel || "–"}</dd></div>
+            <div><dt>price</dt><dd>{report.cost.price ? `$${report.cost.price.usdPerGpuHour.toFixed(2)}/GPU-hour (${report.cost.price.pattern})` : "no --gpu-price matches"}</dd></div>
+            <div><dt>cost</dt><dd>{report.cost.costUsd !== undefined ? `$${report.cost.costUsd.toFixed(2)}` : "–"}</dd></div>
+            <div><dt>per million samples</dt><dd>{report.cost.costPerMillionSamplesUsd !== undefined ? `$${report.cost.costPerMillionSamplesUsd.toFixed(4)}` : "–"}</dd></div>
+          </dl>
+        </>
+      )}
       <h3>Scaling</h3>
       {report.scaling?.note && <p className="muted small">{report.scaling.note}</p>}
       {report.scaling && report.scaling.rows.length > 0 && (

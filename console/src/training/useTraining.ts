@@ -26,6 +26,8 @@ export interface TrainingView {
   validations: Validation[];
   ranks: Map<number, RankStats>;
   events: TrainingEvent[];
+  /** The newest progress lines' (time in s, step), for the ETA. */
+  recent: [number, number][];
   /** Bumps on every change (the Columns are mutated in place). */
   version: number;
   caughtUp: boolean;
@@ -36,11 +38,32 @@ const KEEP_EVENTS = 500;
 export const HISTORY_POINTS = 10_000;
 const REFRESH_MS = 2000;
 
+const RECENT = 20;
+
+function note(view: TrainingView, ev: TrainingEvent, step: bigint) {
+  if (!ev.time) return;
+  const t = Number(ev.time.seconds) + ev.time.nanos / 1e9;
+  const last = view.recent.at(-1);
+  if (last && Number(step) < last[1]) view.recent.length = 0; // a restart
+  view.recent.push([t, Number(step)]);
+  if (view.recent.length > RECENT) view.recent.shift();
+}
+
+/** Seconds to reach `total` at the recent rate; undefined without one. */
+export function secondsLeft(recent: [number, number][], total: number): number | undefined {
+  if (recent.length < 2) return undefined;
+  const [t0, s0] = recent[0];
+  const [t1, s1] = recent[recent.length - 1];
+  if (t1 <= t0 || s1 <= s0 || total <= s1) return undefined;
+  return ((total - s1) * (t1 - t0)) / (s1 - s0);
+}
+
 function record(view: TrainingView, ev: TrainingEvent) {
   const e = ev.event;
   switch (e.case) {
     case "progress": {
       const p = e.value;
+      note(view, ev, p.step);
       view.curves.push(Number(p.step), {
         loss: p.loss, mse: p.mse, l0: p.l0, explained_variance: p.explainedVariance, dead_fraction: p.deadFraction,
         learning_rate: p.learningRate, grad_norm: p.gradNorm, samples_per_sec: p.samplesPerSec,
@@ -49,6 +72,7 @@ function record(view: TrainingView, ev: TrainingEvent) {
     }
     case "programProgress": {
       const p = e.value;
+      note(view, ev, p.step);
       view.curves.push(Number(p.step), { ...(p.loss !== undefined ? { loss: p.loss } : {}), ...p.metrics });
       return;
     }
@@ -133,5 +157,5 @@ export function useTraining(id: string): TrainingView {
 }
 
 function fresh(): TrainingView {
-  return { curves: new Columns(), validations: [], ranks: new Map(), events: [], version: 0, caughtUp: false };
+  return { curves: new Columns(), validations: [], ranks: new Map(), events: [], recent: [], version: 0, caughtUp: false };
 }

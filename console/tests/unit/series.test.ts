@@ -49,3 +49,14 @@ describe("a training's curves", () => {
     expect(overlay([0, 10, 20, 30], new Map([[10, 5], [25, 7]]))).toEqual([null, 5, null, 7]);
   });
 });
+
+import { secondsLeft } from "../../src/training/useTraining";
+
+describe("the time left", () => {
+  it("comes from the recent rate, and only when there is one", () => {
+    expect(secondsLeft([], 100)).toBeUndefined();
+    expect(secondsLeft([[0, 0]], 100)).toBeUndefined();
+    expect(secondsLeft([[0, 0], [10, 10]], 100)).toBe(90);
+    expect(secondsLeft([[0, 0], [10, 10]], 10)).toBeUndefined();
+  });
+});

@@ -142,6 +142,18 @@ struct Args {
         value_name = "N"
     )]
     max_queued_per_team: u32,
+    /// What a GPU-hour costs, by GPU model: PATTERN=USD_PER_GPU_HOUR
+    /// (repeatable; the first pattern found in a GPU's model name, ignoring
+    /// case, prices it), e.g. `--gpu-price H100=2.50 --gpu-price A100=1.20`.
+    /// Every report's cost analysis uses it; without a match it gives
+    /// GPU-hours only.
+    #[arg(
+        long = "gpu-price",
+        value_name = "PATTERN=USD",
+        env = "COHORT_GPU_PRICES",
+        value_delimiter = ','
+    )]
+    gpu_prices: Vec<cohort_coordinator::report::cost::GpuPrice>,
     #[command(flatten)]
     alerts: cohort_coordinator::alerts::AlertFlags,
     #[command(flatten)]
@@ -353,6 +365,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             team_gpus: args.default_team_gpus,
             max_queued: args.max_queued_per_team,
         },
+        prices: cohort_coordinator::report::cost::Prices(args.gpu_prices.clone()),
         ..JobSettings::default()
     };
     let leadership = election

@@ -134,7 +134,56 @@ pub fn render(r: &v1::TrainingReport) -> String {
     if !scaling.note.is_empty() {
         out += &format!("\n{}", scaling.note);
     }
+    if let Some(c) = &r.cost {
+        out += &cost(c);
+    }
     out
+}
+
+/// The cost lines: GPU-hours (idle part), the price and what it came to.
+fn cost(c: &v1::CostAnalysis) -> String {
+    let mut out = format!(
+        "\n\ncost: {:.3} GPU-hours ({:.3} idle) over {} attempt(s)",
+        c.gpu_hours,
+        c.idle_gpu_hours,
+        c.attempts.len()
+    );
+    match (&c.price, c.cost_usd) {
+        (Some(p), Some(usd)) => {
+            out += &format!(
+                "; {} at ${:.2}/GPU-hour ({}): ${usd:.2}",
+                c.gpu_model, p.usd_per_gpu_hour, p.pattern
+            );
+            if let Some(m) = c.cost_per_million_samples_usd {
+                out += &format!(", ${m:.4} per million samples");
+            }
+        }
+        _ if c.gpu_model.is_empty() => {}
+        _ => out += &format!("; no --gpu-price matches {:?}", c.gpu_model),
+    }
+    out
+}
+
+fn cost_json(c: &v1::CostAnalysis) -> Value {
+    let time = |t: &Option<prost_types::Timestamp>| t.as_ref().map(|t| t.to_string());
+    json!({
+        "gpu_hours": c.gpu_hours,
+        "idle_gpu_hours": c.idle_gpu_hours,
+        "attempts": c.attempts.iter().map(|a| json!({
+            "attempt": a.attempt,
+            "gpus": a.gpus,
+            "start_time": time(&a.start_time),
+            "end_time": time(&a.end_time),
+            "gpu_hours": a.gpu_hours,
+            "idle_gpu_hours": a.idle_gpu_hours,
+            "cost_usd": a.cost_usd,
+        })).collect::<Vec<_>>(),
+        "gpu_model": c.gpu_model,
+        "price": c.price.as_ref().map(|p| json!({"pattern": p.pattern, "usd_per_gpu_hour": p.usd_per_gpu_hour})),
+        "cost_usd": c.cost_usd,
+        "samples": c.samples,
+        "cost_per_million_samples_usd": c.cost_per_million_samples_usd,
+    })
 }
 
 /// The SAE's quality lines: the newest window, the validations, incidents.
@@ -233,6 +282,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
                 "current": row.current,
             })).collect::<Vec<_>>(),
         },
+        "cost": r.cost.as_ref().map(cost_json),
     })
 }
 
@@ -279,6 +329,7 @@ mod tests {
                 ..Default::default()
             }),
             metrics_jsonl: Vec::new(),
+            cost: None,
             scaling: Some(v1::ScalingReport {
                 baseline_training_id: "trn-1".into(),
                 note: String::new(),
@@ -329,6 +380,38 @@ mod tests {
             text.contains("2      trn-2 *   2000.0     2.00x     100.0%"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn cost_is_shown_with_its_price_or_without_one() {
+        let mut r = sample();
+        r.cost = Some(v1::CostAnalysis {
+            gpu_hours: 4.0,
+            idle_gpu_hours: 0.5,
+            attempts: vec![v1::AttemptCost {
+                attempt: 1,
+                gpus: 2,
+                gpu_hours: 4.0,
+                ..Default::default()
+            }],
+            gpu_model: "NVIDIA H100 80GB HBM3".into(),
+            price: Some(v1::GpuPrice {
+                pattern: "H100".into(),
+                usd_per_gpu_hour: 2.5,
+            }),
+            cost_usd: Some(10.0),
+            samples: 2_000_000,
+            cost_per_million_samples_usd: Some(5.0),
+        });
+        let text = render(&r);
+        assert!(text.contains("cost: 4.000 GPU-hours (0.500 idle) over 1 attempt(s); NVIDIA H100 80GB HBM3 at $2.50/GPU-hour (H100): $10.00, $5.0000 per million samples"), "{text}");
+        let v = to_json(&r);
+        assert_eq!(v["cost"]["cost_usd"], 10.0);
+        assert_eq!(v["cost"]["price"]["usd_per_gpu_hour"], 2.5);
+        assert_eq!(v["cost"]["attempts"][0]["gpus"], 2);
+        r.cost.as_mut().unwrap().price = None;
+        r.cost.as_mut().unwrap().cost_usd = None;
+        assert!(render(&r).contains("no --gpu-price matches \"NVIDIA H100 80GB HBM3\""));
     }
 
     #[test]

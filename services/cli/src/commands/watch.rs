@@ -318,9 +318,9 @@ impl Watcher {
         self.after = self.after.max(event.sequence);
         if self.out == OutputFormat::Table {
             match &event.event {
-                Some(Event::Progress(p)) => self.bar.update(p)?,
+                Some(Event::Progress(p)) => self.bar.update(p, seconds(&event.time))?,
                 Some(Event::ProgramProgress(p)) => {
-                    self.bar.show(crate::render::program::progress_text(p))?
+                    self.bar.update_program(p, seconds(&event.time))?
                 }
                 _ => {
                     if let Some(text) = describe(event) {
@@ -380,6 +380,12 @@ impl Watcher {
 struct Outage {
     since: Instant,
     backoff: Duration,
+}
+
+/// An event's time in seconds (0 when it has none).
+fn seconds(t: &Option<prost_types::Timestamp>) -> f64 {
+    t.as_ref()
+        .map_or(0.0, |t| t.seconds as f64 + f64::from(t.nanos) / 1e9)
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ pub struct ProgressLine {
     drawn: bool,
     /// The bar's newest text, redrawn below each message.
     last: Option<String>,
+    /// The time left, from the recent step rate.
+    eta: super::eta::Eta,
 }
 
 impl ProgressLine {
@@ -24,6 +26,7 @@ impl ProgressLine {
             live: std::io::stdout().is_terminal(),
             drawn: false,
             last: None,
+            eta: super::eta::Eta::default(),
         }
     }
 
@@ -43,9 +46,26 @@ impl ProgressLine {
         Ok(())
     }
 
-    /// Shows the newest progress.
-    pub fn update(&mut self, p: &ProgressEvent) -> Result<(), CliError> {
-        self.show(progress_text(p))
+    /// Shows the newest progress, stored at `at_s` (seconds), with the
+    /// time left at the recent rate.
+    pub fn update(&mut self, p: &ProgressEvent, at_s: f64) -> Result<(), CliError> {
+        self.eta.observe(at_s, p.step);
+        let eta = self.eta.suffix(p.total_steps);
+        self.show(format!("{}{eta}", progress_text(p)))
+    }
+
+    /// Shows a program's progress line, with the time left when it gave its total.
+    pub fn update_program(
+        &mut self,
+        p: &cohort_proto::v1::ProgramProgress,
+        at_s: f64,
+    ) -> Result<(), CliError> {
+        self.eta.observe(at_s, p.step);
+        let eta = p
+            .total_steps
+            .map(|t| self.eta.suffix(t))
+            .unwrap_or_default();
+        self.show(format!("{}{eta}", super::program::progress_text(p)))
     }
 
     /// Shows `text` as the newest progress (a program's line).

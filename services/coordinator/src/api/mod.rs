@@ -19,6 +19,7 @@ pub mod gpu;
 pub mod logs;
 pub mod page_token;
 pub mod report;
+pub mod report_cost;
 pub mod telemetry;
 pub mod thinning;
 pub mod training;

@@ -15,7 +15,7 @@ pub async fn get_training_report(
     req: v1::GetTrainingReportRequest,
 ) -> Result<v1::TrainingReport, Status> {
     super::caller::visible_training(ctx, who, "id", &req.id).await?;
-    let report = build_report(&ctx.db, &req.id)
+    let report = build_report(&ctx.db, &req.id, &ctx.jobs.settings().prices)
         .await
         .map_err(ApiError::from)?
         .ok_or_else(|| ApiError::TrainingNotFound(req.id.clone()))?;
@@ -35,6 +35,7 @@ pub fn to_proto(report: Report, with_metrics: bool) -> v1::TrainingReport {
             Vec::new()
         },
         scaling: Some(scaling(report.scaling)),
+        cost: Some(super::report_cost::to_proto(report.cost)),
     }
 }
 

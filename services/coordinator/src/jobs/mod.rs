@@ -63,6 +63,8 @@ pub struct JobSettings {
     pub reports_dir: Option<std::path::PathBuf>,
     /// Team quotas' defaults.
     pub quotas: QuotaDefaults,
+    /// `--gpu-price`: what a GPU-hour costs, by GPU model (the reports' cost).
+    pub prices: crate::report::cost::Prices,
 }
 
 impl Default for JobSettings {
@@ -78,6 +80,7 @@ impl Default for JobSettings {
             queue: QueuePolicy::default(),
             reports_dir: None,
             quotas: QuotaDefaults::default(),
+            prices: Default::default(),
         }
     }
 }
@@ -369,6 +372,7 @@ impl Jobs {
                 self.db.clone(),
                 dir.clone(),
                 training_id.to_string(),
+                self.settings.prices.clone(),
             ));
         }
     }

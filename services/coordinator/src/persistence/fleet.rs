@@ -284,4 +284,17 @@ impl Persistence {
         })
         .await
     }
+
+    /// The model name of a GPU, if it was ever registered.
+    pub async fn gpu_name(&self, uuid: &str) -> Result<Option<String>, DatabaseError> {
+        let uuid = uuid.to_string();
+        self.read("gpu_name", move |c| {
+            Ok(gpus::table
+                .find(&uuid)
+                .select(gpus::name)
+                .first::<String>(c)
+                .optional()?)
+        })
+        .await
+    }
 }

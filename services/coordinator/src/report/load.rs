@@ -27,6 +27,7 @@ const PAGE: i64 = 500;
 pub async fn build_report(
     db: &Persistence,
     training_id: &str,
+    prices: &super::cost::Prices,
 ) -> Result<Option<Report>, DatabaseError> {
     let Some(training) = db.get_training(training_id).await? else {
         return Ok(None);
@@ -56,7 +57,18 @@ pub async fn build_report(
             create_time: peer.create_time,
         });
     }
+    let transitions = db.transitions(training_id).await?;
+    let gpu_model = gpu_model(db, &training).await?;
+    let cost = super::cost::analyse(
+        &transitions,
+        &events,
+        training.world_size,
+        &gpu_model,
+        prices,
+        Utc::now(),
+    );
     Ok(Some(Report {
+        cost,
         training_id: training.id.clone(),
         state: training.state,
         is_final: training.state.is_final(),
@@ -64,6 +76,19 @@ pub async fn build_report(
         scaling: scaling(&training.id, &runs),
         metrics_jsonl: metrics_jsonl(&events),
     }))
+}
+
+/// The model name of the GPUs the training's newest attempt ran on ("" when
+/// never placed; the first rank's when they differ).
+async fn gpu_model(db: &Persistence, training: &Training) -> Result<String, DatabaseError> {
+    if training.attempt == 0 {
+        return Ok(String::new());
+    }
+    let ranks = db.ranks(&training.id, training.attempt).await?;
+    let Some(first) = ranks.iter().min_by_key(|r| r.slot.rank) else {
+        return Ok(String::new());
+    };
+    Ok(db.gpu_name(&first.slot.gpu_uuid).await?.unwrap_or_default())
 }
 
 fn facts_of(training: &Training) -> TrainingFacts {

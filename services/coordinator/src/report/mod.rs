@@ -7,12 +7,14 @@
 //! - [`program`]: a program's loss and own metrics over its run.
 //! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
+//! - [`cost`]: GPU-hours per attempt, the idle part, and their price.
 //! - [`stats`]: mean and percentiles.
 //! - [`load`]: reads the database and builds a [`Report`].
 //! - [`files`]: the report files under the data dir, written at a job's end.
 //!
 //! Everything but `load` and `files` is pure.
 
+pub mod cost;
 pub mod files;
 pub mod gpu;
 pub mod load;
@@ -43,6 +45,9 @@ pub struct Report {
     pub is_final: bool,
     pub summary: Summary,
     pub scaling: Scaling,
+    /// Written as its own file (`cost_analysis.json`).
+    #[serde(skip)]
+    pub cost: cost::CostAnalysis,
     #[serde(skip)]
     pub metrics_jsonl: String,
 }
