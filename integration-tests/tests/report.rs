@@ -137,6 +137,7 @@ async fn one_and_two_rank_runs(backend: Backend) {
         .collect();
     assert_eq!(rows, [(1, one.as_str(), false), (2, two.as_str(), true)]);
     let base = report(&cluster, &one).await;
+    assert!(base.scaling.as_ref().unwrap().estimates.is_empty());
     let base_throughput = base.summary.unwrap().mean_samples_per_sec.unwrap();
     let row = &scaling.rows[1];
     assert_eq!(row.samples_per_sec, Some(mean));
@@ -147,6 +148,18 @@ async fn one_and_two_rank_runs(backend: Backend) {
         "{row:?}"
     );
     assert_eq!(scaling.rows[0].speedup, Some(1.0));
+    // The estimate at 2, 4 and 8 GPUs from the 2-rank run's own times; the
+    // 1-rank run measured no communication and has none.
+    let sizes: Vec<i32> = scaling.estimates.iter().map(|e| e.world_size).collect();
+    assert_eq!(sizes, [2, 4, 8], "{scaling:?}");
+    for e in &scaling.estimates {
+        assert!(e.efficiency > 0.0 && e.efficiency <= 1.0, "{e:?}");
+        assert!(
+            (e.speedup - e.efficiency * f64::from(e.world_size)).abs() < 1e-9,
+            "{e:?}"
+        );
+    }
+    assert!(scaling.estimates[2].efficiency <= scaling.estimates[0].efficiency);
 
     // The cost: 2 GPUs from placement to the end, priced by the second pattern.
     let cost = r.cost.clone().expect("a cost analysis");

@@ -64,7 +64,7 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
       )}
       {report.cost && (
         <>
-          <h3>Cost</h3>
+          <h3 id="cost">Cost</h3>
           <dl className="totals" aria-label="cost">
             <div><dt>GPU-hours</dt><dd>{report.cost.gpuHours.toFixed(3)}</dd></div>
             <div><dt>idle GPU-hours</dt><dd>{report.cost.idleGpuHours.toFixed(3)}</dd></div>
@@ -91,6 +91,19 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
             ))}
           </tbody>
         </table>
+      )}
+      {report.scaling && report.scaling.estimates.length > 0 && (
+        <>
+          <p className="muted small">Estimated from this run's own compute and communication per step (compute stays, the all-reduce grows as a ring's 2(M-1)/M):</p>
+          <table className="table" aria-label="scaling estimate">
+            <thead><tr><th>GPUs</th><th>step ms</th><th>speed-up</th><th>efficiency</th></tr></thead>
+            <tbody>
+              {report.scaling.estimates.map((e) => (
+                <tr key={e.worldSize}><td>{e.worldSize}</td><td>{num(e.stepTimeMs)}</td><td>{num(e.speedup)}×</td><td>{(e.efficiency * 100).toFixed(0)}%</td></tr>
+              ))}
+            </tbody>
+          </table>
+        </>
       )}
     </div>
   );

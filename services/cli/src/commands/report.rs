@@ -134,6 +134,19 @@ pub fn render(r: &v1::TrainingReport) -> String {
     if !scaling.note.is_empty() {
         out += &format!("\n{}", scaling.note);
     }
+    if !scaling.estimates.is_empty() {
+        out += "\n\nestimated from this run's compute and communication (ring all-reduce model)\n";
+        let mut rows = Table::new(&["GPUS", "STEP MS", "SPEED-UP", "EFFICIENCY"]);
+        for e in &scaling.estimates {
+            rows.row(vec![
+                e.world_size.to_string(),
+                format!("{:.1}", e.step_time_ms),
+                format!("{:.2}x", e.speedup),
+                pct(Some(e.efficiency)),
+            ]);
+        }
+        out += &rows.render();
+    }
     if let Some(c) = &r.cost {
         out += &cost(c);
     }
@@ -281,6 +294,12 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
                 "efficiency": row.efficiency,
                 "current": row.current,
             })).collect::<Vec<_>>(),
+            "estimates": scaling.estimates.iter().map(|e| json!({
+                "world_size": e.world_size,
+                "step_time_ms": e.step_time_ms,
+                "speedup": e.speedup,
+                "efficiency": e.efficiency,
+            })).collect::<Vec<_>>(),
         },
         "cost": r.cost.as_ref().map(cost_json),
     })
@@ -333,6 +352,12 @@ mod tests {
             scaling: Some(v1::ScalingReport {
                 baseline_training_id: "trn-1".into(),
                 note: String::new(),
+                estimates: vec![v1::ScalingEstimate {
+                    world_size: 4,
+                    step_time_ms: 45.0,
+                    speedup: 2.67,
+                    efficiency: 0.667,
+                }],
                 rows: vec![
                     v1::ScalingRow {
                         training_id: "trn-1".into(),
@@ -370,6 +395,10 @@ mod tests {
         assert!(text.contains("incidents: 1 diverged attempts"), "{text}");
         assert!(
             text.contains("0     -        75.0%    25.0%  0.50          3.0 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("estimated from this run's compute and communication"),
             "{text}"
         );
         assert!(

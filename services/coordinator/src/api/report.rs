@@ -140,5 +140,15 @@ fn scaling(s: Scaling) -> v1::ScalingReport {
                 current: r.current,
             })
             .collect(),
+        estimates: s
+            .estimates
+            .into_iter()
+            .map(|e| v1::ScalingEstimate {
+                world_size: e.world_size,
+                step_time_ms: e.step_time_ms,
+                speedup: e.speedup,
+                efficiency: e.efficiency,
+            })
+            .collect(),
     }
 }

@@ -7,8 +7,9 @@
 //!   SCHEDULED) to its end (the next RESTARTING or final state; now while it
 //!   runs);
 //! - idle GPU-hours of an attempt: its GPUs from placement to the attempt's
-//!   `started` line (process start and rendezvous; the whole attempt when it
-//!   never started), plus the time its ranks waited for data (each rank_stats
+//!   `started` line (process start and rendezvous; a program, which sends
+//!   none, to its first progress line; the whole attempt when it never
+//!   started), plus the time its ranks waited for data (each rank_stats
 //!   window's `data_wait_ms` per step times the window's steps);
 //! - samples: the last step times the global batch of the `started` line;
 //! - cost: GPU-hours times the price; per million samples when samples are
@@ -105,6 +106,8 @@ fn hours(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 #[derive(Default)]
 struct AttemptEvents {
     started: Option<DateTime<Utc>>,
+    /// The first progress line (a program reports no `started` line).
+    first_progress: Option<DateTime<Utc>>,
     data_wait_ms: f64,
     global_batch: i64,
     last_step: i64,
@@ -131,8 +134,14 @@ fn per_attempt(events: &[StoredEvent]) -> BTreeMap<i32, AttemptEvents> {
                 a.start_step = *start_step;
                 a.last_step = a.last_step.max(*start_step);
             }
-            ProgressLine::Progress(p) => a.last_step = a.last_step.max(p.step),
-            ProgressLine::Metrics(m) => a.last_step = a.last_step.max(m.step),
+            ProgressLine::Progress(p) => {
+                a.first_progress.get_or_insert(e.time);
+                a.last_step = a.last_step.max(p.step);
+            }
+            ProgressLine::Metrics(m) => {
+                a.first_progress.get_or_insert(e.time);
+                a.last_step = a.last_step.max(m.step);
+            }
             ProgressLine::Finished { step, .. } => a.last_step = a.last_step.max(*step),
             ProgressLine::RankStats {
                 rank,
@@ -177,7 +186,8 @@ pub fn analyse(
         let gpus = world_size.max(0);
         let gpu_hours = hours(t.at, until) * f64::from(gpus);
         let got = seen.get(&t.attempt);
-        let waiting = got.and_then(|a| a.started).map_or(until, |s| s.min(until));
+        let working = got.and_then(|a| a.started.or(a.first_progress));
+        let waiting = working.map_or(until, |s| s.min(until));
         let data_wait = got.map_or(0.0, |a| a.data_wait_ms / MS_PER_HOUR);
         let idle = (hours(t.at, waiting) * f64::from(gpus) + data_wait).min(gpu_hours);
         attempts.push(AttemptCost {
@@ -375,6 +385,22 @@ mod tests {
             c.idle_gpu_hours
         );
         assert!((c.cost_usd.unwrap() - 4.8).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_program_is_busy_from_its_first_progress_line() {
+        let transitions = [
+            change(1, JobState::Scheduled, 0),
+            change(1, JobState::Succeeded, 3600),
+        ];
+        let metrics = line(1, 360, r#"{"event":"progress","step":1,"loss":2.0}"#);
+        let c = analyse(&transitions, &[metrics], 1, "x", &prices(), at(9999));
+        assert!(
+            (c.idle_gpu_hours - 0.1).abs() < 1e-9,
+            "{}",
+            c.idle_gpu_hours
+        );
+        assert_eq!(c.samples, 0);
     }
 
     #[test]

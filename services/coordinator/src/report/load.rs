@@ -67,13 +67,17 @@ pub async fn build_report(
         prices,
         Utc::now(),
     );
+    let mut scaling = scaling(&training.id, &runs);
+    if let Some((compute_ms, comm_ms)) = super::estimate::measured(&summary.ranks) {
+        scaling.estimates = super::estimate::estimate(training.world_size, compute_ms, comm_ms);
+    }
     Ok(Some(Report {
         cost,
         training_id: training.id.clone(),
         state: training.state,
         is_final: training.state.is_final(),
         summary,
-        scaling: scaling(&training.id, &runs),
+        scaling,
         metrics_jsonl: metrics_jsonl(&events),
     }))
 }

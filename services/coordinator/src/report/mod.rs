@@ -8,6 +8,7 @@
 //! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
 //! - [`cost`]: GPU-hours per attempt, the idle part, and their price.
+//! - [`estimate`]: speed-up at 2, 4 and 8 GPUs from measured compute and communication.
 //! - [`stats`]: mean and percentiles.
 //! - [`load`]: reads the database and builds a [`Report`].
 //! - [`files`]: the report files under the data dir, written at a job's end.
@@ -15,6 +16,7 @@
 //! Everything but `load` and `files` is pure.
 
 pub mod cost;
+pub mod estimate;
 pub mod files;
 pub mod gpu;
 pub mod load;

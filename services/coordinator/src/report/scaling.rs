@@ -35,6 +35,9 @@ pub struct Scaling {
     pub note: String,
     /// By world size, then newest first.
     pub rows: Vec<ScalingRow>,
+    /// Estimated at 2, 4 and 8 GPUs from this training's own times (see
+    /// [`super::estimate`]); empty when it has none (a 1-rank run).
+    pub estimates: Vec<super::estimate::ScalingEstimate>,
 }
 
 /// Compares `runs` (the current training among them, as `current_id`).
@@ -76,5 +79,6 @@ pub fn scaling(current_id: &str, runs: &[ScalingRun]) -> Scaling {
         baseline_training_id: baseline.map(|b| b.training_id.clone()),
         note,
         rows,
+        estimates: Vec::new(),
     }
 }
