@@ -1,6 +1,7 @@
 //! How results are shown: aligned tables for people ([`table`]), the API's
 //! messages as JSON for scripts ([`json`]), and the live progress bar ([`progress`]).
 
+pub mod cost;
 pub mod eta;
 pub mod json;
 pub mod program;
