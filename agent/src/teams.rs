@@ -49,6 +49,8 @@ pub const PASSED_THROUGH_PREFIXES: &[&str] = &[
     "OPENBLAS_",
     "NVIDIA_",
     "CUDA_",
+    // Fault injection for tests and drills (docs/rank.md).
+    "COHORT_FAULT_",
 ];
 
 /// The team flags as given on the command line.

@@ -12,7 +12,7 @@
 use crate::v1;
 use cohort_spec::config::{
     AllreduceMode, Architecture, BDecInit, CheckpointConfig, DataConfig, DecoderNorm, Device,
-    Dtype, FileData, LrSchedule, ModelConfig, OptimConfig, RuntimeConfig, SyntheticData,
+    Dtype, FileData, LrSchedule, ModelConfig, OomPolicy, OptimConfig, RuntimeConfig, SyntheticData,
     ValidationConfig,
 };
 use cohort_spec::{ConfigError, TrainingConfig};
@@ -216,6 +216,12 @@ fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
         v1::AllreduceMode::PerParam => Some("per_param"),
         v1::AllreduceMode::Overlap => Some("overlap"),
     })?;
+    t.enumeration("oom_policy", r.oom_policy, |p: v1::OomPolicy| match p {
+        v1::OomPolicy::Unspecified => None,
+        v1::OomPolicy::Adapt => Some("adapt"),
+        v1::OomPolicy::Fail => Some("fail"),
+    })?;
+    t.opt("min_micro_batch", r.min_micro_batch);
     Ok(t.into_value())
 }
 
@@ -375,6 +381,11 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
                 AllreduceMode::PerParam => v1::AllreduceMode::PerParam,
                 AllreduceMode::Overlap => v1::AllreduceMode::Overlap,
             } as i32,
+            oom_policy: match r.oom_policy {
+                OomPolicy::Adapt => v1::OomPolicy::Adapt,
+                OomPolicy::Fail => v1::OomPolicy::Fail,
+            } as i32,
+            min_micro_batch: Some(r.min_micro_batch),
         }
     }
 }

@@ -79,9 +79,16 @@ pub fn free_port() -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The tests here bind port 0 too: run one at a time, so that one's
+    /// fresh port is never the port the other just released (the kernel
+    /// may hand it out again at once).
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
     #[test]
     fn a_lease_holds_its_port_until_released() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let lease = PortLease::new();
         let port = lease.port();
         assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "held");
@@ -91,6 +98,7 @@ mod tests {
 
     #[test]
     fn a_child_inherits_the_bound_socket() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let lease = PortLease::new();
         let mut command = Command::new("sh");
         // The child sees a socket on descriptor 5 (as /proc lists it).

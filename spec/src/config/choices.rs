@@ -108,3 +108,16 @@ pub enum AllreduceMode {
     /// One collective per parameter tensor (kept for benchmarks).
     PerParam,
 }
+
+/// What a restart after an out-of-memory exit does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomPolicy {
+    /// Lower the micro-batch to the largest divisor of the per-rank batch at
+    /// most 75 % of it and raise gradient accumulation to match: the
+    /// optimisation is unchanged (below `min_micro_batch` the training fails).
+    #[default]
+    Adapt,
+    /// The training fails at the out-of-memory exit.
+    Fail,
+}

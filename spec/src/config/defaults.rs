@@ -57,3 +57,7 @@ pub fn rendezvous_timeout_s() -> f64 {
 pub fn collective_timeout_s() -> f64 {
     30.0
 }
+
+pub fn min_micro_batch() -> i64 {
+    1
+}

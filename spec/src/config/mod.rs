@@ -10,7 +10,9 @@ mod choices;
 mod defaults;
 mod validate;
 
-pub use choices::{AllreduceMode, Architecture, BDecInit, DecoderNorm, Device, Dtype, LrSchedule};
+pub use choices::{
+    AllreduceMode, Architecture, BDecInit, DecoderNorm, Device, Dtype, LrSchedule, OomPolicy,
+};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -98,7 +100,9 @@ pub struct OptimConfig {
     pub beta2: f64,
     #[serde(default = "defaults::eps")]
     pub eps: f64,
-    /// On an out-of-memory restart, halve the per-rank batch for the next attempt.
+    /// On an out-of-memory restart, halve the per-rank batch for the next
+    /// attempt (superseded by `runtime.oom_policy = "adapt"`, which keeps the
+    /// optimisation unchanged; kept for the configs that set it).
     #[serde(default)]
     pub allow_batch_shrink: bool,
     #[serde(default)]
@@ -220,6 +224,13 @@ pub struct RuntimeConfig {
     pub collective_timeout_s: f64,
     #[serde(default)]
     pub allreduce: AllreduceMode,
+    /// What a restart after an out-of-memory exit does (`optim.allow_batch_shrink`,
+    /// when a config sets it, halves the batch instead, as before).
+    #[serde(default)]
+    pub oom_policy: OomPolicy,
+    /// The smallest micro-batch `oom_policy = "adapt"` goes down to.
+    #[serde(default = "defaults::min_micro_batch")]
+    pub min_micro_batch: i64,
 }
 
 impl Default for RuntimeConfig {
@@ -230,6 +241,8 @@ impl Default for RuntimeConfig {
             rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
             collective_timeout_s: defaults::collective_timeout_s(),
             allreduce: AllreduceMode::default(),
+            oom_policy: OomPolicy::default(),
+            min_micro_batch: defaults::min_micro_batch(),
         }
     }
 }

@@ -54,6 +54,9 @@ impl TrainingConfig {
             }
         }
         let r = &self.runtime;
+        if r.min_micro_batch < 1 {
+            return fail("runtime.min_micro_batch", "must be >= 1");
+        }
         if r.log_every_steps <= 0 {
             return fail("runtime.log_every_steps", "must be > 0");
         }

@@ -7,6 +7,7 @@
 //! identical Adam updates of the f32 master weights everywhere; validation,
 //! checkpoints and progress from rank 0.
 
+mod fault;
 mod metrics;
 mod reduce;
 mod save;
@@ -113,6 +114,7 @@ impl<'a> Trainer<'a> {
         cfg: &'a TrainingConfig,
         run_dir: &'a Path,
     ) -> Result<Self, RankError> {
+        fault::injected_oom(cfg.optim.batch_size, std::env::var(fault::OOM_FAULT).ok().as_deref())?;
         let device = select_device(cfg.runtime.device)?;
         let kind = kind_of(cfg.model.dtype);
         let f16 = cfg.model.dtype == Dtype::F16;

@@ -79,22 +79,6 @@ impl Failure {
     }
 }
 
-/// The config for the attempt after an OOM: the per-rank batch halved, when
-/// allowed and > 1; with what changed, for the restart's cause.
-pub fn shrunk_batch(config: &TrainingConfig) -> Option<(TrainingConfig, String)> {
-    let before = config.optim.batch_size;
-    if !config.optim.allow_batch_shrink || before <= 1 {
-        return None;
-    }
-    let mut next = config.clone();
-    next.optim.batch_size = before / 2;
-    let note = format!(
-        "per-rank batch {before} -> {} (allow_batch_shrink)",
-        before / 2
-    );
-    Some((next, note))
-}
-
 /// The config for the attempt after a divergence: the learning rate divided
 /// by [`DIVERGED_LR_DIVISOR`]; with what changed, for the restart's cause.
 pub fn lowered_learning_rate(config: &TrainingConfig) -> (TrainingConfig, String) {
@@ -210,12 +194,20 @@ impl Jobs {
                 .await;
         }
         self.avoid_gpu_of(training, failure.rank).await;
-        let shrunk = training.config.sae().and_then(shrunk_batch);
-        let (cause, config) = match shrunk {
-            Some((config, note)) if failure.class == ExitClass::OutOfMemory => {
+        let next = match training.config.sae() {
+            Some(sae) if failure.class == ExitClass::OutOfMemory => super::oom::after_oom(sae),
+            _ => super::oom::OomNext::Unchanged,
+        };
+        let (cause, config) = match next {
+            super::oom::OomNext::Restart(config, note) => {
                 (format!("{}; {note}", failure.cause), Some(config.into()))
             }
-            _ => (failure.cause.clone(), None),
+            super::oom::OomNext::Unchanged => (failure.cause.clone(), None),
+            super::oom::OomNext::Fail(why) => {
+                self.stop_attempt(training, &failure.cause).await;
+                let reason = format!("out of memory, not retried ({why}): {}", failure.cause);
+                return self.finish(&training.id, JobState::Failed, &reason).await;
+            }
         };
         self.restart_or_fail(&training.id, training.attempt, &cause, config)
             .await
@@ -405,20 +397,11 @@ mod tests {
     }
 
     #[test]
-    fn oom_halves_the_batch_only_when_allowed_and_divergence_divides_the_rate() {
-        let mut config = TrainingConfig::from_toml(
+    fn divergence_divides_the_rate() {
+        let config = TrainingConfig::from_toml(
             "[model]\nd_in = 4\n[optim]\nbatch_size = 64\nsteps = 1\n[data.synthetic]\nnum_samples = 4\n",
         )
         .unwrap();
-        assert_eq!(shrunk_batch(&config), None);
-        config.optim.allow_batch_shrink = true;
-        let (next, note) = shrunk_batch(&config).unwrap();
-        assert_eq!(
-            (next.optim.batch_size, note.as_str()),
-            (32, "per-rank batch 64 -> 32 (allow_batch_shrink)")
-        );
-        config.optim.batch_size = 1;
-        assert_eq!(shrunk_batch(&config), None);
         let (next, note) = lowered_learning_rate(&config);
         assert_eq!(next.optim.learning_rate, 1e-4);
         assert_eq!(note, "learning rate 1e-3 -> 1e-4 for the next attempt");

@@ -8,6 +8,7 @@
 mod commands;
 mod events;
 mod failure;
+pub mod oom;
 mod lifecycle;
 mod needs;
 pub mod passes;
