@@ -46,9 +46,21 @@ async fn an_oom_cuts_the_micro_batch_and_keeps_the_global_batch() {
         .into_inner();
     // 256 -> 128 (still over 100) -> 64, with 4 micro-batches a step.
     assert_eq!(t.restart_count, 2, "{t:?}");
-    let optim = t.config.as_ref().and_then(|c| c.optim.clone()).expect("optim");
-    assert_eq!((optim.batch_size, optim.accumulation_steps), (64, Some(4)), "{optim:?}");
-    assert_eq!(t.global_batch_size, 256 * 2, "the global batch is unchanged");
+    let optim = t
+        .config
+        .as_ref()
+        .and_then(|c| c.optim.clone())
+        .expect("optim");
+    assert_eq!(
+        (optim.batch_size, optim.accumulation_steps),
+        (64, Some(4)),
+        "{optim:?}"
+    );
+    assert_eq!(
+        t.global_batch_size,
+        256 * 2,
+        "the global batch is unchanged"
+    );
     let detail = cluster.cli_ok(&["train", "get", &id]).await;
     for note in [
         "micro-batch 256 -> 128, accumulation 1 -> 2 (per-rank batch 256 unchanged: oom_policy adapt)",
@@ -81,7 +93,8 @@ async fn with_oom_policy_fail_the_first_oom_fails_the_training() {
         .into_inner();
     assert_eq!(t.restart_count, 0, "{t:?}");
     assert!(
-        t.state_reason.contains("out of memory, not retried (runtime.oom_policy = \"fail\")"),
+        t.state_reason
+            .contains("out of memory, not retried (runtime.oom_policy = \"fail\")"),
         "{}",
         t.state_reason
     );

@@ -114,7 +114,10 @@ impl<'a> Trainer<'a> {
         cfg: &'a TrainingConfig,
         run_dir: &'a Path,
     ) -> Result<Self, RankError> {
-        fault::injected_oom(cfg.optim.batch_size, std::env::var(fault::OOM_FAULT).ok().as_deref())?;
+        fault::injected_oom(
+            cfg.optim.batch_size,
+            std::env::var(fault::OOM_FAULT).ok().as_deref(),
+        )?;
         let device = select_device(cfg.runtime.device)?;
         let kind = kind_of(cfg.model.dtype);
         let f16 = cfg.model.dtype == Dtype::F16;

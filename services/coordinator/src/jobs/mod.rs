@@ -8,9 +8,9 @@
 mod commands;
 mod events;
 mod failure;
-pub mod oom;
 mod lifecycle;
 mod needs;
+pub mod oom;
 pub mod passes;
 pub mod placement;
 pub mod positions;

@@ -124,13 +124,19 @@ mod tests {
         c.runtime.min_micro_batch = 1;
         assert!(matches!(after_oom(&c), OomNext::Fail(_)), "nothing below 1");
         let c = config("", "oom_policy = \"fail\"");
-        assert_eq!(after_oom(&c), OomNext::Fail("runtime.oom_policy = \"fail\"".into()));
+        assert_eq!(
+            after_oom(&c),
+            OomNext::Fail("runtime.oom_policy = \"fail\"".into())
+        );
     }
 
     #[test]
     fn allow_batch_shrink_keeps_its_meaning() {
         let (b, a, note) = restart(after_oom(&config("allow_batch_shrink = true", "")));
-        assert_eq!((b, a, note.as_str()), (128, 1, "per-rank batch 256 -> 128 (allow_batch_shrink)"));
+        assert_eq!(
+            (b, a, note.as_str()),
+            (128, 1, "per-rank batch 256 -> 128 (allow_batch_shrink)")
+        );
         let mut c = config("allow_batch_shrink = true", "");
         c.optim.batch_size = 1;
         assert_eq!(after_oom(&c), OomNext::Unchanged);
