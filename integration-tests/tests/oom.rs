@@ -46,11 +46,7 @@ async fn an_oom_cuts_the_micro_batch_and_keeps_the_global_batch() {
         .into_inner();
     // 256 -> 128 (still over 100) -> 64, with 4 micro-batches a step.
     assert_eq!(t.restart_count, 2, "{t:?}");
-    let optim = t
-        .config
-        .as_ref()
-        .and_then(|c| c.optim.clone())
-        .expect("optim");
+    let optim = t.config.as_ref().and_then(|c| c.optim).expect("optim");
     assert_eq!(
         (optim.batch_size, optim.accumulation_steps),
         (64, Some(4)),

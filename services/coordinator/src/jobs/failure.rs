@@ -200,7 +200,7 @@ impl Jobs {
         };
         let (cause, config) = match next {
             super::oom::OomNext::Restart(config, note) => {
-                (format!("{}; {note}", failure.cause), Some(config.into()))
+                (format!("{}; {note}", failure.cause), Some((*config).into()))
             }
             super::oom::OomNext::Unchanged => (failure.cause.clone(), None),
             super::oom::OomNext::Fail(why) => {

@@ -21,7 +21,7 @@ const MAX_ACCUMULATION: i64 = 1024;
 #[derive(Debug, Clone, PartialEq)]
 pub enum OomNext {
     /// Restart with this config; the note says what changed.
-    Restart(TrainingConfig, String),
+    Restart(Box<TrainingConfig>, String),
     /// Restart as it was.
     Unchanged,
     /// Fail the training; why.
@@ -32,7 +32,7 @@ pub fn after_oom(config: &TrainingConfig) -> OomNext {
     let o = &config.optim;
     if o.allow_batch_shrink {
         return match shrunk_batch(config) {
-            Some((next, note)) => OomNext::Restart(next, note),
+            Some((next, note)) => OomNext::Restart(Box::new(next), note),
             None => OomNext::Unchanged,
         };
     }
@@ -55,7 +55,7 @@ pub fn after_oom(config: &TrainingConfig) -> OomNext {
                          (per-rank batch {per_rank} unchanged: oom_policy adapt)",
                         per_rank / d
                     );
-                    OomNext::Restart(next, note)
+                    OomNext::Restart(Box::new(next), note)
                 }
                 None => OomNext::Fail(format!(
                     "no micro-batch below {micro} divides the per-rank batch {per_rank} \
