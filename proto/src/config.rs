@@ -222,6 +222,9 @@ fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
         v1::OomPolicy::Fail => Some("fail"),
     })?;
     t.opt("min_micro_batch", r.min_micro_batch);
+    if !r.nccl_env.is_empty() {
+        t.set("nccl_env", serde_json::json!(r.nccl_env));
+    }
     Ok(t.into_value())
 }
 
@@ -386,6 +389,7 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
                 OomPolicy::Fail => v1::OomPolicy::Fail,
             } as i32,
             min_micro_batch: Some(r.min_micro_batch),
+            nccl_env: r.nccl_env.clone().into_iter().collect(),
         }
     }
 }

@@ -261,7 +261,12 @@ pub(super) async fn plan(
     published: &Published,
 ) -> Result<Plan, Refusal> {
     let Some(Workload::Program(p)) = workload else {
-        return Ok(sae(agent, team, config_path, run_dir));
+        let mut plan = sae(agent, team, config_path, run_dir);
+        // The training's NCCL variables (an allowlist the config checked), over the agent's.
+        if let Some(Workload::Sae(config)) = &workload {
+            plan.extra_env.extend(config.runtime.nccl_env.clone());
+        }
+        return Ok(plan);
     };
     let team_env = agent.config.teams.rank_env(team, std::iter::empty());
     let prefixes = prefixes.clone();

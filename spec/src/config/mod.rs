@@ -7,6 +7,7 @@
 //! `google.rpc.BadRequest` field violation.
 
 mod choices;
+pub mod nccl;
 mod defaults;
 mod validate;
 
@@ -231,6 +232,10 @@ pub struct RuntimeConfig {
     /// The smallest micro-batch `oom_policy = "adapt"` goes down to.
     #[serde(default = "defaults::min_micro_batch")]
     pub min_micro_batch: i64,
+    /// NCCL's variables for this training's ranks (names from
+    /// [`nccl::ALLOWED`], e.g. `NCCL_SOCKET_IFNAME`), over the agent's own.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub nccl_env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for RuntimeConfig {
@@ -243,6 +248,7 @@ impl Default for RuntimeConfig {
             allreduce: AllreduceMode::default(),
             oom_policy: OomPolicy::default(),
             min_micro_batch: defaults::min_micro_batch(),
+            nccl_env: Default::default(),
         }
     }
 }

@@ -57,6 +57,11 @@ impl TrainingConfig {
         if r.min_micro_batch < 1 {
             return fail("runtime.min_micro_batch", "must be >= 1");
         }
+        for (name, value) in &r.nccl_env {
+            if let Some(why) = super::nccl::refusal(name, value) {
+                return fail(&format!("runtime.nccl_env.{name}"), why);
+            }
+        }
         if r.log_every_steps <= 0 {
             return fail("runtime.log_every_steps", "must be > 0");
         }
