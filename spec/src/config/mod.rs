@@ -7,8 +7,8 @@
 //! `google.rpc.BadRequest` field violation.
 
 mod choices;
-pub mod nccl;
 mod defaults;
+pub mod nccl;
 mod validate;
 
 pub use choices::{

@@ -58,7 +58,9 @@ mod tests {
     fn allowed_names_with_plain_values_only() {
         assert_eq!(refusal("NCCL_SOCKET_IFNAME", "eth0"), None);
         assert_eq!(refusal("NCCL_IB_HCA", "mlx5_0:1,mlx5_1:1"), None);
-        assert!(refusal("NCCL_NET_PLUGIN", "/tmp/evil.so").unwrap().contains("not one of"));
+        assert!(refusal("NCCL_NET_PLUGIN", "/tmp/evil.so")
+            .unwrap()
+            .contains("not one of"));
         assert!(refusal("LD_PRELOAD", "x").is_some());
         assert!(refusal("NCCL_DEBUG", "").is_some());
         assert!(refusal("NCCL_DEBUG", "INFO\n").is_some());
