@@ -20,7 +20,12 @@ function useCall<T>(call: (signal: AbortSignal) => Promise<T>, deps: unknown[]):
 export function AdminPage() {
   const session = useSession();
   const team = session.team;
-  const tokens = useCall<Token[]>((signal) => api.admin.listTokens({ team, pageSize: 200 }, { signal }).then((r) => r.tokens), [team]);
+  // With auth off there are no tokens to list (and no team to list them for).
+  const authOff = session.kind === "anonymous";
+  const tokens = useCall<Token[]>(
+    (signal) => (authOff ? Promise.resolve([]) : api.admin.listTokens({ team, pageSize: 200 }, { signal }).then((r) => r.tokens)),
+    [team, authOff],
+  );
   const quotas = useCall<TeamQuota[]>((signal) => api.admin.listQuotas({}, { signal }).then((r) => r.quotas), [team]);
   const audit = useCall<AuditEvent[]>((signal) => api.admin.listAuditEvents({ team, pageSize: 100 }, { signal }).then((r) => r.events), [team]);
   if (!canAdmin(session)) return <main><h1>Admin</h1><p className="muted">Only team admins and cluster admins see this page.</p></main>;
@@ -30,18 +35,20 @@ export function AdminPage() {
       <section aria-labelledby="tokens">
         <h2 id="tokens">Tokens{team ? ` of ${team}` : ""}</h2>
         {tokens.error && <p className="error">{tokens.error}</p>}
-        <table className="table">
+        {authOff && <p className="muted">Token auth is off on this coordinator (<code>--auth none</code>): there are no tokens.</p>}
+        {!authOff && <table className="table">
           <thead><tr><th>team</th><th>name</th><th>role</th><th>creator</th><th>created</th><th>expires</th><th>revoked</th></tr></thead>
           <tbody>
             {(tokens.value ?? []).map((t) => (
               <tr key={t.id}><td>{t.team}</td><td>{t.name}</td><td>{(Role[t.role] ?? "").toLowerCase()}</td><td>{t.creator}</td><td className="small">{when(t.createTime)}</td><td className="small">{when(t.expireTime)}</td><td className="small">{when(t.revokeTime)}</td></tr>
             ))}
           </tbody>
-        </table>
+        </table>}
       </section>
       <section aria-labelledby="quotas">
         <h2 id="quotas">Quotas</h2>
         {quotas.error && <p className="error">{quotas.error}</p>}
+        {quotas.value?.length === 0 && <p className="muted">No team has a quota or trainings yet.</p>}
         <table className="table">
           <thead><tr><th>team</th><th>GPUs in use / quota</th><th>queued / max</th></tr></thead>
           <tbody>
@@ -54,6 +61,7 @@ export function AdminPage() {
       <section aria-labelledby="audit">
         <h2 id="audit">Audit log</h2>
         {audit.error && <p className="error">{audit.error}</p>}
+        {audit.value?.length === 0 && <p className="muted">Nothing audited yet.</p>}
         <table className="table">
           <thead><tr><th>time</th><th>actor</th><th>method</th><th>target</th><th>outcome</th><th>detail</th></tr></thead>
           <tbody>
