@@ -4,7 +4,7 @@
 // is closed once the history has been read (it ends by itself for an ended
 // training; a running one is read again later from where it stopped).
 import { aborted, api } from "../api/client";
-import { Columns } from "../training/curves";
+import { Columns, pushProgress } from "../training/curves";
 
 const POINTS = 2_000;
 /** A running training's history is taken as read after this long with no event. */
@@ -31,17 +31,7 @@ export async function loadCurves(id: string, from: Loaded | undefined, signal: A
     for await (const ev of stream) {
       quiet();
       loaded.after = ev.sequence;
-      const e = ev.event;
-      if (e.case === "progress") {
-        const p = e.value;
-        loaded.curves.push(Number(p.step), {
-          loss: p.loss, mse: p.mse, l0: p.l0, explained_variance: p.explainedVariance, dead_fraction: p.deadFraction,
-          learning_rate: p.learningRate, grad_norm: p.gradNorm, samples_per_sec: p.samplesPerSec,
-        });
-      } else if (e.case === "programProgress") {
-        const p = e.value;
-        loaded.curves.push(Number(p.step), { ...(p.loss !== undefined ? { loss: p.loss } : {}), ...p.metrics });
-      }
+      pushProgress(loaded.curves, ev);
     }
   } catch (err) {
     if (!aborted(err) || signal.aborted) throw err;

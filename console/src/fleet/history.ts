@@ -45,3 +45,13 @@ export function append(p: Points, x: Point, every = 5): Points {
     power: take(p.power, x.power ?? null),
   };
 }
+
+/** `live` appended after `history` (the live points that came while the
+ * history loaded). */
+export function merge(history: Points, live: Points, every = 5): Points {
+  let out = history;
+  live.t.forEach((t, i) => {
+    out = append(out, { t, util: live.util[i] ?? undefined, mem: live.mem[i] ?? undefined, temp: live.temp[i] ?? undefined, power: live.power[i] ?? undefined }, every);
+  });
+  return out;
+}

@@ -10,7 +10,7 @@ import type { Gpu } from "../gen/cohort/v1/gpu_pb";
 import type { GpuSample } from "../gen/cohort/v1/common_pb";
 import { MetricsView, type AggregatedGpuMetrics } from "../gen/cohort/v1/telemetry_pb";
 import { aborted, api, failure } from "../api/client";
-import { append, emptyPoints, WINDOW_S, type Point, type Points } from "./history";
+import { append, emptyPoints, merge, WINDOW_S, type Point, type Points } from "./history";
 
 const HISTORY_STEP_S = 30;
 const REFRESH_MS = 10_000;
@@ -101,11 +101,7 @@ export function useGpuCards(uuids: string[]): CardData {
         pageToken = r.nextPageToken;
       } while (pageToken);
       // Live points that came while the history loaded are kept after it.
-      for (const [uuid, live] of history) {
-        let merged = loaded.get(uuid) ?? emptyPoints();
-        live.t.forEach((t, i) => (merged = append(merged, { t, util: live.util[i] ?? undefined, mem: live.mem[i] ?? undefined, temp: live.temp[i] ?? undefined, power: live.power[i] ?? undefined })));
-        loaded.set(uuid, merged);
-      }
+      for (const [uuid, live] of history) loaded.set(uuid, merge(loaded.get(uuid) ?? emptyPoints(), live));
       history = loaded;
       dirty = true;
     })().catch(fail);
@@ -157,8 +153,7 @@ export function useAggregate(): Aggregate {
         for (const u of r.updates) if (u.aggregate) loaded = append(loaded, aggregatePoint(u.time, u.aggregate), 1);
         pageToken = r.nextPageToken;
       } while (pageToken);
-      history.t.forEach((t, i) => (loaded = append(loaded, { t, util: history.util[i] ?? undefined, mem: history.mem[i] ?? undefined, temp: history.temp[i] ?? undefined, power: history.power[i] ?? undefined })));
-      history = loaded;
+      history = merge(loaded, history);
       dirty = true;
     })().catch(fail);
     (async () => {

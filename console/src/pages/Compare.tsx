@@ -8,8 +8,8 @@ import { loadCurves, overlaid, type Loaded } from "../compare/history";
 import { Frontier } from "../compare/Frontier";
 import { ended, num, stateName } from "../format";
 import { Link, setQuery, useLocation } from "../router";
+import { PALETTE } from "../training/curves";
 
-const PALETTE = ["#2f6fdf", "#d8663a", "#3a9d5d", "#8a4fd8", "#b8860b", "#0e8a8a", "#c2185b", "#6b7280", "#1b998b", "#e4572e"];
 const METRICS = ["loss", "mse", "l0", "explained_variance", "dead_fraction", "learning_rate", "grad_norm", "samples_per_sec"];
 const MAX_TRAININGS = 64;
 const REFRESH_MS = 5_000;

@@ -1,7 +1,7 @@
 // A training's charts: the SAE's metrics (validation points marked), or
 // whatever metrics a program reports, one chart each.
 import { LineChart, type Series } from "../charts/LineChart";
-import { overlay } from "./curves";
+import { overlay, PALETTE } from "./curves";
 import type { TrainingView, Validation } from "./useTraining";
 
 interface Panel {
@@ -23,7 +23,6 @@ const SAE: Panel[] = [
   { title: "Samples per second", keys: ["samples_per_sec"], colors: ["#0e8a8a"] },
 ];
 
-const PALETTE = ["#2f6fdf", "#d8663a", "#3a9d5d", "#8a4fd8", "#b8860b", "#0e8a8a", "#c2185b", "#6b7280"];
 
 export function Curves({ view, program }: { view: TrainingView; program: boolean }) {
   const c = view.curves;

@@ -2,7 +2,12 @@
 // appended from its events. At most MAX_POINTS points are kept: past that,
 // every other point is dropped (the chart keeps the curve's shape), so a
 // long training never grows the page without bound.
+import type { TrainingEvent } from "../gen/cohort/v1/training_events_pb";
+
 export const MAX_POINTS = 200_000;
+
+/** Series colours, in order, for charts with one series per metric or training. */
+export const PALETTE = ["#2f6fdf", "#d8663a", "#3a9d5d", "#8a4fd8", "#b8860b", "#0e8a8a", "#c2185b", "#6b7280", "#1b998b", "#e4572e"];
 
 export class Columns {
   x: number[] = [];
@@ -59,4 +64,24 @@ export function overlay(x: number[], points: Map<number, number>): (number | nul
     if (j < x.length) out[j] = points.get(s) ?? null;
   }
   return out;
+}
+
+/** Adds a progress event (the SAE's or a program's) to `curves`; its step,
+ * or undefined for any other event. */
+export function pushProgress(curves: Columns, ev: TrainingEvent): bigint | undefined {
+  const e = ev.event;
+  if (e.case === "progress") {
+    const p = e.value;
+    curves.push(Number(p.step), {
+      loss: p.loss, mse: p.mse, l0: p.l0, explained_variance: p.explainedVariance, dead_fraction: p.deadFraction,
+      learning_rate: p.learningRate, grad_norm: p.gradNorm, samples_per_sec: p.samplesPerSec,
+    });
+    return p.step;
+  }
+  if (e.case === "programProgress") {
+    const p = e.value;
+    curves.push(Number(p.step), { ...(p.loss !== undefined ? { loss: p.loss } : {}), ...p.metrics });
+    return p.step;
+  }
+  return undefined;
 }

@@ -6,7 +6,7 @@ import type { Training } from "../gen/cohort/v1/training_pb";
 import type { RankStats, TrainingEvent } from "../gen/cohort/v1/training_events_pb";
 import { aborted, api, Code, failure } from "../api/client";
 import { ended } from "../format";
-import { Columns } from "./curves";
+import { Columns, pushProgress } from "./curves";
 
 export interface Validation {
   step: number;
@@ -59,23 +59,13 @@ export function secondsLeft(recent: [number, number][], total: number): number |
 }
 
 function record(view: TrainingView, ev: TrainingEvent) {
+  const step = pushProgress(view.curves, ev);
+  if (step !== undefined) {
+    note(view, ev, step);
+    return;
+  }
   const e = ev.event;
   switch (e.case) {
-    case "progress": {
-      const p = e.value;
-      note(view, ev, p.step);
-      view.curves.push(Number(p.step), {
-        loss: p.loss, mse: p.mse, l0: p.l0, explained_variance: p.explainedVariance, dead_fraction: p.deadFraction,
-        learning_rate: p.learningRate, grad_norm: p.gradNorm, samples_per_sec: p.samplesPerSec,
-      });
-      return;
-    }
-    case "programProgress": {
-      const p = e.value;
-      note(view, ev, p.step);
-      view.curves.push(Number(p.step), { ...(p.loss !== undefined ? { loss: p.loss } : {}), ...p.metrics });
-      return;
-    }
     case "rankStats":
       view.ranks.set(e.value.rank, e.value);
       return;

@@ -60,3 +60,32 @@ describe("the time left", () => {
     expect(secondsLeft([[0, 0], [10, 10]], 10)).toBeUndefined();
   });
 });
+
+import { merge } from "../../src/fleet/history";
+import { pushProgress } from "../../src/training/curves";
+import { create } from "@bufbuild/protobuf";
+import { TrainingEventSchema } from "../../src/gen/cohort/v1/training_events_pb";
+
+describe("history and live points together", () => {
+  it("keeps the live points after the history", () => {
+    let h = emptyPoints();
+    h = append(h, { t: 0, util: 1 }, 1);
+    h = append(h, { t: 30, util: 2 }, 1);
+    let live = emptyPoints();
+    live = append(live, { t: 60, util: 3 });
+    const m = merge(h, live);
+    expect(m.t).toEqual([0, 30, 60]);
+    expect(m.util).toEqual([1, 2, 3]);
+  });
+});
+
+describe("progress events as curve points", () => {
+  it("reads the SAE's and a program's, and nothing else", () => {
+    const c = new Columns();
+    expect(pushProgress(c, create(TrainingEventSchema, { event: { case: "progress", value: { step: 5n, loss: 0.5, l0: 8 } } }))).toBe(5n);
+    expect(pushProgress(c, create(TrainingEventSchema, { event: { case: "programProgress", value: { step: 6n, metrics: { reward: 2 } } } }))).toBe(6n);
+    expect(pushProgress(c, create(TrainingEventSchema, { event: { case: "checkpoint", value: { step: 6n } } }))).toBeUndefined();
+    expect(c.x).toEqual([5, 6]);
+    expect(c.data(["l0", "reward"])).toEqual([[5, 6], [8, null], [null, 2]]);
+  });
+});
