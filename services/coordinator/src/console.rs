@@ -136,27 +136,23 @@ fn answer<B>(request: &Request<B>) -> Response<Body> {
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
-    let path = request.uri().path();
-    let (status, name) = match target(path) {
-        Target::Page if built() => (StatusCode::OK, "index.html"),
-        Target::Page => return page(StatusCode::OK, NOT_BUILT, head),
-        Target::File(name) if Assets::get(name).is_some() => (StatusCode::OK, name),
-        Target::File(_) | Target::Invalid => {
-            return page(StatusCode::NOT_FOUND, "not found\n", head);
-        }
+    let name = match target(request.uri().path()) {
+        Target::Page => "index.html",
+        Target::File(name) => name,
+        Target::Invalid => return page(StatusCode::NOT_FOUND, "not found\n", head),
     };
+    // Each file is looked up once: its .gz when the browser takes gzip, else itself.
     let compressed = gzip_ok
         .then(|| Assets::get(&format!("{name}.gz")))
-        .flatten();
-    let (file, encoding) = match compressed {
-        Some(file) => (file, Some("gzip")),
-        None => match Assets::get(name) {
-            Some(file) => (file, None),
-            None => return page(StatusCode::NOT_FOUND, "not found\n", head),
-        },
+        .flatten()
+        .map(|file| (file, Some("gzip")));
+    let (file, encoding) = match compressed.or_else(|| Assets::get(name).map(|file| (file, None))) {
+        Some(found) => found,
+        None if name == "index.html" => return page(StatusCode::OK, NOT_BUILT, head),
+        None => return page(StatusCode::NOT_FOUND, "not found\n", head),
     };
     let mut builder = Response::builder()
-        .status(status)
+        .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type(name))
         .header(header::CACHE_CONTROL, cache_control(name))
         .header(header::VARY, "accept-encoding")
