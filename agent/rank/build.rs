@@ -33,6 +33,33 @@ fn cuda_includes(torch_root: &Path) -> Option<Vec<PathBuf>> {
     complete.then_some(dirs)
 }
 
+/// The torch version and the CUDA version that libtorch was built for, from
+/// the wheel's `version.py` (`cohort-rank doctor` reports them; empty when
+/// libtorch is not from a wheel or has no CUDA).
+fn torch_versions(torch_root: &Path) {
+    let file = torch_root.join("version.py");
+    println!("cargo:rerun-if-changed={}", file.display());
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let field = |name: &str| -> String {
+        text.lines()
+            .filter_map(|line| line.split_once('='))
+            .filter(|(key, _)| key.split(':').next().unwrap_or("").trim() == name)
+            .map(|(_, value)| {
+                value
+                    .trim()
+                    .trim_matches(|c| c == '\'' || c == '"')
+                    .to_string()
+            })
+            .find(|value| value != "None")
+            .unwrap_or_default()
+    };
+    println!(
+        "cargo:rustc-env=COHORT_TORCH_VERSION={}",
+        field("__version__")
+    );
+    println!("cargo:rustc-env=COHORT_TORCH_CUDA={}", field("cuda"));
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=shim/c10d_shim.cpp");
     println!("cargo:rerun-if-changed=shim/optim_shim.cpp");
@@ -84,6 +111,7 @@ fn main() {
         }
     };
     build.compile("cohort_c10d_shim");
+    torch_versions(root);
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=torch_cpu");

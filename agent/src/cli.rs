@@ -20,18 +20,21 @@ pub const STOP_GRACE_DEFAULT: &str = "10s";
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cohort-agent", version, about)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// The coordinator's gRPC endpoint, or several, comma-separated
     /// (coordinators sharing PostgreSQL): any of them points to the leader.
     #[arg(long, env = "COHORT_COORDINATOR", default_value = COORDINATOR_DEFAULT)]
     pub coordinator: String,
 
     /// This agent's name, unique per coordinator (default: the host name).
-    #[arg(long, env = "COHORT_AGENT_NAME")]
+    #[arg(long, env = "COHORT_AGENT_NAME", global = true)]
     pub name: Option<String>,
 
     /// Simulate N GPUs with MEM memory each (default 16GiB) instead of reading
     /// NVML, e.g. `2`, `2:16GiB`, `4:24000MiB`. Every report marks them simulated.
-    #[arg(long, value_name = "N[:MEM]")]
+    #[arg(long, value_name = "N[:MEM]", global = true)]
     pub simulate_gpus: Option<SimSpec>,
 
     /// The address other hosts' ranks reach this host by (MASTER_ADDR when
@@ -55,18 +58,18 @@ pub struct Args {
     pub work_dir: Option<PathBuf>,
 
     /// The rank program to start (default: `cohort-rank` next to this executable).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub rank_binary: Option<PathBuf>,
 
     /// A directory teams' programs may run from (`[program]` trainings whose
     /// working_dir lies under it); repeatable. None: this agent runs no
     /// program trainings.
-    #[arg(long = "program-root", value_name = "DIR")]
+    #[arg(long = "program-root", value_name = "DIR", global = true)]
     pub program_roots: Vec<PathBuf>,
 
     /// A directory one team's programs may run from (no other team's);
     /// repeatable.
-    #[arg(long = "team-program-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair)]
+    #[arg(long = "team-program-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair, global = true)]
     pub team_program_roots: Vec<(String, String)>,
 
     /// How program ranks are confined: `landlock` (the default; an agent
@@ -87,14 +90,15 @@ pub struct Args {
         long = "data-root",
         value_name = "DIR",
         env = "COHORT_AGENT_DATA_ROOTS",
-        value_delimiter = ':'
+        value_delimiter = ':',
+        global = true
     )]
     pub data_roots: Vec<PathBuf>,
 
     /// A directory one team's trainings may use (`TEAM=DIR`, repeatable),
     /// beside the --data-root directories every team may. Once the agent
     /// has any root, a team with none may use only its run dir.
-    #[arg(long = "team-data-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair)]
+    #[arg(long = "team-data-root", value_name = "TEAM=DIR", value_parser = crate::teams::team_pair, global = true)]
     pub team_data_roots: Vec<(String, String)>,
 
     /// An object-storage prefix every team's ranks may read and write
@@ -156,7 +160,75 @@ pub struct Args {
     pub observability: cohort_observe::ObservabilityArgs,
 }
 
+/// What `cohort-agent` does instead of running as an agent.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Check this host end to end (driver, CUDA, NCCL, compute capability,
+    /// topology, memory, a matmul per GPU, an all-reduce, the roots) with
+    /// the flags the agent would run with; exit 0 when no check fails.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    /// Print `{"checks": [{"name", "status", "value", "detail"}...], "ok"}`
+    /// instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Bytes per all-reduce (default: 256 MiB over NCCL, 16 MiB over gloo).
+    #[arg(long, value_name = "BYTES")]
+    pub all_reduce_bytes: Option<u64>,
+    /// How long one libtorch check (a `cohort-rank doctor` process) may run.
+    #[arg(long, default_value = "180s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
 impl Args {
+    /// The roots the doctor looks at, each with the flag that named it.
+    pub fn doctor_roots(&self) -> Vec<crate::doctor::Root> {
+        let root = |flag: String, path: &std::path::Path| crate::doctor::Root {
+            flag,
+            path: path.to_path_buf(),
+        };
+        let mut roots: Vec<_> = self
+            .data_roots
+            .iter()
+            .map(|p| root("--data-root".into(), p))
+            .collect();
+        roots.extend(
+            self.team_data_roots
+                .iter()
+                .map(|(team, p)| root(format!("--team-data-root {team}"), p.as_ref())),
+        );
+        roots.extend(
+            self.program_roots
+                .iter()
+                .map(|p| root("--program-root".into(), p)),
+        );
+        roots.extend(
+            self.team_program_roots
+                .iter()
+                .map(|(team, p)| root(format!("--team-program-root {team}"), p.as_ref())),
+        );
+        roots
+    }
+
+    /// The doctor's setup: this agent's flags and its rank program.
+    pub fn doctor_setup(
+        &self,
+        rank_program: PathBuf,
+        doctor: Option<&DoctorArgs>,
+    ) -> crate::doctor::DoctorSetup {
+        crate::doctor::DoctorSetup {
+            simulate: self.simulate_gpus,
+            agent_name: self.agent_name(),
+            rank_program,
+            roots: self.doctor_roots(),
+            all_reduce_bytes: doctor.and_then(|d| d.all_reduce_bytes),
+            timeout: doctor.map_or(crate::doctor::PROCESS_TIMEOUT, |d| d.timeout),
+        }
+    }
+
     /// The team flags, for [`crate::teams::TeamPolicy::load`].
     pub fn team_flags(&self) -> crate::teams::TeamFlags {
         let pairs = |v: &[(String, String)]| -> Vec<(String, PathBuf)> {

@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod connect;
+pub mod doctor;
 pub mod probe;
 pub mod program;
 pub mod supervisor;

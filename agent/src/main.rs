@@ -6,7 +6,7 @@ use clap::Parser;
 use cohort_observe::Observability;
 use tokio::sync::watch;
 
-use cohort_agent::cli::{host_name, Args};
+use cohort_agent::cli::{host_name, Args, Command, DoctorArgs};
 use cohort_agent::connect::{Agent, AgentConfig, ClientTls};
 use cohort_agent::probe;
 use cohort_agent::supervisor::default_rank_program;
@@ -39,7 +39,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(args));
+    let result = match args.command.clone() {
+        Some(Command::Doctor(doctor)) => return runtime.block_on(run_doctor(args, doctor)),
+        None => runtime.block_on(run(args)),
+    };
     runtime.block_on(observability.shutdown());
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -47,6 +50,38 @@ fn main() -> ExitCode {
             eprintln!("cohort-agent: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `cohort-agent doctor`: the report, and exit 0 only when no check failed.
+async fn run_doctor(args: Args, doctor: DoctorArgs) -> ExitCode {
+    let rank_program = match &args.rank_binary {
+        Some(path) => path.clone(),
+        None => match default_rank_program() {
+            Ok(path) => path,
+            Err(e) => {
+                eprintln!("cohort-agent: locating cohort-rank next to cohort-agent: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let setup = args.doctor_setup(rank_program, Some(&doctor));
+    let report = cohort_agent::doctor::run(&setup, &[]).await;
+    if doctor.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("cohort-agent: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", cohort_agent::doctor::render(&report));
+    }
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -101,7 +136,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("creating the work directory {}", work_dir.display()))?;
 
+    let doctor = args.doctor_setup(rank_program.clone(), None);
     let config = AgentConfig {
+        doctor,
         coordinator: args.coordinator.clone(),
         agent_name: name.clone(),
         host_name: host_name(),

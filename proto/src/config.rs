@@ -11,9 +11,9 @@
 
 use crate::v1;
 use cohort_spec::config::{
-    AllreduceMode, Architecture, BDecInit, CheckpointConfig, DataConfig, DecoderNorm, Device,
-    Dtype, FileData, LrSchedule, ModelConfig, OomPolicy, OptimConfig, RuntimeConfig, SyntheticData,
-    ValidationConfig,
+    AllreduceMode, Architecture, BDecInit, CheckpointConfig, CollectiveBackend, DataConfig,
+    DecoderNorm, Device, Dtype, FileData, LrSchedule, ModelConfig, OomPolicy, OptimConfig,
+    RuntimeConfig, SyntheticData, ValidationConfig,
 };
 use cohort_spec::{ConfigError, TrainingConfig};
 use serde_json::{Map, Value};
@@ -222,6 +222,12 @@ fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
         v1::OomPolicy::Fail => Some("fail"),
     })?;
     t.opt("min_micro_batch", r.min_micro_batch);
+    t.enumeration("backend", r.backend, |b: v1::CollectiveBackend| match b {
+        v1::CollectiveBackend::Unspecified => None,
+        v1::CollectiveBackend::Auto => Some("auto"),
+        v1::CollectiveBackend::Nccl => Some("nccl"),
+        v1::CollectiveBackend::Gloo => Some("gloo"),
+    })?;
     if !r.nccl_env.is_empty() {
         t.set("nccl_env", serde_json::json!(r.nccl_env));
     }
@@ -390,6 +396,11 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
             } as i32,
             min_micro_batch: Some(r.min_micro_batch),
             nccl_env: r.nccl_env.clone().into_iter().collect(),
+            backend: match r.backend {
+                CollectiveBackend::Auto => v1::CollectiveBackend::Auto,
+                CollectiveBackend::Nccl => v1::CollectiveBackend::Nccl,
+                CollectiveBackend::Gloo => v1::CollectiveBackend::Gloo,
+            } as i32,
         }
     }
 }

@@ -50,6 +50,8 @@ pub mod reason {
     /// WatchLogs of a rank whose agent is not connected and that kept no
     /// lines at its exit; metadata `agent` (its name), `rank`.
     pub const AGENT_NOT_CONNECTED: &str = "AGENT_NOT_CONNECTED";
+    /// An agent did not answer RunDoctor in time.
+    pub const DOCTOR_TIMEOUT: &str = "DOCTOR_TIMEOUT";
     /// A token already holds as many open streams as it may.
     pub const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
     /// A change sent to a standby coordinator (or during an election);
@@ -87,6 +89,7 @@ pub mod reason {
         AGENT_BUSY,
         AGENT_NOT_FOUND,
         AGENT_NOT_CONNECTED,
+        DOCTOR_TIMEOUT,
         TOO_MANY_STREAMS,
         NOT_LEADER,
         INTERNAL,

@@ -4,6 +4,7 @@
 //! - [`config`]: the training job config (TOML/JSON, the same keys the API carries),
 //!   parsed strictly (unknown keys are errors) and validated once.
 //! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
+//! - [`doctor`]: the libtorch facts `cohort-rank doctor` reports to the agent's host doctor.
 //! - [`duration`]: durations on command lines (`500ms`, `10s`, `24h`).
 //! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
 //! - [`roots`], [`prefixes`]: the local directories and object-storage prefixes a team's ranks may reach.
@@ -18,6 +19,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod doctor;
 pub mod duration;
 pub mod envfile;
 pub mod exit;

@@ -109,6 +109,7 @@ pub struct GroupOptions<'a> {
 pub struct ProcessGroup {
     raw: *mut c_void,
     world_size: i64,
+    backend: Backend,
 }
 
 // The c10d backend is safe to use from one thread at a time; we never share it.
@@ -169,7 +170,13 @@ impl ProcessGroup {
         Ok(Self {
             raw,
             world_size: opts.world_size,
+            backend: opts.backend,
         })
+    }
+
+    /// `gloo` or `nccl`.
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
     }
 
     pub fn world_size(&self) -> i64 {

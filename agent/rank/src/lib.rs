@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod dist;
+pub mod doctor;
 pub mod error;
 pub mod launch;
 pub mod model;

@@ -1,6 +1,8 @@
 //! `cohort-rank --config FILE --run-dir DIR`, with RANK, WORLD_SIZE, LOCAL_RANK,
 //! LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment. Exits with
 //! one of the codes of `cohort_spec::exit` (see docs/rank.md).
+//! `cohort-rank doctor local|all-reduce` checks the host instead (the agent's
+//! `cohort-agent doctor` runs it).
 
 use clap::Parser;
 use cohort_rank::launch::Launch;
@@ -13,9 +15,13 @@ use std::path::PathBuf;
 #[command(
     name = "cohort-rank",
     version,
-    about = "One data-parallel rank of a cohort training job"
+    about = "One data-parallel rank of a cohort training job",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The training config, TOML (or JSON when the file ends in .json).
     #[arg(
         long,
@@ -27,23 +33,33 @@ struct Args {
     #[arg(long)]
     config_json: Option<String>,
     /// Directory for checkpoints and reports; created if missing.
-    #[arg(long)]
-    run_dir: PathBuf,
+    #[arg(long, required = true)]
+    run_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Check this host for the agent's doctor; prints one JSON object.
+    #[command(subcommand)]
+    Doctor(cohort_rank::doctor::DoctorMode),
 }
 
 fn run(args: Args) -> Result<(), RankError> {
+    if let Some(Command::Doctor(mode)) = &args.command {
+        return cohort_rank::doctor::run(mode);
+    }
+    let run_dir = args.run_dir.clone().expect("clap requires --run-dir");
     let config = match (&args.config, &args.config_json) {
         (Some(path), _) => TrainingConfig::from_file(path)?,
         (None, Some(json)) => TrainingConfig::from_json(json)?,
         (None, None) => unreachable!("clap requires one"),
     };
     let launch = Launch::from_env()?;
-    std::fs::create_dir_all(&args.run_dir).map_err(|e| {
-        RankError::Checkpoint(format!("create run dir {}: {e}", args.run_dir.display()))
-    })?;
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| RankError::Checkpoint(format!("create run dir {}: {e}", run_dir.display())))?;
     tch::set_num_threads(launch.torch_threads());
     tch::set_num_interop_threads(1);
-    Trainer::new(&launch, &config, &args.run_dir)?.run()
+    Trainer::new(&launch, &config, &run_dir)?.run()
 }
 
 /// Run, turning a libtorch panic into a classified error.

@@ -28,7 +28,10 @@ pub(super) async fn handle(
             Vec::new()
         }
         // The session serves these itself, before commands reach here.
-        Some(In::ReadFile(_)) | Some(In::Ack(_)) | Some(In::Members(_)) => Vec::new(),
+        Some(In::ReadFile(_))
+        | Some(In::Ack(_))
+        | Some(In::Members(_))
+        | Some(In::RunDoctor(_)) => Vec::new(),
         Some(In::Registered(_)) => {
             tracing::warn!("ignoring a second Registered on the same session");
             Vec::new()

@@ -6,6 +6,7 @@
 mod backoff;
 mod commands;
 pub mod convert;
+mod doctor;
 mod files;
 #[cfg(test)]
 mod fuzz;
@@ -71,6 +72,8 @@ pub struct AgentConfig {
     pub teams: crate::teams::TeamPolicy,
     /// TLS to the coordinator (`https://` URLs).
     pub tls: ClientTls,
+    /// What the host doctor checks with when the coordinator asks for it.
+    pub doctor: crate::doctor::DoctorSetup,
 }
 
 /// The agent's TLS files, read at every connection (so a rotated
@@ -109,6 +112,8 @@ pub struct Agent {
     reload: std::sync::Arc<tokio::sync::Notify>,
     /// Which coordinator to dial next, and the highest leader epoch seen.
     targets: Targets,
+    /// A host doctor runs now (one at a time).
+    doctor_running: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Resolves once `shutdown` turns true (or its sender is gone).
@@ -131,6 +136,7 @@ impl Agent {
             outbox: Outbox::default(),
             placements: HashMap::new(),
             reload: Default::default(),
+            doctor_running: Default::default(),
         }
     }
 
@@ -270,6 +276,14 @@ impl Agent {
     }
 
     /// Tells the probe which pids now run on `gpu`.
+    /// The GPU indices running ranks now.
+    pub(crate) fn busy_gpus(&self) -> Vec<u32> {
+        let mut gpus: Vec<u32> = self.placements.values().map(|(gpu, _)| *gpu).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus
+    }
+
     fn reassign(&self, gpu: u32) {
         let pids: Vec<u32> = self
             .placements

@@ -13,7 +13,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::Streaming;
 
-use super::{commands, convert, files, stopped, Agent};
+use super::{commands, convert, doctor, files, stopped, Agent};
 use crate::telemetry;
 
 /// Messages queued for the stream before the sender waits.
@@ -267,6 +267,10 @@ async fn serve(
                             let _ = tx.send(message(Out::FileChunk(chunk))).await;
                         }
                     });
+                }
+                Ok(Some(v1::CoordinatorMessage { message: Some(In::RunDoctor(req)), .. })) => {
+                    let setup = agent.config.doctor.clone();
+                    doctor::answer(req.request_id, setup, agent.busy_gpus(), agent.doctor_running.clone(), tx.clone());
                 }
                 Ok(Some(v1::CoordinatorMessage { message: Some(In::Ack(ack)), .. })) => {
                     agent.outbox.ack(ack.through);

@@ -12,7 +12,7 @@ mod events;
 pub mod log;
 mod process;
 mod signal;
-mod spawner;
+pub(crate) mod spawner;
 mod spec;
 mod stop;
 

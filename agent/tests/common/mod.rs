@@ -149,6 +149,13 @@ impl AgentService for FakeCoordinator {
     ) -> Result<Response<v1::ListAgentsResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    async fn run_doctor(
+        &self,
+        _: Request<v1::RunDoctorRequest>,
+    ) -> Result<Response<v1::DoctorReport>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 pub async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
@@ -188,6 +195,13 @@ impl AgentService for Standby {
         &self,
         _: Request<v1::ListAgentsRequest>,
     ) -> Result<Response<v1::ListAgentsResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn run_doctor(
+        &self,
+        _: Request<v1::RunDoctorRequest>,
+    ) -> Result<Response<v1::DoctorReport>, Status> {
         Err(Status::unimplemented("fake"))
     }
 }
@@ -243,7 +257,15 @@ pub fn start_agent(
         address: "127.0.0.1".into(),
         interval: Duration::from_millis(100),
         work_dir: work.to_path_buf(),
-        rank_program: program,
+        rank_program: program.clone(),
+        doctor: cohort_agent::doctor::DoctorSetup {
+            simulate: Some("2:16GiB".parse().unwrap()),
+            agent_name: "test".into(),
+            rank_program: program,
+            roots: Vec::new(),
+            all_reduce_bytes: None,
+            timeout: Duration::from_secs(60),
+        },
         program_roots: Default::default(),
         program_sandbox: Default::default(),
         stop_grace: Duration::from_secs(5),

@@ -88,8 +88,9 @@ pub enum Command {
     /// health. Subcommands recommend GPUs, check a selection, estimate memory.
     #[command(args_conflicts_with_subcommands = true)]
     Gpus(GpusArgs),
-    /// List the agents known to the coordinator.
-    Agents,
+    /// List the agents known to the coordinator (with each one's last host
+    /// doctor verdict); `doctor NAME` checks an agent's host.
+    Agents(commands::agents::AgentsArgs),
     /// Submit, list, inspect, cancel and watch trainings.
     #[command(subcommand)]
     Train(TrainCommand),
@@ -178,7 +179,7 @@ async fn run_on(coordinator: &client::Coordinator, cli: Cli) -> Result<(), CliEr
     let out = cli.output;
     match cli.command {
         Command::Gpus(args) => commands::gpus::run(coordinator, args, out).await,
-        Command::Agents => commands::agents::list(coordinator, out).await,
+        Command::Agents(args) => commands::agents::run(coordinator, args, out).await,
         Command::Checkpoints(args) => commands::checkpoints::run(coordinator, args, out).await,
         Command::Logs(args) => commands::logs::run(coordinator, args, out).await,
         Command::Train(cmd) => commands::train::run(coordinator, cmd, out).await,

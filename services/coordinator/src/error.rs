@@ -87,6 +87,18 @@ pub enum ApiError {
     AgentNotConnected { agent: String, rank: i32 },
     #[error("this token already holds {0} streams open: close some first")]
     TooManyStreams(usize),
+    /// RunDoctor of an agent that has no session now.
+    #[error("agent {0} is not connected: the doctor runs on a connected agent")]
+    DoctorAgentOffline(String),
+    /// RunDoctor while a doctor already runs there (or too many run).
+    #[error("{0}")]
+    DoctorBusy(String),
+    /// The agent did not answer RunDoctor in time.
+    #[error("agent {agent} did not answer within {} s (the doctor may still be running there)", .timeout.as_secs())]
+    DoctorTimeout { agent: String, timeout: Duration },
+    /// The agent could not run its doctor.
+    #[error("agent {agent} could not run its doctor: {reason}")]
+    DoctorFailed { agent: String, reason: String },
     /// A call the leader serves reached a standby (`leader`: where to send
     /// it, when one leads).
     #[error("{}", not_leader_message(.method, .leader.as_deref()))]

@@ -109,6 +109,21 @@ pub enum AllreduceMode {
     PerParam,
 }
 
+/// Which c10d backend carries a training's collectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollectiveBackend {
+    /// NCCL on CUDA, gloo on the CPU. A rank built without NCCL refuses
+    /// CUDA work across several ranks instead of silently using gloo.
+    #[default]
+    Auto,
+    /// NCCL (CUDA only; a rank without it refuses to start).
+    Nccl,
+    /// gloo, also for CUDA tensors (through host copies: slow, but it needs
+    /// no NCCL).
+    Gloo,
+}
+
 /// What a restart after an out-of-memory exit does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -12,7 +12,8 @@ pub mod nccl;
 mod validate;
 
 pub use choices::{
-    AllreduceMode, Architecture, BDecInit, DecoderNorm, Device, Dtype, LrSchedule, OomPolicy,
+    AllreduceMode, Architecture, BDecInit, CollectiveBackend, DecoderNorm, Device, Dtype,
+    LrSchedule, OomPolicy,
 };
 
 use serde::{Deserialize, Serialize};
@@ -225,6 +226,9 @@ pub struct RuntimeConfig {
     pub collective_timeout_s: f64,
     #[serde(default)]
     pub allreduce: AllreduceMode,
+    /// The collectives' backend (`auto`: NCCL on CUDA, gloo on the CPU).
+    #[serde(default)]
+    pub backend: CollectiveBackend,
     /// What a restart after an out-of-memory exit does (`optim.allow_batch_shrink`,
     /// when a config sets it, halves the batch instead, as before).
     #[serde(default)]
@@ -246,6 +250,7 @@ impl Default for RuntimeConfig {
             rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
             collective_timeout_s: defaults::collective_timeout_s(),
             allreduce: AllreduceMode::default(),
+            backend: CollectiveBackend::default(),
             oom_policy: OomPolicy::default(),
             min_micro_batch: defaults::min_micro_batch(),
             nccl_env: Default::default(),

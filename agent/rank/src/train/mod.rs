@@ -7,6 +7,7 @@
 //! identical Adam updates of the f32 master weights everywhere; validation,
 //! checkpoints and progress from rank 0.
 
+mod device;
 mod fault;
 mod metrics;
 mod reduce;
@@ -19,14 +20,15 @@ use crate::checkpoint::Store;
 use crate::data::batch_queue::{BatchQueue, Schedule as ReadSchedule};
 use crate::data::sampler::{ChunkTable, DistributedSampler};
 use crate::data::source::Source;
-use crate::dist::{Backend, GroupOptions, ProcessGroup};
+use crate::dist::{GroupOptions, ProcessGroup};
 use crate::error::RankError;
 use crate::launch::Launch;
 use crate::model::{kind_of, Adam, Sae, Schedule, Shape};
 use crate::report::{device_memory, resident_bytes, Reporter};
 use crate::state::{DeadLatents, Numerics, TrainState};
-use cohort_spec::config::{Device as DeviceChoice, Dtype, TrainingConfig};
+use cohort_spec::config::{Dtype, TrainingConfig};
 use cohort_spec::progress::{Progress, ProgressLine};
+pub use device::{backend_for, select_device};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,29 +43,6 @@ use validate::ValidationSet;
 fn log_line(text: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout().lock(), "cohort-rank: {text}");
-}
-
-/// Choose the device from the config and what this process can see.
-pub fn select_device(choice: DeviceChoice) -> Result<Device, RankError> {
-    let cuda = tch::Cuda::is_available();
-    match choice {
-        DeviceChoice::Cpu => Ok(Device::Cpu),
-        DeviceChoice::Auto if cuda => Ok(Device::Cuda(0)),
-        DeviceChoice::Auto => Ok(Device::Cpu),
-        DeviceChoice::Cuda if cuda => Ok(Device::Cuda(0)),
-        DeviceChoice::Cuda => Err(RankError::Launch(
-            "runtime.device is \"cuda\" but this process sees no CUDA device".into(),
-        )),
-    }
-}
-
-fn backend_for(device: Device) -> Backend {
-    if device.is_cuda() && cfg!(cohort_nccl) {
-        Backend::Nccl
-    } else {
-        // gloo carries CPU tensors, and CUDA tensors through host copies.
-        Backend::Gloo
-    }
 }
 
 /// Time spent in one logging window, summed over its steps.
@@ -139,9 +118,10 @@ impl<'a> Trainer<'a> {
             }
             (None, None) => unreachable!("validated config has steps or epochs"),
         };
+        let backend = backend_for(device, cfg.runtime.backend, launch.world_size)?;
         let group = if launch.world_size > 1 {
             Some(ProcessGroup::join(&GroupOptions {
-                backend: backend_for(device),
+                backend,
                 master_addr: &launch.master_addr,
                 master_port: launch.master_port,
                 rank: launch.rank,
@@ -277,7 +257,7 @@ impl<'a> Trainer<'a> {
             self.launch.rank,
             self.launch.world_size,
             format!("{:?}", self.device).to_lowercase(),
-            format!("{:?}", backend_for(self.device)).to_lowercase(),
+            self.group.as_ref().map_or("no group", |g| g.backend_name()),
             self.total_steps,
             if resumed {
                 ", resumed from a checkpoint"

@@ -1,4 +1,5 @@
-//! `cohort agents`: AgentService.ListAgents, every page.
+//! `cohort agents`: AgentService.ListAgents, every page (with each agent's
+//! last host doctor verdict); `cohort agents doctor NAME`: RunDoctor.
 
 use crate::client::Coordinator;
 use crate::errors::CliError;
@@ -8,6 +9,66 @@ use crate::render::{short_name, time};
 use cohort_proto::v1;
 use cohort_proto::v1::{agent_service_client::AgentServiceClient, ListAgentsRequest};
 use serde_json::Value;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentsArgs {
+    #[command(subcommand)]
+    pub command: Option<AgentsCommand>,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AgentsCommand {
+    /// List the agents (what bare `cohort agents` does).
+    List,
+    /// Run the host doctor on a connected agent and show its checks
+    /// (cluster-admin); exits 1 when a check fails. The report is kept:
+    /// `cohort agents` shows each agent's last verdict.
+    Doctor {
+        /// The agent's name.
+        name: String,
+        /// How long the coordinator waits for the agent's report, in seconds.
+        #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::parse_seconds)]
+        timeout: std::time::Duration,
+    },
+}
+
+pub async fn run(
+    coordinator: &Coordinator,
+    args: AgentsArgs,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    match args.command {
+        None | Some(AgentsCommand::List) => list(coordinator, out).await,
+        Some(AgentsCommand::Doctor { name, timeout }) => {
+            doctor(coordinator, name, timeout, out).await
+        }
+    }
+}
+
+async fn doctor(
+    coordinator: &Coordinator,
+    name: String,
+    timeout: std::time::Duration,
+    out: OutputFormat,
+) -> Result<(), CliError> {
+    let mut client = AgentServiceClient::new(coordinator.channel().await?);
+    let report = client
+        .run_doctor(v1::RunDoctorRequest {
+            agent: name,
+            timeout: prost_types::Duration::try_from(timeout).ok(),
+        })
+        .await?
+        .into_inner();
+    match out {
+        OutputFormat::Table => emit(&crate::render::doctor::report(&report))?,
+        OutputFormat::Json => emit_json(&json::message(&report))?,
+    }
+    if report.ok {
+        Ok(())
+    } else {
+        Err(CliError::Silent(1))
+    }
+}
 
 pub async fn list(coordinator: &Coordinator, out: OutputFormat) -> Result<(), CliError> {
     let mut client = AgentServiceClient::new(coordinator.channel().await?);
@@ -52,6 +113,7 @@ pub fn agents_table(agents: &[v1::Agent]) -> String {
         "VERSION",
         "CONNECTED",
         "LAST SEEN",
+        "DOCTOR",
     ]);
     for a in agents {
         let simulated = a.gpus.iter().filter(|g| g.simulated).count();
@@ -72,6 +134,7 @@ pub fn agents_table(agents: &[v1::Agent]) -> String {
             dash(&a.version),
             time(a.connect_time.as_ref()),
             crate::render::ago(a.last_seen_time.as_ref(), now),
+            crate::render::doctor::verdict(a.last_doctor.as_ref(), now),
         ]);
     }
     t.render()

@@ -2,6 +2,7 @@
 //! messages as JSON for scripts ([`json`]), and the live progress bar ([`progress`]).
 
 pub mod cost;
+pub mod doctor;
 pub mod eta;
 pub mod json;
 pub mod program;

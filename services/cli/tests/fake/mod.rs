@@ -568,6 +568,9 @@ impl AgentService for Fake {
             ..Default::default()
         }))
     }
+    async fn run_doctor(&self, _: Request<v1::RunDoctorRequest>) -> Reply<v1::DoctorReport> {
+        Err(Status::unimplemented("not in the fake"))
+    }
 }
 
 /// Serves `fake` on `listener` until the returned future is dropped.

@@ -131,6 +131,30 @@ impl From<ApiError> for Status {
                 message,
                 meta([("agent", agent), ("rank", rank.to_string())]),
             ),
+            ApiError::DoctorAgentOffline(agent) => status(
+                Code::FailedPrecondition,
+                reason::AGENT_NOT_CONNECTED,
+                message,
+                meta([("agent", agent)]),
+            ),
+            ApiError::DoctorBusy(_) => {
+                status(Code::ResourceExhausted, reason::AGENT_BUSY, message, [])
+            }
+            ApiError::DoctorTimeout { agent, timeout } => status(
+                Code::DeadlineExceeded,
+                reason::DOCTOR_TIMEOUT,
+                message,
+                meta([
+                    ("agent", agent),
+                    ("timeout_s", timeout.as_secs().to_string()),
+                ]),
+            ),
+            ApiError::DoctorFailed { agent, .. } => status(
+                Code::Unavailable,
+                reason::INTERNAL,
+                message,
+                meta([("agent", agent)]),
+            ),
             ApiError::TooManyStreams(_) => status(
                 Code::ResourceExhausted,
                 reason::TOO_MANY_STREAMS,

@@ -94,6 +94,10 @@ pub const METHODS: &[(&str, Permission)] = &[
     ("/cohort.v1.TelemetryService/WatchAlerts", Permission::Read),
     ("/cohort.v1.AgentService/Connect", Permission::Agent),
     ("/cohort.v1.AgentService/ListAgents", Permission::Read),
+    (
+        "/cohort.v1.AgentService/RunDoctor",
+        Permission::ClusterAdmin,
+    ),
     ("/cohort.v1.AdminService/CreateToken", Permission::TeamAdmin),
     ("/cohort.v1.AdminService/ListTokens", Permission::TeamAdmin),
     ("/cohort.v1.AdminService/RevokeToken", Permission::TeamAdmin),
@@ -119,6 +123,7 @@ pub const MUTATING: &[&str] = &[
     "/cohort.v1.AdminService/RevokeToken",
     "/cohort.v1.AdminService/SetQuota",
     "/cohort.v1.AdminService/ForgetAgent",
+    "/cohort.v1.AgentService/RunDoctor",
 ];
 
 /// Services anyone may call: they hold no tenant data.

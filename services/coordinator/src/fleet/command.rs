@@ -28,6 +28,8 @@ pub enum AgentCommand {
     },
     /// The live coordinators' `--advertise` URLs changed.
     Members(Vec<String>),
+    /// Run the host doctor; the answer carries `request_id`.
+    RunDoctor { request_id: u64 },
 }
 
 /// A file on an agent's host the coordinator may read.

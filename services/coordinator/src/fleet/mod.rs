@@ -3,6 +3,7 @@
 //! watchers. In memory only; the database keeps the durable part.
 
 mod command;
+mod doctor;
 mod holds;
 mod refusals;
 mod registry;
@@ -12,6 +13,7 @@ mod telemetry;
 mod watchers;
 
 pub use command::{AgentCommand, FileChunk, FileRef, LocalRank, StartRanks};
+pub use doctor::{DoctorAnswer, DoctorBusy, Doctors, MAX_DOCTORS};
 pub use holds::{FreeGpu, Hold};
 pub use refusals::Refusals;
 pub use registry::AgentProgramRoots;
@@ -57,6 +59,8 @@ pub struct Fleet {
     samples_refused: Arc<AtomicU64>,
     /// File reads on agents' hosts in flight.
     pub relay: Relay,
+    /// Host doctors in flight.
+    pub doctors: Doctors,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -88,6 +92,7 @@ impl Fleet {
             samples_ingested: Arc::default(),
             samples_refused: Arc::default(),
             relay: Relay::default(),
+            doctors: Doctors::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod alert;
 mod auth;
+mod doctor;
 mod gpu;
 mod gpu_request;
 mod placement;
@@ -12,6 +13,7 @@ mod training;
 
 pub use alert::{Alert, AlertKey, AlertKind, RunningTraining, Severity, Transition};
 pub use auth::{valid_team, AuditEntry, Principal, Role};
+pub use doctor::{DoctorCheck, DoctorReport, DoctorStatus};
 pub use gpu::{GpuProcess, GpuRecord, GpuSample};
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
 pub use placement::{AgentRecord, Placement, RankRecord, RankSlot};

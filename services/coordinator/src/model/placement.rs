@@ -47,4 +47,6 @@ pub struct AgentRecord {
     pub gpus: Vec<GpuRecord>,
     pub connect_time: chrono::DateTime<chrono::Utc>,
     pub last_seen_time: chrono::DateTime<chrono::Utc>,
+    /// The latest host doctor report, if one was ever made.
+    pub last_doctor: Option<super::DoctorReport>,
 }

@@ -7,7 +7,7 @@
 use super::rows::{now, to_db_time};
 use super::schema::{agents, gpus, ranks, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{AgentRecord, GpuRecord, JobState};
+use crate::model::{AgentRecord, DoctorReport, GpuRecord, JobState};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use std::collections::HashMap;
@@ -32,6 +32,7 @@ struct AgentRow {
     connected: bool,
     connect_time: NaiveDateTime,
     last_seen_time: NaiveDateTime,
+    doctor_json: Option<String>,
 }
 
 #[derive(Queryable)]
@@ -160,6 +161,12 @@ fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
             connected: a.connected,
             connect_time: a.connect_time.and_utc(),
             last_seen_time: a.last_seen_time.and_utc(),
+            // A row written by a later version that this one cannot read
+            // shows no report rather than failing the list.
+            last_doctor: a
+                .doctor_json
+                .as_deref()
+                .and_then(|json| serde_json::from_str(json).ok()),
         })
         .collect())
 }
@@ -268,6 +275,27 @@ impl Persistence {
                 );
             }
             Ok(out)
+        })
+        .await
+    }
+
+    /// Keeps `report` as agent `agent_id`'s latest doctor report, with the
+    /// audit row of the RunDoctor that made it, in one transaction.
+    pub async fn save_doctor(
+        &self,
+        agent_id: &str,
+        report: &DoctorReport,
+        audit: crate::model::AuditEntry,
+    ) -> Result<(), DatabaseError> {
+        let id = agent_id.to_string();
+        let json = serde_json::to_string(report)
+            .map_err(|e| DatabaseError::Corrupt(format!("doctor report: {e}")))?;
+        self.transaction("save_doctor", move |c| {
+            diesel::update(agents::table.find(&id))
+                .set(agents::doctor_json.eq(Some(&json)))
+                .execute(c)?;
+            super::audit::insert_in(c, &audit, now())?;
+            Ok(())
         })
         .await
     }

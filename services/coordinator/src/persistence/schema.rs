@@ -11,6 +11,7 @@ diesel::table! {
         connected -> Bool,
         connect_time -> Timestamp,
         last_seen_time -> Timestamp,
+        doctor_json -> Nullable<Text>,
     }
 }
 

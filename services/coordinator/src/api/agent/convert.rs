@@ -177,6 +177,9 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 })
             }
             AgentCommand::Members(coordinators) => Message::Members(v1::Members { coordinators }),
+            AgentCommand::RunDoctor { request_id } => {
+                Message::RunDoctor(v1::RunDoctorCommand { request_id })
+            }
         };
         v1::CoordinatorMessage {
             message: Some(message),

@@ -37,6 +37,11 @@ fn handle(bytes: &[u8]) {
         Some(Message::FileChunk(c)) => {
             let _ = crate::fleet::FileChunk::from(c);
         }
+        Some(Message::DoctorResult(r)) => {
+            if let Some(report) = r.report {
+                let _ = super::doctor::from_proto("fuzz", report);
+            }
+        }
         Some(Message::Heartbeat(_)) | None => {}
     }
 }

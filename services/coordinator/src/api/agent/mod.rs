@@ -8,6 +8,7 @@
 //! ([`Refusals`](crate::fleet::Refusals), exported as metrics).
 
 mod convert;
+mod doctor;
 #[cfg(test)]
 mod fuzz;
 mod rank_events;
@@ -142,6 +143,7 @@ impl AgentService for AgentApi {
                     version: a.version,
                     connect_time: Some(timestamp(a.connect_time)),
                     last_seen_time: Some(timestamp(a.last_seen_time)),
+                    last_doctor: a.last_doctor.as_ref().map(doctor::to_proto),
                 }
             })
             .collect();
@@ -149,5 +151,14 @@ impl AgentService for AgentApi {
             agents,
             next_page_token: String::new(),
         }))
+    }
+
+    async fn run_doctor(
+        &self,
+        request: Request<v1::RunDoctorRequest>,
+    ) -> Result<Response<v1::DoctorReport>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        let report = doctor::run(&self.ctx, &who, request.into_inner()).await?;
+        Ok(Response::new(report))
     }
 }

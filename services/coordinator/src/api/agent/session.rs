@@ -58,6 +58,9 @@ pub(super) async fn serve(
                 .fleet
                 .relay
                 .complete(&session.agent_id, data.into()),
+            Some(Message::DoctorResult(result)) => {
+                super::doctor::on_result(&session.ctx, &session.agent_id, result)
+            }
             Some(Message::Register(_)) => {
                 tracing::warn!(agent_id = %session.agent_id, "ignoring a second Register on one stream");
             }

@@ -1,0 +1,2 @@
+-- The latest host doctor report per agent (RunDoctor), as JSON.
+ALTER TABLE agents ADD COLUMN doctor_json TEXT;
