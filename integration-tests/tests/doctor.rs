@@ -162,6 +162,35 @@ async fn doctor_through_the_coordinator(backend: Backend) {
         .unwrap()
         .contains("gloo"));
 
+    // What a grpcurl user does: RunDoctor by reflection, JSON in and out.
+    let grpcurl = tokio::process::Command::new(cohort_integration_tests::bins::grpcurl())
+        .arg("-plaintext")
+        .args([
+            "-d",
+            &format!("{{\"agent\":\"{name}\",\"timeout\":\"120s\"}}"),
+        ])
+        .arg(format!("127.0.0.1:{}", cluster.port))
+        .arg("cohort.v1.AgentService/RunDoctor")
+        .kill_on_drop(true)
+        .output();
+    let grpcurl = tokio::time::timeout(Duration::from_secs(120), grpcurl)
+        .await
+        .expect("grpcurl finished")
+        .expect("grpcurl ran");
+    let text = String::from_utf8_lossy(&grpcurl.stdout);
+    assert!(
+        grpcurl.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&grpcurl.stderr)
+    );
+    let via_grpcurl: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(via_grpcurl["agent"], name.as_str());
+    assert_eq!(via_grpcurl["ok"], true);
+    assert_eq!(
+        check(&via_grpcurl, "all_reduce")["status"],
+        "DOCTOR_STATUS_PASS"
+    );
+
     // Kept: ListAgents (and the table) show the last verdict.
     let agents = cluster
         .agents()

@@ -54,3 +54,8 @@ export function canEdit(s: Session): boolean {
 export function canAdmin(s: Session): boolean {
   return s.kind === "anonymous" || s.role >= Role.ADMIN;
 }
+
+/** May run fleet-wide operations (the host doctor): cluster admins; anyone with auth off. */
+export function canClusterAdmin(s: Session): boolean {
+  return s.kind === "anonymous" || s.role >= Role.CLUSTER_ADMIN;
+}

@@ -5,6 +5,7 @@ import { useGpuCards, useGpuList } from "../fleet/useFleet";
 import { useAlerts } from "../fleet/useAlerts";
 import { GpuCard } from "../fleet/GpuCard";
 import { AggregatedView } from "../fleet/AggregatedView";
+import { Hosts } from "../fleet/Hosts";
 import { setQuery, useLocation } from "../router";
 import type { Alert } from "../gen/cohort/v1/telemetry_pb";
 
@@ -48,6 +49,7 @@ export function FleetPage() {
       {error && <p className="error" role="alert">{error}</p>}
       {!list.loaded && !error && <p className="muted">Loading the fleet…</p>}
       {list.loaded && list.gpus.length === 0 && <p className="muted">No agent has registered yet. Start one: <code>cohort-agent --coordinator http://HOST:50051</code></p>}
+      {list.loaded && list.gpus.length > 0 && <Hosts needle={needle} />}
       {view === "aggregated" ? (
         <AggregatedView gpus={list.gpus} />
       ) : (

@@ -8,6 +8,8 @@ import { ProgressBar } from "../../src/training/ProgressBar";
 import { describe as describeEvent } from "../../src/training/Events";
 import { TrainingEventSchema } from "../../src/gen/cohort/v1/training_events_pb";
 import { Training_State } from "../../src/gen/cohort/v1/training_pb";
+import { DoctorChecks, verdict } from "../../src/fleet/Hosts";
+import { DoctorReportSchema, DoctorStatus } from "../../src/gen/cohort/v1/agent_pb";
 
 afterEach(cleanup);
 
@@ -59,5 +61,35 @@ describe("events", () => {
   it("read as sentences", () => {
     const ev = create(TrainingEventSchema, { event: { case: "stateChange", value: { from: Training_State.RUNNING, to: Training_State.FAILED, reason: "rank 1 exited with 3" } } });
     expect(describeEvent(ev)).toBe("running → failed: rank 1 exited with 3");
+  });
+});
+
+describe("the host doctor's report", () => {
+  const report = create(DoctorReportSchema, {
+    agent: "gpu-host-7",
+    ok: false,
+    checks: [
+      { name: "driver", status: DoctorStatus.FAIL, value: "no driver", detail: "NVML could not be loaded" },
+      { name: "all_reduce", status: DoctorStatus.PASS, value: "0.9 GB/s bus bandwidth", detail: "gloo" },
+      { name: "topology", status: DoctorStatus.SKIP, value: "no GPU", detail: "no GPU to connect" },
+    ],
+    duration: { seconds: 2n, nanos: 500_000_000 },
+  });
+
+  it("names the failed checks in the verdict", () => {
+    expect(verdict(report)).toEqual({ text: "failed: driver", tone: "bad" });
+    expect(verdict(create(DoctorReportSchema, { ok: true })).tone).toBe("ok");
+    expect(verdict(undefined).text).toBe("never checked");
+  });
+
+  it("shows every check with its status, value and reason", () => {
+    render(<DoctorChecks report={report} />);
+    const table = screen.getByLabelText("doctor report of gpu-host-7");
+    expect(table.textContent).toContain("not ready · ran 2.5 s");
+    const rows = table.querySelectorAll("tbody tr");
+    expect(rows).toHaveLength(3);
+    expect(rows[0].className).toBe("critical");
+    expect(rows[0].textContent).toContain("driverfailno driverNVML could not be loaded");
+    expect(rows[2].textContent).toContain("skip");
   });
 });
