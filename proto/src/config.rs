@@ -10,10 +10,12 @@
 //! Domain -> proto sets every field explicitly, so a round trip is lossless.
 
 use crate::v1;
+use runtime::runtime_table;
+
+mod runtime;
 use cohort_spec::config::{
-    AllreduceMode, Architecture, BDecInit, CheckpointConfig, CollectiveBackend, DataConfig,
-    DecoderNorm, Device, Dtype, FileData, LrSchedule, ModelConfig, OomPolicy, OptimConfig,
-    RuntimeConfig, SyntheticData, ValidationConfig,
+    Architecture, BDecInit, CheckpointConfig, DataConfig, DecoderNorm, Dtype, FileData, LrSchedule,
+    ModelConfig, OptimConfig, SyntheticData, ValidationConfig,
 };
 use cohort_spec::{ConfigError, TrainingConfig};
 use serde_json::{Map, Value};
@@ -199,41 +201,6 @@ fn validation_table(v: v1::ValidationConfig) -> Value {
     t.into_value()
 }
 
-fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
-    let mut t = Table::new("runtime");
-    t.enumeration("device", r.device, |d: v1::Device| match d {
-        v1::Device::Unspecified => None,
-        v1::Device::Auto => Some("auto"),
-        v1::Device::Cpu => Some("cpu"),
-        v1::Device::Cuda => Some("cuda"),
-    })?;
-    t.opt("log_every_steps", r.log_every_steps);
-    t.float("rendezvous_timeout_s", r.rendezvous_timeout_s)?;
-    t.float("collective_timeout_s", r.collective_timeout_s)?;
-    t.enumeration("allreduce", r.allreduce, |m: v1::AllreduceMode| match m {
-        v1::AllreduceMode::Unspecified => None,
-        v1::AllreduceMode::Flat => Some("flat"),
-        v1::AllreduceMode::PerParam => Some("per_param"),
-        v1::AllreduceMode::Overlap => Some("overlap"),
-    })?;
-    t.enumeration("oom_policy", r.oom_policy, |p: v1::OomPolicy| match p {
-        v1::OomPolicy::Unspecified => None,
-        v1::OomPolicy::Adapt => Some("adapt"),
-        v1::OomPolicy::Fail => Some("fail"),
-    })?;
-    t.opt("min_micro_batch", r.min_micro_batch);
-    t.enumeration("backend", r.backend, |b: v1::CollectiveBackend| match b {
-        v1::CollectiveBackend::Unspecified => None,
-        v1::CollectiveBackend::Auto => Some("auto"),
-        v1::CollectiveBackend::Nccl => Some("nccl"),
-        v1::CollectiveBackend::Gloo => Some("gloo"),
-    })?;
-    if !r.nccl_env.is_empty() {
-        t.set("nccl_env", serde_json::json!(r.nccl_env));
-    }
-    Ok(t.into_value())
-}
-
 impl TryFrom<v1::TrainingConfig> for TrainingConfig {
     type Error = ConfigError;
 
@@ -370,37 +337,6 @@ impl From<&DataConfig> for v1::DataConfig {
             shuffle_chunk: Some(d.shuffle_chunk),
             shuffle_buffer: Some(d.shuffle_buffer),
             prefetch_batches: Some(d.prefetch_batches),
-        }
-    }
-}
-
-impl From<&RuntimeConfig> for v1::RuntimeConfig {
-    fn from(r: &RuntimeConfig) -> Self {
-        Self {
-            device: match r.device {
-                Device::Auto => v1::Device::Auto,
-                Device::Cpu => v1::Device::Cpu,
-                Device::Cuda => v1::Device::Cuda,
-            } as i32,
-            log_every_steps: Some(r.log_every_steps),
-            rendezvous_timeout_s: Some(r.rendezvous_timeout_s),
-            collective_timeout_s: Some(r.collective_timeout_s),
-            allreduce: match r.allreduce {
-                AllreduceMode::Flat => v1::AllreduceMode::Flat,
-                AllreduceMode::PerParam => v1::AllreduceMode::PerParam,
-                AllreduceMode::Overlap => v1::AllreduceMode::Overlap,
-            } as i32,
-            oom_policy: match r.oom_policy {
-                OomPolicy::Adapt => v1::OomPolicy::Adapt,
-                OomPolicy::Fail => v1::OomPolicy::Fail,
-            } as i32,
-            min_micro_batch: Some(r.min_micro_batch),
-            nccl_env: r.nccl_env.clone().into_iter().collect(),
-            backend: match r.backend {
-                CollectiveBackend::Auto => v1::CollectiveBackend::Auto,
-                CollectiveBackend::Nccl => v1::CollectiveBackend::Nccl,
-                CollectiveBackend::Gloo => v1::CollectiveBackend::Gloo,
-            } as i32,
         }
     }
 }

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -189,6 +191,52 @@ int64_t cohort_cuda_allocated_bytes(int device) {
 #else
   (void)device;
   return -1;
+#endif
+}
+
+// A timing event recorded on the current stream of CUDA `device` (c10's
+// device-generic event, so only libc10 and libc10_cuda are needed); null
+// where this build has no CUDA or recording fails.
+void* cohort_cuda_event_record(int device) {
+#ifdef USE_C10D_NCCL
+  try {
+    const c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    auto* event = new c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    event->record(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev));
+    return event;
+  } catch (...) {
+    return nullptr;
+  }
+#else
+  (void)device;
+  return nullptr;
+#endif
+}
+
+// Milliseconds from `start` to `end` on the device, waiting for `end` to
+// complete; -1 when either is null or the device can't say.
+double cohort_cuda_event_elapsed_ms(void* start, void* end) {
+#ifdef USE_C10D_NCCL
+  if (start == nullptr || end == nullptr) return -1.0;
+  try {
+    auto* b = static_cast<c10::Event*>(end);
+    b->synchronize();
+    return static_cast<c10::Event*>(start)->elapsedTime(*b);
+  } catch (...) {
+    return -1.0;
+  }
+#else
+  (void)start;
+  (void)end;
+  return -1.0;
+#endif
+}
+
+void cohort_cuda_event_free(void* event) {
+#ifdef USE_C10D_NCCL
+  delete static_cast<c10::Event*>(event);
+#else
+  (void)event;
 #endif
 }
 

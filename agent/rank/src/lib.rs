@@ -11,6 +11,7 @@ pub mod launch;
 pub mod model;
 pub mod report;
 pub mod state;
+pub mod timing;
 pub mod train;
 
 pub use error::RankError;

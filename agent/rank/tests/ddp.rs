@@ -180,3 +180,54 @@ fn a_run_resumed_at_its_last_step_reports_the_final_loss() {
     );
     assert_eq!(checksum(&first[0]), checksum(&again[0]));
 }
+
+#[test]
+fn small_buckets_and_bf16_sums_keep_the_ranks_identical_and_close_to_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &str| {
+        let text = format!("{}{extra}", config(32, 30, 0));
+        let cfg = write(dir.path(), &format!("{name}.toml"), &text);
+        let out = dir.path().join(name);
+        let results = run_group(&cfg, &out, 2);
+        assert!(
+            results.iter().all(|r| r.code == Some(0)),
+            "{name}: {}",
+            results[0].stderr
+        );
+        assert_eq!(
+            checksum(&results[0]),
+            checksum(&results[1]),
+            "{name}: ranks agree"
+        );
+        final_params(&out)
+    };
+    let flat = run("flat", "");
+    // 0.01 MiB buckets: the decoder's and the encoder's gradients each go
+    // out as several collectives, all in flight at once.
+    let buckets = run("buckets", "allreduce = \"overlap\"\nbucket_mb = 0.01\n");
+    for ((name, x), (_, y)) in flat.iter().zip(&buckets) {
+        let diff = (x - y).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "buckets vs flat, {name}: max |diff| = {diff}");
+    }
+    // bf16 on the wire: close to the f32 sums, not equal.
+    for extra in [
+        "allreduce_dtype = \"bf16\"\n",
+        "allreduce = \"overlap\"\nbucket_mb = 0.01\nallreduce_dtype = \"bf16\"\n",
+    ] {
+        let bf16 = run(&format!("bf16-{}", extra.len()), extra);
+        let mut largest: f64 = 0.0;
+        for ((name, x), (_, y)) in flat.iter().zip(&bf16) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            let scale = x.abs().max().double_value(&[]).max(1e-3);
+            assert!(
+                diff / scale < 0.05,
+                "bf16 vs f32, {name}: max |diff| = {diff} of {scale}"
+            );
+            largest = largest.max(diff);
+        }
+        assert!(
+            largest > 0.0,
+            "bf16 sums round: the parameters differ a little"
+        );
+    }
+}

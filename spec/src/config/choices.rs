@@ -109,6 +109,19 @@ pub enum AllreduceMode {
     PerParam,
 }
 
+/// The dtype gradients travel in during the all-reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllreduceDtype {
+    /// f32: exact sums.
+    #[default]
+    F32,
+    /// bf16: half the bytes on the wire; each rank's gradients (accumulated
+    /// over micro-batches in f32) are rounded to bf16 for the sum and the
+    /// sum is taken back to f32 for the optimizer.
+    Bf16,
+}
+
 /// Which c10d backend carries a training's collectives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -58,6 +58,11 @@ pub fn collective_timeout_s() -> f64 {
     30.0
 }
 
+/// PyTorch DDP's default bucket cap.
+pub fn bucket_mb() -> f64 {
+    25.0
+}
+
 pub fn min_micro_batch() -> i64 {
     1
 }

@@ -12,8 +12,8 @@ pub mod nccl;
 mod validate;
 
 pub use choices::{
-    AllreduceMode, Architecture, BDecInit, CollectiveBackend, DecoderNorm, Device, Dtype,
-    LrSchedule, OomPolicy,
+    AllreduceDtype, AllreduceMode, Architecture, BDecInit, CollectiveBackend, DecoderNorm, Device,
+    Dtype, LrSchedule, OomPolicy,
 };
 
 use serde::{Deserialize, Serialize};
@@ -229,6 +229,13 @@ pub struct RuntimeConfig {
     /// The collectives' backend (`auto`: NCCL on CUDA, gloo on the CPU).
     #[serde(default)]
     pub backend: CollectiveBackend,
+    /// `allreduce = "overlap"`: the largest bucket, in MiB; each bucket is
+    /// its own collective, started as soon as its gradients are ready.
+    #[serde(default = "defaults::bucket_mb")]
+    pub bucket_mb: f64,
+    /// The dtype gradients are summed in across ranks.
+    #[serde(default)]
+    pub allreduce_dtype: AllreduceDtype,
     /// What a restart after an out-of-memory exit does (`optim.allow_batch_shrink`,
     /// when a config sets it, halves the batch instead, as before).
     #[serde(default)]
@@ -251,6 +258,8 @@ impl Default for RuntimeConfig {
             collective_timeout_s: defaults::collective_timeout_s(),
             allreduce: AllreduceMode::default(),
             backend: CollectiveBackend::default(),
+            bucket_mb: defaults::bucket_mb(),
+            allreduce_dtype: AllreduceDtype::default(),
             oom_policy: OomPolicy::default(),
             min_micro_batch: defaults::min_micro_batch(),
             nccl_env: Default::default(),

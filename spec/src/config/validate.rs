@@ -54,6 +54,9 @@ impl TrainingConfig {
             }
         }
         let r = &self.runtime;
+        if !(r.bucket_mb.is_finite() && r.bucket_mb > 0.0 && r.bucket_mb <= 4096.0) {
+            return fail("runtime.bucket_mb", "must be in (0, 4096] MiB");
+        }
         if r.min_micro_batch < 1 {
             return fail("runtime.min_micro_batch", "must be >= 1");
         }

@@ -7,6 +7,7 @@
 //! identical Adam updates of the f32 master weights everywhere; validation,
 //! checkpoints and progress from rank 0.
 
+mod buckets;
 mod device;
 mod fault;
 mod metrics;

@@ -1,14 +1,18 @@
 //! Gradient synchronisation: every gradient (f32) and the step's extras
 //! (its losses and which latents fired) summed across ranks in one
-//! coalesced collective (`flat`), one per tensor (`per_param`), or in two
-//! buckets with the decoder's in flight while the encoder's are computed
-//! (`overlap`). Sums, not means: the step divides.
+//! coalesced collective (`flat`), one per tensor (`per_param`), or in
+//! buckets of at most `runtime.bucket_mb` with the decoder's in flight
+//! while the encoder's are computed (`overlap`). With `allreduce_dtype =
+//! "bf16"` the gradients travel in bf16 (the extras, counts among them,
+//! stay f32). Sums, not means: the step divides.
 
+use super::buckets;
 use super::Trainer;
 use crate::error::RankError;
 use crate::model::Forward;
+use crate::timing::Span;
 use cohort_spec::config::AllreduceMode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tch::{Kind, Tensor};
 
 /// Gradients and extras summed over the ranks, and the time it took.
@@ -46,13 +50,31 @@ impl Trainer<'_> {
             });
         };
         match self.cfg.runtime.allreduce {
+            AllreduceMode::Flat | AllreduceMode::Overlap
+                if buckets::wire_kind(&self.cfg.runtime) != Kind::Float =>
+            {
+                let like: Vec<&Tensor> = grads.iter().collect();
+                let (flat, sizes) = flatten(&like);
+                let mut extras = extras.to_kind(Kind::Float);
+                let span = Span::begin(self.device);
+                let kind = buckets::wire_kind(&self.cfg.runtime);
+                let in_flight = buckets::start(group, flat, kind, i64::MAX)?;
+                group.allreduce_sum(&mut [&mut extras], false)?;
+                let flat = in_flight.finish()?;
+                let comm = span.end();
+                Ok(Reduced {
+                    grads: unflatten(&flat, &sizes, &like),
+                    extras,
+                    comm,
+                })
+            }
             AllreduceMode::Flat | AllreduceMode::Overlap => {
                 let mut like: Vec<&Tensor> = grads.iter().collect();
                 like.push(&extras);
                 let (mut flat, sizes) = flatten(&like);
-                let started = Instant::now();
+                let span = Span::begin(self.device);
                 group.allreduce_sum(&mut [&mut flat], true)?;
-                let comm = started.elapsed();
+                let comm = span.end();
                 let mut pieces = unflatten(&flat, &sizes, &like);
                 let extras = pieces.pop().expect("extras piece");
                 Ok(Reduced {
@@ -65,7 +87,7 @@ impl Trainer<'_> {
                 let mut grads: Vec<Tensor> =
                     grads.into_iter().map(|g| g.to_kind(Kind::Float)).collect();
                 let mut extras = extras;
-                let started = Instant::now();
+                let span = Span::begin(self.device);
                 {
                     let mut all: Vec<&mut Tensor> = grads.iter_mut().collect();
                     all.push(&mut extras);
@@ -74,7 +96,7 @@ impl Trainer<'_> {
                 Ok(Reduced {
                     grads,
                     extras,
-                    comm: started.elapsed(),
+                    comm: span.end(),
                 })
             }
         }
@@ -95,20 +117,24 @@ impl Trainer<'_> {
         let p = &self.state.sae.params;
         let dec = Tensor::run_backward(&[loss], &[&p[2], &p[3], &f.z], true, false);
         let dz = dec[2].detach();
-        let (mut bucket_dec, dec_sizes) = flatten(&[&dec[0], &dec[1]]);
-        let started = Instant::now();
-        let pending_dec = group.allreduce_start(&mut bucket_dec)?;
-        let mut comm = started.elapsed();
+        let kind = buckets::wire_kind(&self.cfg.runtime);
+        let bucket = buckets::bucket_elements(self.cfg.runtime.bucket_mb, kind);
+        let (bucket_dec, dec_sizes) = flatten(&[&dec[0], &dec[1]]);
+        let span = Span::begin(self.device);
+        let dec_in_flight = buckets::start(group, bucket_dec, kind, bucket)?;
+        let mut comm = span.end();
         let surrogate = (&f.z * &dz).sum(Kind::Float);
         let enc = Tensor::run_backward(&[&surrogate], &[&p[0], &p[1]], false, false);
-        let (mut bucket_enc, enc_sizes) = flatten(&[&enc[0], &enc[1], &extras]);
-        let started = Instant::now();
-        let pending_enc = group.allreduce_start(&mut bucket_enc)?;
-        pending_dec.wait()?;
-        pending_enc.wait()?;
-        comm += started.elapsed();
-        let mut enc = unflatten(&bucket_enc, &enc_sizes, &[&enc[0], &enc[1], &extras]);
-        let extras = enc.pop().expect("extras part");
+        let (bucket_enc, enc_sizes) = flatten(&[&enc[0], &enc[1]]);
+        let mut extras = extras.to_kind(Kind::Float);
+        let span = Span::begin(self.device);
+        let enc_in_flight = buckets::start(group, bucket_enc, kind, bucket)?;
+        let pending_extras = group.allreduce_start(&mut extras)?;
+        let bucket_dec = dec_in_flight.finish()?;
+        let bucket_enc = enc_in_flight.finish()?;
+        pending_extras.wait()?;
+        comm += span.end();
+        let enc = unflatten(&bucket_enc, &enc_sizes, &[&enc[0], &enc[1]]);
         let dec = unflatten(&bucket_dec, &dec_sizes, &[&dec[0], &dec[1]]);
         Ok(Reduced {
             grads: enc.into_iter().chain(dec).collect(),

@@ -182,9 +182,9 @@ impl Trainer<'_> {
         let metrics = match sums {
             Some(sums) => {
                 let mut flat = sums.flat();
-                let t = Instant::now();
+                let span = crate::timing::Span::begin(self.device);
                 self.allreduce(&mut [&mut flat])?;
-                comm += t.elapsed();
+                comm += span.end();
                 Some(sums.metrics(&flat))
             }
             None => None,

@@ -13,6 +13,12 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cohort-rank");
 
+/// The cohort-rank to run: `COHORT_RANK_BIN` (a test executable carried to
+/// another machine, scripts/check-gpu.sh), else the one cargo built.
+pub fn bin() -> String {
+    std::env::var("COHORT_RANK_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// A small SAE run that finishes in a second or two.
 pub fn config(batch: i64, steps: i64, every: i64) -> String {
     format!(
@@ -61,7 +67,7 @@ pub fn spawn(
     port: u16,
     extra: &[(&str, &str)],
 ) -> Rank {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.arg("--config")
         .arg(config)
         .arg("--run-dir")

@@ -1,0 +1,91 @@
+//! The `[runtime]` table both ways: how the ranks run, as opposed to what
+//! they train.
+
+use super::Table;
+use crate::v1;
+use cohort_spec::config::{
+    AllreduceDtype, AllreduceMode, CollectiveBackend, Device, OomPolicy, RuntimeConfig,
+};
+use cohort_spec::ConfigError;
+use serde_json::Value;
+
+pub(super) fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
+    let mut t = Table::new("runtime");
+    t.enumeration("device", r.device, |d: v1::Device| match d {
+        v1::Device::Unspecified => None,
+        v1::Device::Auto => Some("auto"),
+        v1::Device::Cpu => Some("cpu"),
+        v1::Device::Cuda => Some("cuda"),
+    })?;
+    t.opt("log_every_steps", r.log_every_steps);
+    t.float("rendezvous_timeout_s", r.rendezvous_timeout_s)?;
+    t.float("collective_timeout_s", r.collective_timeout_s)?;
+    t.enumeration("allreduce", r.allreduce, |m: v1::AllreduceMode| match m {
+        v1::AllreduceMode::Unspecified => None,
+        v1::AllreduceMode::Flat => Some("flat"),
+        v1::AllreduceMode::PerParam => Some("per_param"),
+        v1::AllreduceMode::Overlap => Some("overlap"),
+    })?;
+    t.enumeration("oom_policy", r.oom_policy, |p: v1::OomPolicy| match p {
+        v1::OomPolicy::Unspecified => None,
+        v1::OomPolicy::Adapt => Some("adapt"),
+        v1::OomPolicy::Fail => Some("fail"),
+    })?;
+    t.opt("min_micro_batch", r.min_micro_batch);
+    t.float("bucket_mb", r.bucket_mb)?;
+    t.enumeration(
+        "allreduce_dtype",
+        r.allreduce_dtype,
+        |d: v1::AllreduceDtype| match d {
+            v1::AllreduceDtype::Unspecified => None,
+            v1::AllreduceDtype::F32 => Some("f32"),
+            v1::AllreduceDtype::Bf16 => Some("bf16"),
+        },
+    )?;
+    t.enumeration("backend", r.backend, |b: v1::CollectiveBackend| match b {
+        v1::CollectiveBackend::Unspecified => None,
+        v1::CollectiveBackend::Auto => Some("auto"),
+        v1::CollectiveBackend::Nccl => Some("nccl"),
+        v1::CollectiveBackend::Gloo => Some("gloo"),
+    })?;
+    if !r.nccl_env.is_empty() {
+        t.set("nccl_env", serde_json::json!(r.nccl_env));
+    }
+    Ok(t.into_value())
+}
+
+impl From<&RuntimeConfig> for v1::RuntimeConfig {
+    fn from(r: &RuntimeConfig) -> Self {
+        Self {
+            device: match r.device {
+                Device::Auto => v1::Device::Auto,
+                Device::Cpu => v1::Device::Cpu,
+                Device::Cuda => v1::Device::Cuda,
+            } as i32,
+            log_every_steps: Some(r.log_every_steps),
+            rendezvous_timeout_s: Some(r.rendezvous_timeout_s),
+            collective_timeout_s: Some(r.collective_timeout_s),
+            allreduce: match r.allreduce {
+                AllreduceMode::Flat => v1::AllreduceMode::Flat,
+                AllreduceMode::PerParam => v1::AllreduceMode::PerParam,
+                AllreduceMode::Overlap => v1::AllreduceMode::Overlap,
+            } as i32,
+            oom_policy: match r.oom_policy {
+                OomPolicy::Adapt => v1::OomPolicy::Adapt,
+                OomPolicy::Fail => v1::OomPolicy::Fail,
+            } as i32,
+            min_micro_batch: Some(r.min_micro_batch),
+            nccl_env: r.nccl_env.clone().into_iter().collect(),
+            bucket_mb: Some(r.bucket_mb),
+            allreduce_dtype: match r.allreduce_dtype {
+                AllreduceDtype::F32 => v1::AllreduceDtype::F32,
+                AllreduceDtype::Bf16 => v1::AllreduceDtype::Bf16,
+            } as i32,
+            backend: match r.backend {
+                CollectiveBackend::Auto => v1::CollectiveBackend::Auto,
+                CollectiveBackend::Nccl => v1::CollectiveBackend::Nccl,
+                CollectiveBackend::Gloo => v1::CollectiveBackend::Gloo,
+            } as i32,
+        }
+    }
+}
