@@ -15,6 +15,7 @@ const PROTOS: &[&str] = &[
     "cohort/v1/training_service.proto",
     "cohort/v1/gpu.proto",
     "cohort/v1/telemetry.proto",
+    "cohort/v1/agent_maintenance.proto",
     "cohort/v1/agent.proto",
     "cohort/v1/admin.proto",
 ];

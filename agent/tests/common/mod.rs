@@ -156,6 +156,27 @@ impl AgentService for FakeCoordinator {
     ) -> Result<Response<v1::DoctorReport>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    async fn cordon_agent(
+        &self,
+        _: Request<v1::CordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn uncordon_agent(
+        &self,
+        _: Request<v1::UncordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn drain_agent(
+        &self,
+        _: Request<v1::DrainAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 pub async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
@@ -202,6 +223,27 @@ impl AgentService for Standby {
         &self,
         _: Request<v1::RunDoctorRequest>,
     ) -> Result<Response<v1::DoctorReport>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn cordon_agent(
+        &self,
+        _: Request<v1::CordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn uncordon_agent(
+        &self,
+        _: Request<v1::UncordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn drain_agent(
+        &self,
+        _: Request<v1::DrainAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
         Err(Status::unimplemented("fake"))
     }
 }

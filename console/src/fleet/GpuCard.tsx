@@ -15,13 +15,15 @@ const AVAILABILITY: Record<number, string> = {
   [GpuAvailability.BUSY]: "busy",
   [GpuAvailability.UNHEALTHY]: "unhealthy",
   [GpuAvailability.OFFLINE]: "offline",
+  [GpuAvailability.CORDONED]: "cordoned",
+  [GpuAvailability.QUARANTINED]: "quarantined",
 };
 
 export function availability(g: Gpu): string {
   return AVAILABILITY[g.availability] ?? "unknown";
 }
 
-export function GpuCard({ gpu, sample, history, alerts }: { gpu: Gpu; sample?: GpuSample; history?: Points; alerts: Alert[] }) {
+export function GpuCard({ gpu, sample, history, alerts, onRelease }: { gpu: Gpu; sample?: GpuSample; history?: Points; alerts: Alert[]; onRelease?: (uuid: string) => void }) {
   const info = gpu.info;
   const s = sample ?? gpu.latestSample;
   const name = `${gpu.agentName} · GPU ${info?.index ?? "?"}`;
@@ -58,6 +60,9 @@ export function GpuCard({ gpu, sample, history, alerts }: { gpu: Gpu; sample?: G
         </div>
       )}
       {gpu.healthNotes.length > 0 && <p className="warn small">{gpu.healthNotes.join("; ")}</p>}
+      {gpu.quarantineReason && onRelease && (
+        <button onClick={() => onRelease(info?.uuid ?? "")}>Release from quarantine</button>
+      )}
       {alerts.length > 0 && (
         <ul className="alerts" aria-label="alerts">
           {alerts.map((a) => (

@@ -1,10 +1,12 @@
-// The fleet's hosts: every agent with its state, GPUs and its last host
-// doctor verdict; a cluster-admin runs the doctor from here and reads each
-// check (pass / fail / skip, the measured value, the reason).
+// The fleet's hosts: every agent with its state (cordoned, draining), GPUs
+// and its last host doctor verdict; a cluster-admin runs the doctor from
+// here and reads each check (pass / fail / skip, the measured value, the
+// reason), and cordons, drains or uncordons a host.
 import { useCallback, useEffect, useState } from "react";
 import { api, failure } from "../api/client";
 import { canClusterAdmin, useSession } from "../api/session";
-import { AgentState, DoctorStatus, type Agent, type DoctorReport } from "../gen/cohort/v1/agent_pb";
+import { AgentState, type Agent } from "../gen/cohort/v1/agent_pb";
+import { DoctorStatus, type DoctorReport } from "../gen/cohort/v1/agent_maintenance_pb";
 import { when } from "../format";
 
 /** Rows shown at once: the hosts not ready first. */
@@ -51,12 +53,23 @@ export function DoctorChecks({ report }: { report: DoctorReport }) {
   );
 }
 
-export function Hosts({ needle }: { needle: string }) {
+/** An agent's state as a person reads it. */
+export function hostState(a: Agent): string {
+  const base = a.state === AgentState.CONNECTED ? "connected" : "disconnected";
+  if (a.draining) return `${base}, draining (${a.placedRanks} ranks left)`;
+  if (a.cordonReason) return `${base}, cordoned: ${a.cordonReason}`;
+  return base;
+}
+
+type Pending = { name: string; kind: "cordon" | "drain"; reason: string; minutes: number };
+
+export function Hosts({ needle, onChange }: { needle: string; onChange?: () => void }) {
   const session = useSession();
   const [agents, setAgents] = useState<Agent[]>([]);
   const [error, setError] = useState<string>();
   const [open, setOpen] = useState<string>();
   const [running, setRunning] = useState<string>();
+  const [pending, setPending] = useState<Pending>();
   const load = useCallback(async () => {
     try {
       const all: Agent[] = [];
@@ -90,6 +103,23 @@ export function Hosts({ needle }: { needle: string }) {
       setRunning(undefined);
     }
   };
+  const maintain = async (name: string, call: () => Promise<unknown>) => {
+    setError(undefined);
+    try {
+      await call();
+      setPending(undefined);
+      await load();
+      onChange?.();
+    } catch (e) {
+      setError(`${name}: ${failure(e).message}`);
+    }
+  };
+  const confirm = (p: Pending) =>
+    maintain(p.name, () =>
+      p.kind === "cordon"
+        ? api.agent.cordonAgent({ agent: p.name, reason: p.reason })
+        : api.agent.drainAgent({ agent: p.name, reason: p.reason, deadline: { seconds: BigInt(p.minutes * 60), nanos: 0 } }),
+    );
   const matching = needle
     ? agents.filter((a) => `${a.name} ${a.hostName}`.toLowerCase().includes(needle))
     : agents;
@@ -114,7 +144,7 @@ export function Hosts({ needle }: { needle: string }) {
               <tr key={a.id}>
                 <td>{a.name}</td>
                 <td>{a.hostName}</td>
-                <td>{connected ? "connected" : "disconnected"}</td>
+                <td className={a.cordonReason ? "warn" : ""}>{hostState(a)}</td>
                 <td>{a.gpus.length}{a.gpus.some((g) => g.simulated) ? " (simulated)" : ""}</td>
                 <td>
                   <span className={`doctor-verdict ${v.tone}`}>{v.text}</span>
@@ -131,8 +161,49 @@ export function Hosts({ needle }: { needle: string }) {
                       {running === a.name ? "Running…" : "Run doctor"}
                     </button>
                   )}
+                  {admin && !a.cordonReason && (
+                    <>
+                      <button onClick={() => setPending({ name: a.name, kind: "cordon", reason: "", minutes: 10 })}>Cordon…</button>
+                      <button onClick={() => setPending({ name: a.name, kind: "drain", reason: "", minutes: 10 })}>Drain…</button>
+                    </>
+                  )}
+                  {admin && a.cordonReason && (
+                    <button onClick={() => void maintain(a.name, () => api.agent.uncordonAgent({ agent: a.name }))}>Uncordon</button>
+                  )}
                 </td>
               </tr>,
+              pending?.name === a.name ? (
+                <tr key={`${a.id}-pending`}>
+                  <td colSpan={6}>
+                    <form
+                      className="inline-form"
+                      aria-label={`${pending.kind} ${a.name}`}
+                      onSubmit={(e) => {
+                        e.preventDefault();
+                        void confirm(pending);
+                      }}
+                    >
+                      <label>
+                        Reason
+                        <input value={pending.reason} maxLength={256} placeholder="maintenance" onChange={(e) => setPending({ ...pending, reason: e.target.value })} />
+                      </label>
+                      {pending.kind === "drain" && (
+                        <label>
+                          Deadline (minutes)
+                          <input type="number" min={1} max={10080} value={pending.minutes} onChange={(e) => setPending({ ...pending, minutes: Math.max(1, Number(e.target.value) || 1) })} />
+                        </label>
+                      )}
+                      <button type="submit" className="danger">{pending.kind === "cordon" ? "Cordon" : "Drain"} {a.name}</button>
+                      <button type="button" onClick={() => setPending(undefined)}>Cancel</button>
+                      <span className="small muted">
+                        {pending.kind === "cordon"
+                          ? "No new placements; what runs there keeps running."
+                          : "Each training moves elsewhere at its next checkpoint (no restart budget spent); at the deadline the rest move at once."}
+                      </span>
+                    </form>
+                  </td>
+                </tr>
+              ) : null,
               open === a.name && a.lastDoctor ? (
                 <tr key={`${a.id}-report`}>
                   <td colSpan={6}><DoctorChecks report={a.lastDoctor} /></td>

@@ -48,8 +48,9 @@ function lastHour() {
 }
 
 /** Every GPU (ListGpus, all pages), refreshed every 10 s. */
-export function useGpuList(): { gpus: Gpu[]; loaded: boolean; error?: string } {
+export function useGpuList(): { gpus: Gpu[]; loaded: boolean; error?: string; reload: () => void } {
   const [state, setState] = useState<{ gpus: Gpu[]; loaded: boolean; error?: string }>({ gpus: [], loaded: false });
+  const [generation, setGeneration] = useState(0);
   useEffect(() => {
     const stop = new AbortController();
     const load = async () => {
@@ -69,8 +70,8 @@ export function useGpuList(): { gpus: Gpu[]; loaded: boolean; error?: string } {
       stop.abort();
       clearInterval(timer);
     };
-  }, []);
-  return state;
+  }, [generation]);
+  return { ...state, reload: () => setGeneration((g) => g + 1) };
 }
 
 export interface CardData {

@@ -7,12 +7,25 @@ import { GpuCard } from "../fleet/GpuCard";
 import { AggregatedView } from "../fleet/AggregatedView";
 import { Hosts } from "../fleet/Hosts";
 import { setQuery, useLocation } from "../router";
+import { api, failure } from "../api/client";
+import { canClusterAdmin, useSession } from "../api/session";
 import type { Alert } from "../gen/cohort/v1/telemetry_pb";
 
 const PER_PAGE = 48;
 
 export function FleetPage() {
   const list = useGpuList();
+  const session = useSession();
+  const [released, setReleased] = useState<string>();
+  const release = async (uuid: string) => {
+    try {
+      await api.gpu.releaseGpu({ gpuUuid: uuid });
+      setReleased(undefined);
+      list.reload();
+    } catch (e) {
+      setReleased(`release of ${uuid}: ${failure(e).message}`);
+    }
+  };
   const alerts = useAlerts();
   const { query } = useLocation();
   const [search, setSearch] = useState("");
@@ -33,7 +46,7 @@ export function FleetPage() {
   const cards = useGpuCards(view === "per-gpu" ? shown.map((g) => g.info?.uuid ?? "") : []);
   const byGpu = new Map<string, Alert[]>();
   for (const a of alerts.active) if (a.gpuUuid) byGpu.set(a.gpuUuid, [...(byGpu.get(a.gpuUuid) ?? []), a]);
-  const error = list.error ?? cards.error;
+  const error = list.error ?? cards.error ?? released;
   return (
     <main>
       <div className="title-row">
@@ -49,7 +62,7 @@ export function FleetPage() {
       {error && <p className="error" role="alert">{error}</p>}
       {!list.loaded && !error && <p className="muted">Loading the fleet…</p>}
       {list.loaded && list.gpus.length === 0 && <p className="muted">No agent has registered yet. Start one: <code>cohort-agent --coordinator http://HOST:50051</code></p>}
-      {list.loaded && list.gpus.length > 0 && <Hosts needle={needle} />}
+      {list.loaded && list.gpus.length > 0 && <Hosts needle={needle} onChange={list.reload} />}
       {view === "aggregated" ? (
         <AggregatedView gpus={list.gpus} />
       ) : (
@@ -68,7 +81,7 @@ export function FleetPage() {
           <section className="cards" aria-label="GPUs">
             {shown.map((g) => {
               const uuid = g.info?.uuid ?? "";
-              return <GpuCard key={uuid} gpu={g} sample={cards.latest.get(uuid)} history={cards.history.get(uuid)} alerts={byGpu.get(uuid) ?? []} />;
+              return <GpuCard key={uuid} gpu={g} sample={cards.latest.get(uuid)} history={cards.history.get(uuid)} alerts={byGpu.get(uuid) ?? []} onRelease={canClusterAdmin(session) ? (u) => void release(u) : undefined} />;
             })}
           </section>
         </>

@@ -69,3 +69,24 @@ test("a host's doctor runs from the fleet page and its checks are read there", a
   await page.reload();
   await expect(row.getByText("healthy")).toBeVisible();
 });
+
+test("a host is cordoned and uncordoned from the fleet page", async ({ page, problems }) => {
+  void problems;
+  await page.goto(`${cluster().open}/`);
+  const hosts = page.getByRole("table", { name: "hosts" });
+  const row = hosts.getByRole("row").filter({ has: page.getByRole("cell", { name: "e2e-host", exact: true }) });
+  try {
+    await row.getByRole("button", { name: "Cordon…" }).click();
+    const form = page.getByRole("form", { name: "cordon e2e-host" });
+    await form.getByLabel("Reason").fill("e2e maintenance");
+    await form.getByRole("button", { name: "Cordon e2e-host" }).click();
+    await expect(row.getByText("connected, cordoned: e2e maintenance")).toBeVisible();
+    // The GPUs say so too (after the list's next refresh, forced by the change).
+    await expect(page.getByRole("article", { name: "e2e-host · GPU 0" }).getByText("cordoned", { exact: true })).toBeVisible();
+    await shot(page, "fleet-cordoned");
+  } finally {
+    await row.getByRole("button", { name: "Uncordon" }).click();
+  }
+  await expect(row.getByText("connected", { exact: true })).toBeVisible();
+  await expect(page.getByRole("article", { name: "e2e-host · GPU 0" }).getByText("available", { exact: true })).toBeVisible();
+});

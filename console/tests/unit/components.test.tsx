@@ -9,7 +9,7 @@ import { describe as describeEvent } from "../../src/training/Events";
 import { TrainingEventSchema } from "../../src/gen/cohort/v1/training_events_pb";
 import { Training_State } from "../../src/gen/cohort/v1/training_pb";
 import { DoctorChecks, verdict } from "../../src/fleet/Hosts";
-import { DoctorReportSchema, DoctorStatus } from "../../src/gen/cohort/v1/agent_pb";
+import { DoctorReportSchema, DoctorStatus } from "../../src/gen/cohort/v1/agent_maintenance_pb";
 
 afterEach(cleanup);
 

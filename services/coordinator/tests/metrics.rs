@@ -216,6 +216,7 @@ async fn training_ids_appear_only_when_exposed() {
         memory_total_bytes: 1 << 30,
         compute_capability: "9.0".into(),
         simulated: true,
+        quarantine: None,
     };
     let (tx, _rx) = tokio::sync::mpsc::channel(1);
     ctx.fleet.connect(cohort_coordinator::fleet::LiveAgent {
@@ -228,6 +229,8 @@ async fn training_ids_appear_only_when_exposed() {
         session: 0,
         commands: tx,
         last_seen: tokio::time::Instant::now(),
+        cordon: None,
+        drain_deadline: None,
     });
     ctx.fleet.ingest(
         "agt-m",

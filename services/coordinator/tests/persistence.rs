@@ -365,6 +365,7 @@ fn registration(i: usize) -> cohort_coordinator::persistence::AgentRegistration 
                 memory_total_bytes: 80 << 30,
                 compute_capability: "9.0".into(),
                 simulated: true,
+                quarantine: None,
             })
             .collect(),
     }

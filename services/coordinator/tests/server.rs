@@ -348,6 +348,7 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
                     index: g,
                     uuid: format!("GPU-{a}-{g}"),
                     simulated: true,
+                    quarantine: None,
                     ..Default::default()
                 })
                 .collect(),
@@ -355,6 +356,8 @@ async fn watch_gpu_metrics_coalesces_and_filters_over_the_wire() {
             session: 0,
             commands: tokio::sync::mpsc::channel(1).0,
             last_seen: tokio::time::Instant::now(),
+            cordon: None,
+            drain_deadline: None,
         });
     }
     for round in 0..rounds {

@@ -30,6 +30,31 @@ pub enum AgentsCommand {
         #[arg(long, default_value = "300", value_name = "SECS", value_parser = crate::parse_seconds)]
         timeout: std::time::Duration,
     },
+    /// No new placements on the agent (cluster-admin); what runs there
+    /// keeps running.
+    Cordon {
+        name: String,
+        /// Why (shown with the agent).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Placements on the agent again; a drain stops (cluster-admin).
+    Uncordon { name: String },
+    /// Cordon the agent and move each training off it at its next
+    /// checkpoint (no restart budget spent); at the deadline the rest move
+    /// at once. Waits until the agent is empty unless --no-wait.
+    Drain {
+        name: String,
+        /// How long trainings may take to reach their next checkpoint, e.g. `10m`.
+        #[arg(long, default_value = "10m", value_parser = cohort_spec::duration::parse_duration)]
+        deadline: std::time::Duration,
+        /// Why (shown with the agent).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Print the agent and return at once.
+        #[arg(long)]
+        no_wait: bool,
+    },
 }
 
 pub async fn run(
@@ -42,6 +67,7 @@ pub async fn run(
         Some(AgentsCommand::Doctor { name, timeout }) => {
             doctor(coordinator, name, timeout, out).await
         }
+        Some(command) => super::maintenance::run(coordinator, command, out).await,
     }
 }
 
@@ -122,9 +148,14 @@ pub fn agents_table(agents: &[v1::Agent]) -> String {
         } else {
             a.gpus.len().to_string()
         };
-        let state = v1::AgentState::try_from(a.state)
+        let mut state = v1::AgentState::try_from(a.state)
             .map(|s| short_name(s.as_str_name(), "AGENT_STATE_"))
             .unwrap_or_else(|_| a.state.to_string());
+        if a.draining {
+            state.push_str(&format!(", draining ({} ranks left)", a.placed_ranks));
+        } else if !a.cordon_reason.is_empty() {
+            state.push_str(&format!(", cordoned: {}", a.cordon_reason));
+        }
         t.row(vec![
             dash(&a.name),
             dash(&a.id),

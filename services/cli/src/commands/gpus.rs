@@ -63,6 +63,13 @@ pub enum GpusCommand {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
+    /// Lift a GPU's quarantine (cluster-admin): a GPU that reported a
+    /// hardware XID error or a rising uncorrectable ECC count takes no new
+    /// ranks until then.
+    Release {
+        /// The GPU's uuid.
+        uuid: String,
+    },
 }
 
 pub async fn list(
@@ -157,6 +164,22 @@ pub async fn advise(
                 Ok(())
             } else {
                 Err(CliError::Silent(exit::REFUSED))
+            }
+        }
+        GpusCommand::Release { uuid } => {
+            let mut client = GpuServiceClient::new(coordinator.channel().await?);
+            let gpu = client
+                .release_gpu(v1::ReleaseGpuRequest {
+                    gpu_uuid: uuid.clone(),
+                })
+                .await?
+                .into_inner();
+            match out {
+                OutputFormat::Json => emit_json(&json::message(&gpu)),
+                OutputFormat::Table => emit(&format!(
+                    "GPU {uuid} released from quarantine\n{}",
+                    gpus_table(&[gpu])
+                )),
             }
         }
         GpusCommand::Estimate { config } => {

@@ -12,6 +12,7 @@ pub mod audit;
 pub mod checkpoints;
 pub mod gpus;
 pub mod logs;
+pub mod maintenance;
 pub mod report;
 pub mod telemetry;
 pub mod train;

@@ -411,6 +411,9 @@ impl GpuService for Fake {
     ) -> Reply<v1::MemoryEstimate> {
         Ok(Response::new(estimate()))
     }
+    async fn release_gpu(&self, _: Request<v1::ReleaseGpuRequest>) -> Reply<v1::Gpu> {
+        Err(Status::unimplemented("not in the fake"))
+    }
 }
 
 fn estimate() -> v1::MemoryEstimate {
@@ -569,6 +572,15 @@ impl AgentService for Fake {
         }))
     }
     async fn run_doctor(&self, _: Request<v1::RunDoctorRequest>) -> Reply<v1::DoctorReport> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+    async fn cordon_agent(&self, _: Request<v1::CordonAgentRequest>) -> Reply<v1::Agent> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+    async fn uncordon_agent(&self, _: Request<v1::UncordonAgentRequest>) -> Reply<v1::Agent> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+    async fn drain_agent(&self, _: Request<v1::DrainAgentRequest>) -> Reply<v1::Agent> {
         Err(Status::unimplemented("not in the fake"))
     }
 }

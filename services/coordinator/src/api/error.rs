@@ -236,6 +236,18 @@ fn from_database(err: DatabaseError) -> Status {
                 [("gpu_uuid".to_string(), uuid), ("agent".to_string(), owner)],
             )
         }
+        DatabaseError::GpuNotFound(uuid) => status(
+            Code::NotFound,
+            reason::GPU_NOT_FOUND,
+            format!("no GPU {uuid} was ever registered"),
+            [("gpu_ids".to_string(), uuid)],
+        ),
+        DatabaseError::NotQuarantined(uuid) => status(
+            Code::FailedPrecondition,
+            reason::ILLEGAL_TRANSITION,
+            format!("GPU {uuid} is not quarantined: there is nothing to release"),
+            [("gpu_uuid".to_string(), uuid)],
+        ),
         DatabaseError::AgentNotFound(name) => status(
             Code::NotFound,
             reason::AGENT_NOT_FOUND,

@@ -48,10 +48,17 @@ impl GpuApi {
                 let availability = match candidate.unsuitable(0) {
                     None => v1::GpuAvailability::Available,
                     Some(selection::Unsuitable::Offline) => v1::GpuAvailability::Offline,
+                    Some(selection::Unsuitable::Cordoned(_)) => v1::GpuAvailability::Cordoned,
+                    Some(selection::Unsuitable::Unhealthy(_)) if info.quarantine.is_some() => {
+                        v1::GpuAvailability::Quarantined
+                    }
                     Some(selection::Unsuitable::Unhealthy(_)) => v1::GpuAvailability::Unhealthy,
                     Some(_) => v1::GpuAvailability::Busy,
                 };
                 let mut notes = candidate.faults.clone();
+                if let Some(why) = &candidate.cordoned {
+                    notes.push(format!("agent cordoned: {why}"));
+                }
                 notes.extend(
                     candidate
                         .foreign
@@ -85,6 +92,7 @@ impl GpuApi {
                         .map(|s| crate::api::convert::timestamp(s.time)),
                     latest_sample: latest.as_ref().map(v1::GpuSample::from),
                     info: Some(v1::GpuInfo::from(&info)),
+                    quarantine_reason: info.quarantine.clone().unwrap_or_default(),
                 };
                 (candidate, gpu)
             })
@@ -292,5 +300,42 @@ impl GpuService for GpuApi {
             .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
         let config = parse_config(config)?;
         Ok(Response::new(estimate_proto(&estimate_of(&config))))
+    }
+
+    async fn release_gpu(
+        &self,
+        request: Request<v1::ReleaseGpuRequest>,
+    ) -> Result<Response<v1::Gpu>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let uuid = request.into_inner().gpu_uuid.trim().to_string();
+        if uuid.is_empty() {
+            return Err(ApiError::field("gpu_uuid", "required").into());
+        }
+        let method = "cohort.v1.GpuService/ReleaseGpu";
+        let audit =
+            crate::model::AuditEntry::ok(&who, method, &uuid, "").with("OK", "quarantine lifted");
+        self.ctx
+            .db
+            .release_gpu(&uuid, audit)
+            .await
+            .map_err(ApiError::from)?;
+        self.ctx.fleet.set_quarantine(&uuid, None);
+        self.ctx.jobs.kick();
+        tracing::info!(gpu = %uuid, "GPU released from quarantine");
+        let gpu = self
+            .snapshot(&who)
+            .into_iter()
+            .map(|(_, gpu)| gpu)
+            .find(|g| g.info.as_ref().is_some_and(|i| i.uuid == uuid))
+            .unwrap_or_else(|| v1::Gpu {
+                info: Some(v1::GpuInfo {
+                    uuid: uuid.clone(),
+                    ..Default::default()
+                }),
+                availability: v1::GpuAvailability::Offline as i32,
+                rank: -1,
+                ..Default::default()
+            });
+        Ok(Response::new(gpu))
     }
 }

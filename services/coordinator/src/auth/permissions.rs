@@ -98,6 +98,19 @@ pub const METHODS: &[(&str, Permission)] = &[
         "/cohort.v1.AgentService/RunDoctor",
         Permission::ClusterAdmin,
     ),
+    (
+        "/cohort.v1.AgentService/CordonAgent",
+        Permission::ClusterAdmin,
+    ),
+    (
+        "/cohort.v1.AgentService/UncordonAgent",
+        Permission::ClusterAdmin,
+    ),
+    (
+        "/cohort.v1.AgentService/DrainAgent",
+        Permission::ClusterAdmin,
+    ),
+    ("/cohort.v1.GpuService/ReleaseGpu", Permission::ClusterAdmin),
     ("/cohort.v1.AdminService/CreateToken", Permission::TeamAdmin),
     ("/cohort.v1.AdminService/ListTokens", Permission::TeamAdmin),
     ("/cohort.v1.AdminService/RevokeToken", Permission::TeamAdmin),
@@ -124,6 +137,10 @@ pub const MUTATING: &[&str] = &[
     "/cohort.v1.AdminService/SetQuota",
     "/cohort.v1.AdminService/ForgetAgent",
     "/cohort.v1.AgentService/RunDoctor",
+    "/cohort.v1.AgentService/CordonAgent",
+    "/cohort.v1.AgentService/UncordonAgent",
+    "/cohort.v1.AgentService/DrainAgent",
+    "/cohort.v1.GpuService/ReleaseGpu",
 ];
 
 /// Services anyone may call: they hold no tenant data.

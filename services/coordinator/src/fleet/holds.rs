@@ -45,13 +45,17 @@ impl Fleet {
         let mut free: Vec<FreeGpu> = state
             .agents
             .values()
+            .filter(|a| a.cordon.is_none())
             .flat_map(|a| {
-                a.gpus.iter().map(move |g| FreeGpu {
-                    agent_id: a.id.clone(),
-                    uuid: g.uuid.clone(),
-                    index: g.index,
-                    memory_total_bytes: g.memory_total_bytes,
-                })
+                a.gpus
+                    .iter()
+                    .filter(|g| g.quarantine.is_none())
+                    .map(move |g| FreeGpu {
+                        agent_id: a.id.clone(),
+                        uuid: g.uuid.clone(),
+                        index: g.index,
+                        memory_total_bytes: g.memory_total_bytes,
+                    })
             })
             .filter(|g| !state.holds.contains_key(&g.uuid))
             .filter(|g| {

@@ -4,7 +4,9 @@
 
 mod command;
 mod doctor;
+pub mod faults;
 mod holds;
+mod maintenance;
 mod refusals;
 mod registry;
 mod relay;
@@ -15,6 +17,7 @@ mod watchers;
 pub use command::{AgentCommand, FileChunk, FileRef, LocalRank, StartRanks};
 pub use doctor::{DoctorAnswer, DoctorBusy, Doctors, MAX_DOCTORS};
 pub use holds::{FreeGpu, Hold};
+pub use maintenance::Draining;
 pub use refusals::Refusals;
 pub use registry::AgentProgramRoots;
 pub use registry::{LiveAgent, Presence};

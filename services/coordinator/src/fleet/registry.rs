@@ -52,6 +52,10 @@ pub struct LiveAgent {
     pub session: u64,
     pub commands: mpsc::Sender<AgentCommand>,
     pub last_seen: Instant,
+    /// Why it is cordoned (no new placements); `None` when it is not.
+    pub cordon: Option<String>,
+    /// While it is drained: when what is left moves at once.
+    pub drain_deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Fleet {

@@ -15,6 +15,9 @@ pub struct Ingested {
     pub refused: usize,
     /// The GPU of the first refused sample.
     pub first_refused: Option<String>,
+    /// GPUs quarantined by these samples (a hardware fault), with why:
+    /// marked in the fleet already; the caller stores them.
+    pub quarantined: Vec<(String, String)>,
 }
 
 impl Fleet {
@@ -65,13 +68,31 @@ impl Fleet {
                     ingested.first_refused.get_or_insert(sample.gpu_uuid);
                     continue;
                 }
-                state.latest.insert(sample.gpu_uuid.clone(), sample.clone());
+                let previous = state.latest.insert(sample.gpu_uuid.clone(), sample.clone());
+                let already = agent.is_some_and(|a| {
+                    a.gpus
+                        .iter()
+                        .any(|g| g.uuid == sample.gpu_uuid && g.quarantine.is_some())
+                });
+                if !already {
+                    if let Some(why) = super::faults::quarantine_reason(previous.as_ref(), &sample)
+                    {
+                        ingested.quarantined.push((sample.gpu_uuid.clone(), why));
+                    }
+                }
                 readings.push(GpuReading {
                     agent_id: agent_id.to_string(),
                     agent_name: agent_name.clone(),
                     hold: state.holds.get(&sample.gpu_uuid).cloned(),
                     sample,
                 });
+            }
+            if let Some(agent) = state.agents.get_mut(agent_id) {
+                for (uuid, why) in &ingested.quarantined {
+                    if let Some(gpu) = agent.gpus.iter_mut().find(|g| &g.uuid == uuid) {
+                        gpu.quarantine = Some(why.clone());
+                    }
+                }
             }
             TelemetryBatch::new(readings)
         };

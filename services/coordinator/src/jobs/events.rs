@@ -32,10 +32,17 @@ impl Jobs {
             }
             RankReportKind::Progress { json_line } => match ProgressLine::parse(&json_line) {
                 Some(line @ ProgressLine::Checkpoint { .. }) => {
+                    let step = match &line {
+                        ProgressLine::Checkpoint { step, .. } => *step,
+                        _ => 0,
+                    };
                     let recorded = self
                         .db
                         .record_checkpoint(id, attempt, agent_id, line)
                         .await?;
+                    if recorded == crate::persistence::Recorded::Stored {
+                        self.drain_on_checkpoint(id, attempt, step).await?;
+                    }
                     if recorded == crate::persistence::Recorded::Superseded {
                         tracing::warn!(
                             training_id = id,

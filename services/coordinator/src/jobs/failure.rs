@@ -330,6 +330,14 @@ impl Jobs {
             cause,
             "restarting the gang"
         );
+        self.restart_began(training_id, cause);
+        Ok(())
+    }
+
+    /// A restart (or a move) of `training_id` began: its GPUs are free for
+    /// placement, its runtime state waits for the old ranks' teardown, and
+    /// the scheduler looks at once.
+    pub(super) fn restart_began(&self, training_id: &str, cause: &str) {
         self.fleet.release(training_id);
         {
             let mut rt = self.rt();
@@ -337,7 +345,6 @@ impl Jobs {
             rt.of(training_id).teardown_since = Some(tokio::time::Instant::now());
         }
         self.kick();
-        Ok(())
     }
 
     /// Whether every rank of a RESTARTING training's last attempt is verified

@@ -6,6 +6,7 @@
 //! transaction each); the fleet's GPU holds follow.
 
 mod commands;
+mod drain;
 mod events;
 mod failure;
 mod lifecycle;
@@ -224,6 +225,9 @@ impl Jobs {
             let began = Instant::now();
             if let Err(e) = self.watchdog_pass().await {
                 tracing::warn!(error = %e, "watchdog pass failed");
+            }
+            if let Err(e) = self.drain_pass().await {
+                tracing::warn!(error = %e, "drain pass failed");
             }
             if let Err(e) = self.schedule_pass().await {
                 tracing::warn!(error = %e, "scheduling pass failed");

@@ -56,6 +56,7 @@ impl Harness {
                 memory_total_bytes: 80 * GIB,
                 compute_capability: "9.0".into(),
                 simulated: true,
+                quarantine: None,
             })
             .collect();
         let id = self
@@ -80,6 +81,8 @@ impl Harness {
             session: 0,
             commands: tx,
             last_seen: tokio::time::Instant::now(),
+            cordon: None,
+            drain_deadline: None,
         });
         MemoryAgent {
             id,

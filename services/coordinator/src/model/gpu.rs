@@ -13,6 +13,8 @@ pub struct GpuRecord {
     pub memory_total_bytes: u64,
     pub compute_capability: String,
     pub simulated: bool,
+    /// Why it is quarantined after a hardware fault; `None` when it is not.
+    pub quarantine: Option<String>,
 }
 
 /// One telemetry sample of one GPU. What the driver can't report on a

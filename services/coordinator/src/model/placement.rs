@@ -49,4 +49,8 @@ pub struct AgentRecord {
     pub last_seen_time: chrono::DateTime<chrono::Utc>,
     /// The latest host doctor report, if one was ever made.
     pub last_doctor: Option<super::DoctorReport>,
+    /// Why it is cordoned (no new placements); `None` when it is not.
+    pub cordon_reason: Option<String>,
+    /// While a drain runs: when it moves what is left at once.
+    pub drain_deadline: Option<chrono::DateTime<chrono::Utc>>,
 }

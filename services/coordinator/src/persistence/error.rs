@@ -30,6 +30,12 @@ pub enum DatabaseError {
     /// An agent registered a GPU bound to another agent (`owner`, by name).
     #[error("GPU {uuid} is bound to agent {owner}")]
     GpuClaimed { uuid: String, owner: String },
+    /// No GPU of that uuid was ever registered.
+    #[error("no GPU {0} was ever registered")]
+    GpuNotFound(String),
+    /// ReleaseGpu of a GPU that is not quarantined.
+    #[error("GPU {0} is not quarantined")]
+    NotQuarantined(String),
     /// No agent of that name.
     #[error("no agent named {0}")]
     AgentNotFound(String),

@@ -33,6 +33,8 @@ struct AgentRow {
     connect_time: NaiveDateTime,
     last_seen_time: NaiveDateTime,
     doctor_json: Option<String>,
+    cordon_reason: Option<String>,
+    drain_deadline: Option<NaiveDateTime>,
 }
 
 #[derive(Queryable)]
@@ -46,6 +48,7 @@ struct GpuRow {
     simulated: bool,
     #[allow(dead_code)]
     last_seen_time: NaiveDateTime,
+    quarantine_reason: Option<String>,
 }
 
 fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<String, DatabaseError> {
@@ -105,6 +108,14 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
             .filter(gpus::uuid.ne_all(&uuids)),
     )
     .execute(conn)?;
+    // A quarantine outlives the row's rewrite (until an admin releases it).
+    let quarantined: HashMap<String, String> = gpus::table
+        .filter(gpus::uuid.eq_any(&uuids))
+        .filter(gpus::quarantine_reason.is_not_null())
+        .select((gpus::uuid, gpus::quarantine_reason.assume_not_null()))
+        .load::<(String, String)>(conn)?
+        .into_iter()
+        .collect();
     for g in &reg.gpus {
         diesel::delete(gpus::table.find(&g.uuid)).execute(conn)?;
         // an index freed by a GPU swap may still be held by another uuid
@@ -125,6 +136,7 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
                 gpus::compute_capability.eq(&g.compute_capability),
                 gpus::simulated.eq(g.simulated),
                 gpus::last_seen_time.eq(at),
+                gpus::quarantine_reason.eq(quarantined.get(&g.uuid)),
             ))
             .execute(conn)?;
     }
@@ -147,6 +159,7 @@ fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
             memory_total_bytes: u64::try_from(g.memory_total_bytes).unwrap_or(0),
             compute_capability: g.compute_capability,
             simulated: g.simulated,
+            quarantine: g.quarantine_reason,
         });
     }
     Ok(rows
@@ -167,6 +180,8 @@ fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
                 .doctor_json
                 .as_deref()
                 .and_then(|json| serde_json::from_str(json).ok()),
+            cordon_reason: a.cordon_reason,
+            drain_deadline: a.drain_deadline.map(|t| t.and_utc()),
         })
         .collect())
 }

@@ -23,6 +23,7 @@ pub mod fleet;
 pub mod gpu_metrics;
 mod labels;
 pub mod lease;
+pub mod maintenance;
 pub mod measure;
 mod members;
 pub mod placements;

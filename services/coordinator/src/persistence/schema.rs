@@ -12,6 +12,8 @@ diesel::table! {
         connect_time -> Timestamp,
         last_seen_time -> Timestamp,
         doctor_json -> Nullable<Text>,
+        cordon_reason -> Nullable<Text>,
+        drain_deadline -> Nullable<Timestamp>,
     }
 }
 
@@ -25,6 +27,7 @@ diesel::table! {
         compute_capability -> Text,
         simulated -> Bool,
         last_seen_time -> Timestamp,
+        quarantine_reason -> Nullable<Text>,
     }
 }
 

@@ -28,25 +28,37 @@ pub struct Candidate {
     pub hold: Option<Hold>,
     /// Processes using the GPU that are not cohort ranks: (pid, name).
     pub foreign: Vec<(u32, String)>,
-    /// Why the GPU is unhealthy; empty when healthy.
+    /// Why the GPU is unhealthy; empty when healthy. A quarantine is one.
     pub faults: Vec<String>,
+    /// Why its agent is cordoned (maintenance); `None` when it is not.
+    pub cordoned: Option<String>,
 }
 
 /// Why a GPU can't take a rank, most serious first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unsuitable {
     Offline,
+    /// Its agent is cordoned: no new ranks until it is uncordoned.
+    Cordoned(String),
     Unhealthy(Vec<String>),
     HeldBy(Hold),
-    UsedBy { pid: u32, name: String },
-    TooLittleMemory { need: u64, free: u64 },
+    UsedBy {
+        pid: u32,
+        name: String,
+    },
+    TooLittleMemory {
+        need: u64,
+        free: u64,
+    },
 }
 
 impl Unsuitable {
     /// The stable error-model reason (common.proto).
     pub fn reason(&self) -> &'static str {
         match self {
-            Unsuitable::Offline | Unsuitable::Unhealthy(_) => reason::GPU_UNHEALTHY,
+            Unsuitable::Offline | Unsuitable::Cordoned(_) | Unsuitable::Unhealthy(_) => {
+                reason::GPU_UNHEALTHY
+            }
             Unsuitable::HeldBy(_) | Unsuitable::UsedBy { .. } => reason::GPU_BUSY,
             Unsuitable::TooLittleMemory { .. } => reason::INSUFFICIENT_MEMORY,
         }
@@ -55,6 +67,8 @@ impl Unsuitable {
     pub fn message(&self) -> String {
         match self {
             Unsuitable::Offline => "its agent is offline".into(),
+            Unsuitable::Cordoned(why) if why.is_empty() => "its agent is cordoned".into(),
+            Unsuitable::Cordoned(why) => format!("its agent is cordoned: {why}"),
             Unsuitable::Unhealthy(faults) => format!("unhealthy: {}", faults.join(", ")),
             Unsuitable::HeldBy(h) if h.training_id.is_empty() => {
                 "busy: held by another team's training".into()
@@ -103,7 +117,13 @@ impl Candidate {
             online: true,
             hold,
             foreign: latest.map(foreign_processes).unwrap_or_default(),
-            faults: latest.map(faults).unwrap_or_default(),
+            faults: info
+                .quarantine
+                .iter()
+                .map(|why| format!("quarantined: {why}"))
+                .chain(latest.map(faults).unwrap_or_default())
+                .collect(),
+            cordoned: agent.cordon.clone(),
         }
     }
 
@@ -111,6 +131,7 @@ impl Candidate {
     /// [`Candidate::unsuitable`] says, without building the reason.
     pub fn fits(&self, need: u64) -> bool {
         self.online
+            && self.cordoned.is_none()
             && self.faults.is_empty()
             && self.hold.is_none()
             && self.foreign.is_empty()
@@ -121,6 +142,9 @@ impl Candidate {
     pub fn unsuitable(&self, need: u64) -> Option<Unsuitable> {
         if !self.online {
             return Some(Unsuitable::Offline);
+        }
+        if let Some(why) = &self.cordoned {
+            return Some(Unsuitable::Cordoned(why.clone()));
         }
         if !self.faults.is_empty() {
             return Some(Unsuitable::Unhealthy(self.faults.clone()));

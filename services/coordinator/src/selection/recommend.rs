@@ -184,6 +184,7 @@ fn count_reasons(rejected: &[(Candidate, Unsuitable)]) -> String {
         let label = match why {
             Unsuitable::Offline => "offline",
             Unsuitable::Unhealthy(_) => "unhealthy",
+            Unsuitable::Cordoned(_) => "cordoned",
             Unsuitable::HeldBy(_) | Unsuitable::UsedBy { .. } => "busy",
             Unsuitable::TooLittleMemory { .. } => "too little memory",
         };
@@ -216,6 +217,7 @@ mod tests {
             hold: None,
             foreign: Vec::new(),
             faults: Vec::new(),
+            cordoned: None,
         }
     }
 

@@ -73,6 +73,7 @@ mod tests {
             hold: None,
             foreign: Vec::new(),
             faults: Vec::new(),
+            cordoned: None,
         }
     }
 

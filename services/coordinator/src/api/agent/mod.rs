@@ -11,6 +11,7 @@ mod convert;
 mod doctor;
 #[cfg(test)]
 mod fuzz;
+mod maintenance;
 mod rank_events;
 mod register;
 mod samples;
@@ -19,7 +20,6 @@ mod state;
 
 pub use register::{HEARTBEAT_INTERVAL, REGISTER_TIMEOUT, TELEMETRY_INTERVAL};
 
-use super::convert::timestamp;
 use super::error::ApiError;
 use crate::context::Context;
 use crate::fleet::AgentCommand;
@@ -127,25 +127,7 @@ impl AgentService for AgentApi {
         let agents = self.ctx.db.list_agents().await.map_err(ApiError::from)?;
         let agents = agents
             .into_iter()
-            .map(|a| {
-                let connected = self.ctx.fleet.is_connected(&a.id);
-                v1::Agent {
-                    state: if connected {
-                        v1::AgentState::Connected
-                    } else {
-                        v1::AgentState::Disconnected
-                    } as i32,
-                    gpus: a.gpus.iter().map(v1::GpuInfo::from).collect(),
-                    id: a.id,
-                    name: a.name,
-                    host_name: a.host_name,
-                    address: a.address,
-                    version: a.version,
-                    connect_time: Some(timestamp(a.connect_time)),
-                    last_seen_time: Some(timestamp(a.last_seen_time)),
-                    last_doctor: a.last_doctor.as_ref().map(doctor::to_proto),
-                }
-            })
+            .map(|a| maintenance::agent_message(&self.ctx, a))
             .collect();
         Ok(Response::new(v1::ListAgentsResponse {
             agents,
@@ -160,5 +142,44 @@ impl AgentService for AgentApi {
         let who = super::caller::caller(&self.ctx, &request)?;
         let report = doctor::run(&self.ctx, &who, request.into_inner()).await?;
         Ok(Response::new(report))
+    }
+
+    async fn cordon_agent(
+        &self,
+        request: Request<v1::CordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        let r = request.into_inner();
+        let change = maintenance::Change::Cordon { reason: r.reason };
+        Ok(Response::new(
+            maintenance::apply(&self.ctx, &who, &r.agent, change).await?,
+        ))
+    }
+
+    async fn uncordon_agent(
+        &self,
+        request: Request<v1::UncordonAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        let r = request.into_inner();
+        let change = maintenance::Change::Uncordon;
+        Ok(Response::new(
+            maintenance::apply(&self.ctx, &who, &r.agent, change).await?,
+        ))
+    }
+
+    async fn drain_agent(
+        &self,
+        request: Request<v1::DrainAgentRequest>,
+    ) -> Result<Response<v1::Agent>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        let r = request.into_inner();
+        let change = maintenance::Change::Drain {
+            reason: r.reason,
+            deadline: r.deadline,
+        };
+        Ok(Response::new(
+            maintenance::apply(&self.ctx, &who, &r.agent, change).await?,
+        ))
     }
 }

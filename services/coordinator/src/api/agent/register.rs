@@ -96,6 +96,7 @@ pub(super) fn validate(reg: &v1::Register) -> Result<Vec<GpuRecord>, Status> {
             memory_total_bytes: g.memory_total_bytes,
             compute_capability: g.compute_capability.clone(),
             simulated: g.simulated,
+            quarantine: None,
         });
     }
     Ok(gpus)
@@ -203,7 +204,7 @@ pub(super) async fn accept(
         )
         .into());
     };
-    let gpus = validate(&reg)?;
+    let mut gpus = validate(&reg)?;
     check_identity(
         &ctx,
         identity.as_deref(),
@@ -222,6 +223,15 @@ pub(super) async fn accept(
         })
         .await
         .map_err(ApiError::from)?;
+    // Its cordon, drain and quarantined GPUs outlive its sessions.
+    let marks = ctx
+        .db
+        .agent_marks(&agent_id)
+        .await
+        .map_err(ApiError::from)?;
+    for gpu in &mut gpus {
+        gpu.quarantine = marks.quarantined.get(&gpu.uuid).cloned();
+    }
     let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
     let leader_epoch = u64::try_from(ctx.leadership.epoch()).unwrap_or(0);
     let registered = v1::CoordinatorMessage {
@@ -246,6 +256,8 @@ pub(super) async fn accept(
         session: 0,
         commands: tx,
         last_seen: Instant::now(),
+        cordon: marks.cordon,
+        drain_deadline: marks.drain_deadline,
     });
     tracing::info!(agent_id = %agent_id, name = %reg.agent_name, gpus = reg.gpus.len(),
         running_ranks = reg.running_ranks.len(), "agent connected");

@@ -12,7 +12,18 @@ pub(super) fn on_telemetry(session: &mut Session, telemetry: v1::TelemetrySample
         .into_iter()
         .map(|s| super::convert::gpu_sample(s, received))
         .collect();
-    let ingested = session.ctx.fleet.ingest(&session.agent_id, samples);
+    let mut ingested = session.ctx.fleet.ingest(&session.agent_id, samples);
+    for (uuid, why) in std::mem::take(&mut ingested.quarantined) {
+        tracing::warn!(agent_id = %session.agent_id, gpu = %uuid, reason = %why,
+            "GPU quarantined: no new ranks on it until an admin releases it");
+        // Kept across restarts; the fleet already refuses placements on it.
+        let db = session.ctx.db.clone();
+        tokio::spawn(async move {
+            if let Err(e) = db.quarantine_gpu(&uuid, &why).await {
+                tracing::warn!(gpu = %uuid, error = %e, "cannot store the GPU's quarantine");
+            }
+        });
+    }
     if let Some(uuid) = ingested.first_refused {
         session.refused(
             "gpu sample",

@@ -84,11 +84,13 @@ impl FleetView {
         }
     }
 
-    /// GPUs free to take a rank: not held, no foreign process.
+    /// GPUs free to take a rank: not held, no foreign process, not
+    /// quarantined or otherwise faulty, not on a cordoned agent.
     pub fn free(&self) -> Vec<FreeGpu> {
         self.candidates
             .iter()
             .filter(|c| c.hold.is_none() && c.foreign.is_empty())
+            .filter(|c| c.cordoned.is_none() && c.faults.is_empty())
             .map(|c| FreeGpu {
                 agent_id: c.agent_id.clone(),
                 uuid: c.uuid.clone(),
@@ -154,7 +156,7 @@ pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
     let unhealthy = choice
         .rejected
         .iter()
-        .filter(|(_, u)| matches!(u, Unsuitable::Unhealthy(_)))
+        .filter(|(_, u)| matches!(u, Unsuitable::Unhealthy(_) | Unsuitable::Cordoned(_)))
         .count();
     if choice.chosen.len() + unhealthy >= count {
         return Err(Unplaceable::WaitingForHealthy(why));

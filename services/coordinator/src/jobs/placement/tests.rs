@@ -93,6 +93,7 @@ fn candidate(agent: &str, index: i32, faults: &[&str]) -> Candidate {
         hold: None,
         foreign: Vec::new(),
         faults: faults.iter().map(|f| f.to_string()).collect(),
+        cordoned: None,
     }
 }
 
@@ -154,13 +155,31 @@ fn planning_decides_from_a_view_of_the_fleet() {
         plan_first(&none, &count(1), need),
         Err(Unplaceable::NoAgents)
     );
-    // A restart avoids the GPU that failed when another is free, and
-    // falls back to it when none is.
+    // A restart never goes to an unhealthy (or quarantined) GPU: with a-0
+    // to avoid, it still takes a-0 rather than the faulty a-1, and two
+    // ranks cannot be placed.
     let avoid: HashSet<String> = ["a-0".to_string()].into();
     let slots = plan_restart(&view, &count(1), &avoid, None).unwrap();
+    assert_eq!(slots[0].gpu_uuid, "a-0");
+    assert!(plan_restart(&view, &count(2), &avoid, None).is_err());
+    // Among healthy GPUs it avoids the one that failed when another is
+    // free, and falls back to it when none is.
+    let healthy = FleetView::new(1, vec![candidate("a", 0, &[]), candidate("a", 1, &[])]);
+    let slots = plan_restart(&healthy, &count(1), &avoid, None).unwrap();
     assert_eq!(slots[0].gpu_uuid, "a-1");
-    let slots = plan_restart(&view, &count(2), &avoid, None).unwrap();
+    let slots = plan_restart(&healthy, &count(2), &avoid, None).unwrap();
     assert_eq!(slots.len(), 2);
+    // A cordoned agent's GPUs take no rank, first placement or restart.
+    let mut cordoned = candidate("a", 1, &[]);
+    cordoned.cordoned = Some("bios update".into());
+    let view = FleetView::new(1, vec![candidate("a", 0, &[]), cordoned]);
+    let why = plan_first(&view, &count(2), need).unwrap_err();
+    assert!(
+        matches!(why, Unplaceable::WaitingForHealthy(ref w) if w.contains("cordoned")),
+        "{why}"
+    );
+    assert!(plan_restart(&view, &count(2), &HashSet::new(), None).is_err());
+    assert_eq!(view.free().len(), 1);
 }
 
 #[test]

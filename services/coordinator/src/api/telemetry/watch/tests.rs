@@ -27,6 +27,7 @@ fn connect(fleet: &Fleet, agent: &str, n: usize) {
             index: i as i32,
             uuid: format!("{agent}-gpu{i}"),
             simulated: true,
+            quarantine: None,
             ..Default::default()
         })
         .collect();
@@ -40,6 +41,8 @@ fn connect(fleet: &Fleet, agent: &str, n: usize) {
         session: 0,
         commands: mpsc::channel(1).0,
         last_seen: tokio::time::Instant::now(),
+        cordon: None,
+        drain_deadline: None,
     });
 }
 
