@@ -131,6 +131,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         tracing::info!(roots = ?args.program_roots, sandbox = ?args.program_sandbox, landlock_abi = abi, "programs run from these roots");
     }
+    // Each rank's host memory is held to its limit where the host allows.
+    cohort_agent::supervisor::cgroup::init(&name);
     let work_dir = args.work_dir();
     tokio::fs::create_dir_all(&work_dir)
         .await

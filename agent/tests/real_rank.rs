@@ -90,6 +90,7 @@ async fn two_real_ranks_train_to_success() {
                 cuda_visible_devices: String::new(),
                 extra_env: vec![],
                 base_env: std::env::vars().collect(),
+                memory_limit: None,
             })
             .await
             .unwrap();

@@ -51,6 +51,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         cuda_visible_devices: String::new(),
         extra_env: vec![],
         base_env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
+        memory_limit: None,
     }
 }
 

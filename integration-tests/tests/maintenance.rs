@@ -272,6 +272,17 @@ async fn a_hardware_xid_quarantines_its_gpu_until_an_admin_releases_it() {
     })
     .await;
     assert_eq!(gpu.quarantine_reason, "XID 79 (GPU has fallen off the bus)");
+    // Its alert is raised too.
+    let alerts = eventually("the XID alert", Duration::from_secs(20), || async {
+        let out = cluster.cli_ok(&["-o", "json", "alerts"]).await;
+        if out.contains("GPU_XID_ERROR") && out.contains("XID 79") {
+            Ok(out)
+        } else {
+            Err(out)
+        }
+    })
+    .await;
+    assert!(alerts.contains(&held), "{alerts}");
 
     // The fault kills the rank: the restart goes to the other GPU.
     let pid = cluster.get_training(&id).await.ranks[0].pid;

@@ -215,6 +215,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             },
             extra_env: rank_env.clone(),
             base_env: Vec::new(),
+            memory_limit: (cmd.host_memory_limit_bytes > 0).then_some(cmd.host_memory_limit_bytes),
         };
         plan.apply(&mut spec);
         if let Err(e) = agent.supervisor.start(spec).instrument(span.clone()).await {

@@ -7,6 +7,7 @@
 //! the exit report. Both (less the progress lines) go to the rank's [`log`]. Events leave through one mpsc channel, in order per rank:
 //! `Started`, any number of `Progress`, then exactly one `Exited`.
 
+pub mod cgroup;
 mod error;
 mod events;
 pub mod log;

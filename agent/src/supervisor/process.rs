@@ -84,6 +84,24 @@ pub(crate) async fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    let cgroup = match spec.memory_limit {
+        Some(limit) => {
+            let name = format!("{}.{}.{}", spec.key.job_id, spec.key.attempt, spec.key.rank);
+            match super::cgroup::memory().rank(&name, limit).await {
+                Ok(cgroup) => cgroup,
+                Err(e) => {
+                    tracing::warn!(rank = %spec.key, error = %e, "cannot set up the rank's memory cgroup: it runs unbounded");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    if let Some(cgroup) = &cgroup {
+        cgroup
+            .join_on_spawn(&mut command)
+            .map_err(|e| SupervisorError::Sandbox(e.to_string()))?;
+    }
     if let Some(rules) = spec.sandbox.clone() {
         let built = tokio::task::spawn_blocking(move || Confinement::build(&rules))
             .await
@@ -117,6 +135,7 @@ pub(crate) async fn spawn(
         log: Arc::new(Mutex::new(RankLog::open(spec.log_path.clone()).await)),
         key: spec.key,
         gpu_index: spec.gpu_index,
+        cgroup,
         pid,
         events,
         stop_requested: stop_requested.clone(),
@@ -142,6 +161,8 @@ struct Monitor {
     /// The rank's log, written by both readers.
     log: SharedLog,
     gpu_index: u32,
+    /// The rank's memory cgroup, removed once it is gone.
+    cgroup: Option<super::cgroup::RankCgroup>,
     pid: u32,
     events: mpsc::Sender<RankEvent>,
     stop_requested: Arc<AtomicBool>,
@@ -188,7 +209,22 @@ impl Monitor {
             None => Vec::new(),
         };
         self.log.lock().await.flush().await;
-        let exit = self.exit_report(status, stderr_tail);
+        let mut exit = self.exit_report(status, stderr_tail);
+        if let Some(cgroup) = self.cgroup.take() {
+            if exit.signal == Some(libc::SIGKILL)
+                && !exit.stop_requested
+                && cgroup.oom_killed().await
+            {
+                exit.code = Some(cohort_spec::ExitCode::OutOfMemory.code());
+                exit.signal = None;
+                exit.class = ExitClass::OutOfMemory;
+                exit.stderr_tail.push(format!(
+                    "cohort-agent: out of memory: the rank reached its host memory limit of {:.2} GiB (its cgroup) and the kernel killed it",
+                    cgroup.limit_bytes as f64 / f64::from(1u32 << 30)
+                ));
+            }
+            cgroup.remove().await;
+        }
         tracing::info!(
             rank = %self.key,
             pid = self.pid,

@@ -73,6 +73,9 @@ pub struct RankSpec {
     /// What the rank's environment starts from (it inherits nothing from
     /// the agent): the passed-through variables and the env files.
     pub base_env: Vec<(String, String)>,
+    /// The rank's host-memory limit (its own cgroup), where the host has a
+    /// memory controller; `None`: unbounded.
+    pub memory_limit: Option<u64>,
 }
 
 impl RankSpec {

@@ -33,6 +33,7 @@ pub(super) fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> 
     })?;
     t.opt("min_micro_batch", r.min_micro_batch);
     t.float("bucket_mb", r.bucket_mb)?;
+    t.float("host_memory_gib_per_rank", r.host_memory_gib_per_rank)?;
     t.enumeration(
         "allreduce_dtype",
         r.allreduce_dtype,
@@ -77,6 +78,7 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
             min_micro_batch: Some(r.min_micro_batch),
             nccl_env: r.nccl_env.clone().into_iter().collect(),
             bucket_mb: Some(r.bucket_mb),
+            host_memory_gib_per_rank: r.host_memory_gib_per_rank,
             allreduce_dtype: match r.allreduce_dtype {
                 AllreduceDtype::F32 => v1::AllreduceDtype::F32,
                 AllreduceDtype::Bf16 => v1::AllreduceDtype::Bf16,

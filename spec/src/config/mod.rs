@@ -236,6 +236,10 @@ pub struct RuntimeConfig {
     /// The dtype gradients are summed in across ranks.
     #[serde(default)]
     pub allreduce_dtype: AllreduceDtype,
+    /// Host memory each rank may use (a memory cgroup on the agent); unset:
+    /// twice the memory estimate plus 4 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory_gib_per_rank: Option<f64>,
     /// What a restart after an out-of-memory exit does (`optim.allow_batch_shrink`,
     /// when a config sets it, halves the batch instead, as before).
     #[serde(default)]
@@ -260,6 +264,7 @@ impl Default for RuntimeConfig {
             backend: CollectiveBackend::default(),
             bucket_mb: defaults::bucket_mb(),
             allreduce_dtype: AllreduceDtype::default(),
+            host_memory_gib_per_rank: None,
             oom_policy: OomPolicy::default(),
             min_micro_batch: defaults::min_micro_batch(),
             nccl_env: Default::default(),

@@ -54,6 +54,14 @@ impl TrainingConfig {
             }
         }
         let r = &self.runtime;
+        if let Some(gib) = r.host_memory_gib_per_rank {
+            if !(gib.is_finite() && gib > 0.0 && gib <= 4096.0) {
+                return fail(
+                    "runtime.host_memory_gib_per_rank",
+                    "must be in (0, 4096] GiB",
+                );
+            }
+        }
         if !(r.bucket_mb.is_finite() && r.bucket_mb > 0.0 && r.bucket_mb <= 4096.0) {
             return fail("runtime.bucket_mb", "must be in (0, 4096] MiB");
         }

@@ -74,6 +74,8 @@ pub struct StartRanks {
     pub group_world_size: i32,
     /// The training's restart budget.
     pub max_restarts: i32,
+    /// Each rank's host-memory limit (0: unbounded).
+    pub host_memory_limit_bytes: u64,
 }
 
 /// One rank an agent runs.

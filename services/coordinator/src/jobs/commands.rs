@@ -26,6 +26,7 @@ pub(super) fn start_ranks(
         });
     }
     let config_json = config.to_json();
+    let host_memory_limit_bytes = super::needs::host_memory_limit(config);
     // Hosts in rank order: GROUP_RANK counts them as torchrun's node rank does.
     let mut agents: Vec<(&str, Vec<LocalRank>)> = by_agent.into_iter().collect();
     agents.sort_by_key(|(_, ranks)| ranks.iter().map(|r| r.rank).min());
@@ -45,6 +46,7 @@ pub(super) fn start_ranks(
             group_rank: group_rank as i32,
             group_world_size,
             max_restarts: training.max_restarts,
+            host_memory_limit_bytes,
         });
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());

@@ -40,6 +40,26 @@ impl Need {
     }
 }
 
+/// Headroom over twice the estimate in a rank's default host-memory limit:
+/// libtorch, a CUDA context, read-ahead batches.
+pub const HOST_MEMORY_HEADROOM: u64 = 4 << 30;
+
+/// The host memory each rank of `config` may use (its cgroup's limit on
+/// the agent): `runtime.host_memory_gib_per_rank` when set, else twice the
+/// memory estimate (a program's declared memory) plus 4 GiB — room for any
+/// sound run, a bound on a runaway one.
+pub fn host_memory_limit(config: &Workload) -> u64 {
+    if let Workload::Sae(sae) = config {
+        if let Some(gib) = sae.runtime.host_memory_gib_per_rank {
+            return (gib * f64::from(1u32 << 30)) as u64;
+        }
+    }
+    Need::of(config)
+        .memory
+        .saturating_mul(2)
+        .saturating_add(HOST_MEMORY_HEADROOM)
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct MemoryNeeds {
     by_id: Arc<Mutex<HashMap<String, Need>>>,

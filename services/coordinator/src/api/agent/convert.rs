@@ -130,6 +130,7 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 group_rank: s.group_rank,
                 group_world_size: s.group_world_size,
                 max_restarts: s.max_restarts,
+                host_memory_limit_bytes: s.host_memory_limit_bytes,
             }),
             AgentCommand::StopRanks {
                 training_id,
@@ -227,6 +228,7 @@ mod tests {
             group_rank: 1,
             group_world_size: 2,
             max_restarts: 3,
+            host_memory_limit_bytes: 5 << 30,
         });
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
@@ -236,6 +238,7 @@ mod tests {
             (m.group_rank, m.group_world_size, m.max_restarts),
             (1, 2, 3)
         );
+        assert_eq!(m.host_memory_limit_bytes, 5 << 30);
         assert_eq!((m.ranks[0].rank, m.ranks[0].gpu_index), (1, 3));
         assert!(m.run_dir.is_empty(), "the agent's default run dir");
         assert_eq!(m.trace_context["traceparent"], "00-x");
