@@ -7,7 +7,6 @@
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
-use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -91,15 +90,7 @@ async fn a_rank_runs_in_its_own_memory_cgroup_with_the_trainings_limit() {
         dir.display()
     );
     assert_eq!(limit_of(&dir), Some(3 << 30));
-    cluster
-        .training()
-        .await
-        .cancel_training(v1::CancelTrainingRequest {
-            id,
-            reason: "test over".into(),
-        })
-        .await
-        .expect("cancel");
+    cluster.cancel(&id, "test over").await;
     eventually(
         "the rank's cgroup removed",
         Duration::from_secs(20),

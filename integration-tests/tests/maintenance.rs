@@ -110,15 +110,7 @@ async fn a_cordoned_agent_takes_no_new_ranks_until_uncordoned() {
     )
     .await;
     assert_eq!(waiting.state(), State::Queued);
-    cluster
-        .training()
-        .await
-        .cancel_training(v1::CancelTrainingRequest {
-            id: one.clone(),
-            reason: "free the GPU".into(),
-        })
-        .await
-        .expect("cancel");
+    cluster.cancel(&one, "free the GPU").await;
 
     // Uncordoned: the waiting training is placed across both agents.
     let out = cluster.cli_ok(&["agents", "uncordon", "agent-0"]).await;
@@ -218,15 +210,7 @@ async fn a_drain_moves_a_training_at_its_checkpoint_without_spending_its_budget(
         )),
         "{report}"
     );
-    cluster
-        .training()
-        .await
-        .cancel_training(v1::CancelTrainingRequest {
-            id,
-            reason: "test over".into(),
-        })
-        .await
-        .expect("cancel");
+    cluster.cancel(&id, "test over").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,13 +324,5 @@ async fn a_hardware_xid_quarantines_its_gpu_until_an_admin_releases_it() {
         Code::NotFound,
         reason::GPU_NOT_FOUND,
     );
-    cluster
-        .training()
-        .await
-        .cancel_training(v1::CancelTrainingRequest {
-            id,
-            reason: "test over".into(),
-        })
-        .await
-        .expect("cancel");
+    cluster.cancel(&id, "test over").await;
 }

@@ -137,6 +137,18 @@ impl Cluster {
             .id
     }
 
+    /// CancelTraining, expected to succeed.
+    pub async fn cancel(&self, id: &str, reason: &str) {
+        self.training()
+            .await
+            .cancel_training(v1::CancelTrainingRequest {
+                id: id.to_string(),
+                reason: reason.to_string(),
+            })
+            .await
+            .expect("CancelTraining");
+    }
+
     /// `cohort -o json train submit --config FILE <extra>`: returns the training id.
     pub async fn submit(&self, config: &Path, extra: &[&str]) -> String {
         let config = config.to_str().expect("UTF-8 path");
