@@ -1,6 +1,7 @@
 //! `cohort agents`: AgentService.ListAgents, every page (with each agent's
 //! last host doctor verdict); `cohort agents doctor NAME`: RunDoctor.
 
+use super::maintenance;
 use crate::client::Coordinator;
 use crate::errors::CliError;
 use crate::render::table::{dash, Table};
@@ -67,7 +68,44 @@ pub async fn run(
         Some(AgentsCommand::Doctor { name, timeout }) => {
             doctor(coordinator, name, timeout, out).await
         }
-        Some(command) => super::maintenance::run(coordinator, command, out).await,
+        Some(AgentsCommand::Cordon { name, reason }) => {
+            let agent = maintenance::cordon(coordinator, name, reason).await?;
+            show(&agent, out)
+        }
+        Some(AgentsCommand::Uncordon { name }) => {
+            let agent = maintenance::uncordon(coordinator, name).await?;
+            show(&agent, out)
+        }
+        Some(AgentsCommand::Drain {
+            name,
+            deadline,
+            reason,
+            no_wait,
+        }) => {
+            let agent = maintenance::drain(coordinator, name, deadline, reason).await?;
+            if no_wait {
+                return show(&agent, out);
+            }
+            let empty =
+                maintenance::wait_empty(coordinator, &agent, out == OutputFormat::Table).await?;
+            match out {
+                OutputFormat::Json => emit_json(&json::message(&empty.agent)),
+                OutputFormat::Table => emit(&format!(
+                    "agent {} is empty (drained in {} s); it stays cordoned: `cohort agents uncordon {}` to place on it again",
+                    empty.name,
+                    empty.drained_in.as_secs(),
+                    empty.name
+                )),
+            }
+        }
+    }
+}
+
+/// One agent, as a table row or the API's message.
+fn show(agent: &v1::Agent, out: OutputFormat) -> Result<(), CliError> {
+    match out {
+        OutputFormat::Json => emit_json(&json::message(agent)),
+        OutputFormat::Table => emit(&agents_table(std::slice::from_ref(agent))),
     }
 }
 

@@ -1,10 +1,9 @@
 //! `cohort agents cordon|uncordon|drain NAME`: AgentService's maintenance
-//! RPCs; a drain waits, printing what is left, until the agent is empty.
+//! RPCs, and a drain's wait until the agent is empty (printing what is left).
 
-use super::agents::{agents_table, AgentsCommand};
 use crate::client::Coordinator;
 use crate::errors::CliError;
-use crate::render::{emit, emit_json, json, OutputFormat};
+use crate::render::emit;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use std::time::{Duration, Instant};
@@ -12,52 +11,58 @@ use std::time::{Duration, Instant};
 /// How often a drain looks at what is left.
 const DRAIN_POLL: Duration = Duration::from_secs(1);
 
-pub async fn run(
+pub async fn cordon(
     coordinator: &Coordinator,
-    command: AgentsCommand,
-    out: OutputFormat,
-) -> Result<(), CliError> {
-    let mut client = AgentServiceClient::new(coordinator.channel().await?);
-    let (agent, wait) = match command {
-        AgentsCommand::Cordon { name, reason } => (
-            client
-                .cordon_agent(v1::CordonAgentRequest {
-                    agent: name,
-                    reason,
-                })
-                .await?,
-            false,
-        ),
-        AgentsCommand::Uncordon { name } => (
-            client
-                .uncordon_agent(v1::UncordonAgentRequest { agent: name })
-                .await?,
-            false,
-        ),
-        AgentsCommand::Drain {
-            name,
-            deadline,
-            reason,
-            no_wait,
-        } => (
-            client
-                .drain_agent(v1::DrainAgentRequest {
-                    agent: name,
-                    reason,
-                    deadline: prost_types::Duration::try_from(deadline).ok(),
-                })
-                .await?,
-            !no_wait,
-        ),
-        AgentsCommand::List | AgentsCommand::Doctor { .. } => unreachable!("handled by `agents`"),
+    agent: String,
+    reason: String,
+) -> Result<v1::Agent, CliError> {
+    let request = v1::CordonAgentRequest { agent, reason };
+    Ok(AgentServiceClient::new(coordinator.channel().await?)
+        .cordon_agent(request)
+        .await?
+        .into_inner())
+}
+
+pub async fn uncordon(coordinator: &Coordinator, agent: String) -> Result<v1::Agent, CliError> {
+    let request = v1::UncordonAgentRequest { agent };
+    Ok(AgentServiceClient::new(coordinator.channel().await?)
+        .uncordon_agent(request)
+        .await?
+        .into_inner())
+}
+
+pub async fn drain(
+    coordinator: &Coordinator,
+    agent: String,
+    deadline: Duration,
+    reason: String,
+) -> Result<v1::Agent, CliError> {
+    let request = v1::DrainAgentRequest {
+        agent,
+        reason,
+        deadline: prost_types::Duration::try_from(deadline).ok(),
     };
-    let agent = agent.into_inner();
-    if !wait {
-        return match out {
-            OutputFormat::Json => emit_json(&json::message(&agent)),
-            OutputFormat::Table => emit(&agents_table(std::slice::from_ref(&agent))),
-        };
-    }
+    Ok(AgentServiceClient::new(coordinator.channel().await?)
+        .drain_agent(request)
+        .await?
+        .into_inner())
+}
+
+/// A drained agent, and how long the drain took from the wait's start.
+pub struct Drained {
+    pub name: String,
+    pub agent: v1::Agent,
+    pub drained_in: Duration,
+}
+
+/// Waits until `agent`'s drain is over and nothing of a placed training is
+/// left on it; with `progress`, prints each change of what is left.
+pub async fn wait_empty(
+    coordinator: &Coordinator,
+    agent: &v1::Agent,
+    progress: bool,
+) -> Result<Drained, CliError> {
+    let mut client = AgentServiceClient::new(coordinator.channel().await?);
     let started = Instant::now();
     let mut last = None;
     loop {
@@ -70,16 +75,13 @@ pub async fn run(
             .find(|a| a.id == agent.id)
             .ok_or_else(|| CliError::Usage(format!("agent {} is gone", agent.name)))?;
         if now.placed_ranks == 0 && !now.draining {
-            let took = started.elapsed().as_secs();
-            return match out {
-                OutputFormat::Json => emit_json(&json::message(&now)),
-                OutputFormat::Table => emit(&format!(
-                    "agent {} is empty (drained in {took} s); it stays cordoned: `cohort agents uncordon {}` to place on it again",
-                    now.name, now.name
-                )),
-            };
+            return Ok(Drained {
+                name: now.name.clone(),
+                agent: now,
+                drained_in: started.elapsed(),
+            });
         }
-        if last != Some(now.placed_ranks) && out == OutputFormat::Table {
+        if progress && last != Some(now.placed_ranks) {
             emit(&format!(
                 "agent {}: {} rank(s) of placed trainings left; each moves at its next checkpoint",
                 now.name, now.placed_ranks
