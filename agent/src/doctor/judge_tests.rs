@@ -87,6 +87,12 @@ fn a_healthy_two_gpu_host_passes_every_check() {
     for c in &checks {
         assert_eq!(c.status, Status::Pass, "{c:?}");
     }
+    let names: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        super::CHECKS[..8],
+        "the checks before `roots`, in their order"
+    );
     assert_eq!(find(&checks, "topology").value, "0-1 NVLink x18");
     assert!(
         find(&checks, "matmul")

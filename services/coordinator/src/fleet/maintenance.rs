@@ -53,15 +53,6 @@ impl Fleet {
         false
     }
 
-    /// Whether the GPU is quarantined now.
-    pub fn is_quarantined(&self, uuid: &str) -> bool {
-        self.lock()
-            .agents
-            .values()
-            .flat_map(|a| a.gpus.iter())
-            .any(|g| g.uuid == uuid && g.quarantine.is_some())
-    }
-
     /// The connected agents being drained.
     pub fn draining(&self) -> Vec<Draining> {
         self.lock()

@@ -5,9 +5,9 @@
 //! is written, until a cluster-admin forgets the first agent.
 
 use super::rows::{now, to_db_time};
-use super::schema::{agents, gpus, ranks, trainings};
+use super::schema::{agents, gpus};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{AgentRecord, DoctorReport, GpuRecord, JobState};
+use crate::model::{AgentRecord, DoctorReport, GpuRecord};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use std::collections::HashMap;
@@ -143,11 +143,20 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
     Ok(id)
 }
 
-fn list_in(conn: &mut DbConnection) -> Result<Vec<AgentRecord>, DatabaseError> {
-    let rows: Vec<AgentRow> = agents::table.order(agents::name.asc()).load(conn)?;
-    let gpu_rows: Vec<GpuRow> = gpus::table
+/// Every agent with its GPUs, by name; only the one named `only` when given.
+fn list_in(conn: &mut DbConnection, only: Option<&str>) -> Result<Vec<AgentRecord>, DatabaseError> {
+    let mut agents_query = agents::table.order(agents::name.asc()).into_boxed();
+    if let Some(name) = only {
+        agents_query = agents_query.filter(agents::name.eq(name));
+    }
+    let rows: Vec<AgentRow> = agents_query.load(conn)?;
+    let mut gpus_query = gpus::table
         .order((gpus::agent_id.asc(), gpus::gpu_index.asc()))
-        .load(conn)?;
+        .into_boxed();
+    if only.is_some() {
+        gpus_query = gpus_query.filter(gpus::agent_id.eq_any(rows.iter().map(|a| a.id.clone())));
+    }
+    let gpu_rows: Vec<GpuRow> = gpus_query.load(conn)?;
     // Grouped once (in index order): 1,000 agents x 8,000 GPUs matched by
     // scanning would be 8 million comparisons.
     let mut by_agent: HashMap<String, Vec<GpuRecord>> = HashMap::new();
@@ -219,15 +228,7 @@ impl Persistence {
                     why: "is connected".into(),
                 });
             }
-            let placed = [JobState::Scheduled, JobState::Running, JobState::Restarting]
-                .map(JobState::as_str);
-            let busy: i64 = ranks::table
-                .inner_join(trainings::table)
-                .filter(ranks::agent_id.eq(&id))
-                .filter(ranks::attempt.eq(trainings::attempt))
-                .filter(trainings::state.eq_any(placed))
-                .count()
-                .get_result(c)?;
+            let busy = super::maintenance::placed_ranks_in(c, &id)?;
             if busy > 0 {
                 return Err(DatabaseError::AgentBusy {
                     name: name.clone(),
@@ -270,7 +271,14 @@ impl Persistence {
 
     /// Every known agent with its GPUs, by name.
     pub async fn list_agents(&self) -> Result<Vec<AgentRecord>, DatabaseError> {
-        self.read("list_agents", list_in).await
+        self.read("list_agents", |c| list_in(c, None)).await
+    }
+
+    /// The agent named `name`, with its GPUs, if it ever registered.
+    pub async fn agent_named(&self, name: &str) -> Result<Option<AgentRecord>, DatabaseError> {
+        let name = name.to_string();
+        self.read("agent_named", move |c| Ok(list_in(c, Some(&name))?.pop()))
+            .await
     }
 
     /// The host names of the agents `ids` (those known): what a rank map

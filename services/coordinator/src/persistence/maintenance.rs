@@ -28,6 +28,23 @@ pub struct Cordon {
     pub drain_deadline: Option<DateTime<Utc>>,
 }
 
+/// Ranks of placed trainings' current attempts on agent `agent_id`, inside
+/// the caller's transaction (ForgetAgent refuses an agent with any).
+pub(super) fn placed_ranks_in(
+    c: &mut super::DbConnection,
+    agent_id: &str,
+) -> Result<i64, DatabaseError> {
+    let placed =
+        [JobState::Scheduled, JobState::Running, JobState::Restarting].map(JobState::as_str);
+    Ok(ranks::table
+        .inner_join(trainings::table)
+        .filter(ranks::agent_id.eq(agent_id))
+        .filter(ranks::attempt.eq(trainings::attempt))
+        .filter(trainings::state.eq_any(placed))
+        .count()
+        .get_result(c)?)
+}
+
 impl Persistence {
     /// The cordon, drain and quarantines of agent `agent_id`.
     pub async fn agent_marks(&self, agent_id: &str) -> Result<AgentMarks, DatabaseError> {
@@ -90,18 +107,8 @@ impl Persistence {
     /// a drained agent is empty only once its ranks are torn down).
     pub async fn placed_ranks_on(&self, agent_id: &str) -> Result<i64, DatabaseError> {
         let id = agent_id.to_string();
-        self.read("placed_ranks_on", move |c| {
-            let placed = [JobState::Scheduled, JobState::Running, JobState::Restarting]
-                .map(JobState::as_str);
-            Ok(ranks::table
-                .inner_join(trainings::table)
-                .filter(ranks::agent_id.eq(&id))
-                .filter(ranks::attempt.eq(trainings::attempt))
-                .filter(trainings::state.eq_any(placed))
-                .count()
-                .get_result(c)?)
-        })
-        .await
+        self.read("placed_ranks_on", move |c| placed_ranks_in(c, &id))
+            .await
     }
 
     /// A drain is over (the agent is empty): it stays cordoned.

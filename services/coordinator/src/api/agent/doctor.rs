@@ -36,7 +36,7 @@ pub async fn run(
     }
     let timeout = timeout_of(&request)?;
     let Some(agent) = ctx.fleet.agents().into_iter().find(|a| a.name == name) else {
-        let known = ctx.db.list_agents().await?.iter().any(|a| a.name == name);
+        let known = ctx.db.agent_named(&name).await?.is_some();
         return Err(if known {
             ApiError::DoctorAgentOffline(name)
         } else {

@@ -119,10 +119,8 @@ pub async fn apply(
     tracing::info!(agent = %name, %detail, "agent maintenance changed");
     let record = ctx
         .db
-        .list_agents()
+        .agent_named(&name)
         .await?
-        .into_iter()
-        .find(|a| a.id == agent_id)
         .ok_or_else(|| crate::persistence::DatabaseError::AgentNotFound(name.clone()))?;
     Ok(agent_message(ctx, record))
 }
