@@ -333,6 +333,9 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
         n as f64 / wall.as_secs_f64(),
         wall.as_secs_f64()
     );
+    if let Some(metrics) = coord.metrics {
+        report_create_batches(metrics, n).await?;
+    }
     let have = n;
     if args.queued > have {
         let per = (args.queued - have).div_ceil(args.clients);
@@ -378,6 +381,34 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
             rss.trim_start_matches("VmHWM:").trim()
         );
     }
+    Ok(())
+}
+
+/// How the coordinator's group commit wrote the `creates`: its
+/// transactions of several creates and of one, with their mean time (from
+/// the database operation histogram on /metrics).
+async fn report_create_batches(
+    metrics: std::net::SocketAddr,
+    creates: usize,
+) -> anyhow::Result<()> {
+    use cohort_bench_telemetry::coordinator::metric;
+    const OP: &str = "cohort_db_operation_duration_seconds";
+    let of = |op: &'static str| async move {
+        let count = metric(metrics, &format!("{OP}_count{{op=\"{op}\"}}"))
+            .await
+            .unwrap_or(0.0);
+        let sum = metric(metrics, &format!("{OP}_sum{{op=\"{op}\"}}"))
+            .await
+            .unwrap_or(0.0);
+        (count, if count > 0.0 { sum / count * 1e3 } else { 0.0 })
+    };
+    let (batches, batch_ms) = of("create_trainings").await;
+    let (singles, single_ms) = of("create_training").await;
+    let in_batches = creates as f64 - singles;
+    println!(
+        "create transactions: {batches:.0} batches (mean {:.1} creates, {batch_ms:.1} ms each), {singles:.0} single creates ({single_ms:.1} ms each)",
+        if batches > 0.0 { in_batches / batches } else { 0.0 }
+    );
     Ok(())
 }
 

@@ -5,7 +5,6 @@
 use super::DatabaseError;
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
-use diesel::r2d2::ManageConnection;
 use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, RunQueryDsl};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
@@ -80,7 +79,7 @@ impl DatabaseTarget {
         }
     }
 
-    fn establish(&self) -> Result<DbConnection, diesel::ConnectionError> {
+    pub(super) fn establish(&self) -> Result<DbConnection, diesel::ConnectionError> {
         match self {
             DatabaseTarget::Postgres(url) => {
                 let mut conn = PgConnection::establish(url)?;
@@ -89,8 +88,16 @@ impl DatabaseTarget {
                 // among them — until its TCP connection dies, hours later, and
                 // no standby could take the lease. PostgreSQL ends such a
                 // session after this long idle inside a transaction.
+                //
+                // Every statement is planned with its parameters: diesel
+                // prepares each statement once per connection, and after
+                // five runs PostgreSQL may keep a generic plan made while
+                // the tables were small — a sequential scan of `trainings`
+                // for a look-up by request id, still used at 20,000 rows
+                // until autovacuum's next analyze (see docs/benchmarks.md).
                 conn.batch_execute(&format!(
-                    "SET idle_in_transaction_session_timeout = {}",
+                    "SET idle_in_transaction_session_timeout = {}; \
+                     SET plan_cache_mode = force_custom_plan",
                     PG_IDLE_IN_TRANSACTION.as_millis()
                 ))
                 .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
@@ -195,38 +202,6 @@ where
             Ok(()) | Err(diesel::result::Error::BrokenTransactionManager) => Err(error),
             Err(rollback) => Err(rollback.into()),
         },
-    }
-}
-
-/// The r2d2 manager: opens connections of the chosen backend, set up.
-#[derive(Debug)]
-pub struct ConnectionManager {
-    target: DatabaseTarget,
-}
-
-impl ConnectionManager {
-    pub fn new(target: DatabaseTarget) -> Self {
-        Self { target }
-    }
-}
-
-impl ManageConnection for ConnectionManager {
-    type Connection = DbConnection;
-    type Error = diesel::r2d2::Error;
-
-    fn connect(&self) -> Result<DbConnection, Self::Error> {
-        self.target
-            .establish()
-            .map_err(diesel::r2d2::Error::ConnectionError)
-    }
-
-    fn is_valid(&self, conn: &mut DbConnection) -> Result<(), Self::Error> {
-        conn.batch_execute("SELECT 1")
-            .map_err(diesel::r2d2::Error::QueryError)
-    }
-
-    fn has_broken(&self, conn: &mut DbConnection) -> bool {
-        std::thread::panicking() || diesel::r2d2::R2D2Connection::is_broken(conn)
     }
 }
 

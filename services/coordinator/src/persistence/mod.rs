@@ -27,6 +27,7 @@ pub mod maintenance;
 pub mod measure;
 mod members;
 pub mod placements;
+mod pool;
 mod queue_counts;
 pub mod quotas;
 pub mod ranks;
@@ -45,9 +46,9 @@ pub use fleet::AgentRegistration;
 pub use measure::{OpMetrics, OpStats};
 pub use trainings::{ListTrainings, TrainingCursor};
 
-use connection::ConnectionManager;
 use diesel::r2d2::Pool;
 use diesel::Connection;
+use pool::ConnectionManager;
 use std::time::{Duration, Instant};
 
 /// Tuning of [`Persistence::open_with`].
