@@ -54,7 +54,14 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
         conflicting.gpu_request.selection = GpuSelection::Count { count: 8 };
 
         let mut burst: Vec<(&str, NewTraining)> = Vec::new();
-        burst.extend((0..40).map(|i| ("nlp", audited("nlp", Some(format!("nlp-{i}"))))));
+        burst.extend((0..40).map(|i| {
+            let mut new = audited("nlp", Some(format!("nlp-{i}")));
+            new.labels = [("burst", "nlp".to_string()), ("i", i.to_string())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            ("nlp", new)
+        }));
         burst.extend((0..20).map(|_| ("vision", audited("vision", None))));
         burst.extend((0..10).map(|_| ("dup", audited("nlp", Some("dup".into())))));
         burst.extend((0..5).map(|_| ("conflict", conflicting.clone())));
@@ -163,6 +170,38 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
                 t.name
             );
         }
+        // Every audit row of a create is the caller's entry about its training.
+        for record in audit
+            .iter()
+            .filter(|r| r.entry.target != stored.training.id)
+        {
+            let team = record.entry.actor_team.clone();
+            let expected = audited(&team, None).audit.unwrap();
+            assert_eq!(
+                record.entry,
+                AuditEntry {
+                    target: record.entry.target.clone(),
+                    ..expected
+                },
+                "{}",
+                t.name
+            );
+        }
+        // The batch's labels were written for the label filter, row by row.
+        let labelled = |pairs: &[(&str, &str)]| {
+            t.db.list_trainings(cohort_coordinator::persistence::ListTrainings {
+                limit: 100,
+                labels: pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            })
+        };
+        assert_eq!(labelled(&[("burst", "nlp")]).await.unwrap().len(), 40);
+        let seventh = labelled(&[("burst", "nlp"), ("i", "7")]).await.unwrap();
+        assert_eq!(seventh.len(), 1, "{}", t.name);
+        assert_eq!(seventh[0].request_id.as_deref(), Some("nlp-7"));
         assert_eq!(
             common::training_count(&t).await,
             40 + 5 + 1 + 1,

@@ -11,12 +11,11 @@
 //! out of reach or this coordinator does not lead, and otherwise written
 //! again one create per transaction, so each caller gets its own outcome.
 
-use super::connection::on_backend;
 use super::queue_counts::QueueCounts;
-use super::rows::{now, request_key, to_db_time, EventRow, NewTransitionRow, TrainingRow};
-use super::schema::{state_transitions, team_quotas, training_events, trainings};
+use super::rows::{now, request_key, to_db_time, TrainingRow};
+use super::schema::{team_quotas, trainings};
 use super::{DatabaseError, DbConnection, Persistence};
-use crate::model::{AuditEntry, EventPayload, GpuRequest, JobState, StateChange, Training};
+use crate::model::{AuditEntry, GpuRequest, JobState, Training};
 use cohort_spec::Workload;
 use diesel::prelude::*;
 use std::collections::hash_map::Entry;
@@ -84,16 +83,24 @@ impl TeamQueue {
         default: i64,
         known: Option<i64>,
     ) -> Result<Self, DatabaseError> {
-        if let DbConnection::Pg(pg) = conn {
-            diesel::sql_query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        let own: Option<i32> =
+            match conn {
+                // The lock and the team's own cap in one round trip.
+                DbConnection::Pg(pg) => diesel::sql_query(
+                    "SELECT q.max_queued FROM (SELECT pg_advisory_xact_lock(hashtext($1))) AS l \
+                     LEFT JOIN team_quotas AS q ON q.team = $2",
+                )
                 .bind::<diesel::sql_types::Text, _>(format!("cohort-queue/{team}"))
-                .execute(pg)?;
-        }
-        let own: Option<Option<i32>> = team_quotas::table
-            .find(team)
-            .select(team_quotas::max_queued)
-            .first(conn)
-            .optional()?;
+                .bind::<diesel::sql_types::Text, _>(team)
+                .get_result::<OwnCap>(pg)?
+                .max_queued,
+                DbConnection::Sqlite(_) => team_quotas::table
+                    .find(team)
+                    .select(team_quotas::max_queued)
+                    .first::<Option<i32>>(conn)
+                    .optional()?
+                    .flatten(),
+            };
         let queued = match known {
             Some(n) => n,
             None => trainings::table
@@ -104,9 +111,16 @@ impl TeamQueue {
         };
         Ok(Self {
             queued,
-            cap: own.flatten().map_or(default, i64::from),
+            cap: own.map_or(default, i64::from),
         })
     }
+}
+
+/// A team's own cap of QUEUED trainings, when it has one.
+#[derive(diesel::QueryableByName)]
+struct OwnCap {
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    max_queued: Option<i32>,
 }
 
 /// The stored trainings of the batch's request ids, by key.
@@ -259,8 +273,7 @@ pub(super) fn create_batch_in(
         }
         rows.push(row);
     }
-    insert_queued(conn, &rows)?;
-    super::audit::insert_all_in(conn, &audits, now())?;
+    super::queued_rows::insert(conn, &rows, &audits, now())?;
     Ok(BatchOutcome {
         outcomes,
         queued: queues
@@ -269,57 +282,6 @@ pub(super) fn create_batch_in(
             .collect(),
         created: !rows.is_empty(),
     })
-}
-
-/// The rows of new QUEUED trainings, each with its "created" transition and
-/// that transition's event (sequence number 1).
-fn insert_queued(conn: &mut DbConnection, rows: &[TrainingRow]) -> Result<(), DatabaseError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let change = EventPayload::StateChange(StateChange {
-        from: None,
-        to: JobState::Queued,
-        reason: "created".to_string(),
-    });
-    let (kind, payload_json) = (change.kind(), change.to_json());
-    on_backend!(conn, |c| diesel::insert_into(trainings::table)
-        .values(rows)
-        .execute(c))?;
-    super::labels::insert_in(conn, rows)?;
-    let transitions: Vec<NewTransitionRow> = rows
-        .iter()
-        .map(|row| NewTransitionRow {
-            training_id: &row.id,
-            attempt: 0,
-            from_state: None,
-            to_state: JobState::Queued.as_str(),
-            reason: "created",
-            at: row.create_time,
-        })
-        .collect();
-    on_backend!(conn, |c| diesel::insert_into(state_transitions::table)
-        .values(&transitions)
-        .execute(c))?;
-    let events: Vec<EventRow> = rows
-        .iter()
-        .map(|row| EventRow {
-            training_id: row.id.clone(),
-            seq: 1,
-            attempt: 0,
-            kind: kind.clone(),
-            payload_json: payload_json.clone(),
-            event_time: row.create_time,
-        })
-        .collect();
-    on_backend!(conn, |c| diesel::insert_into(training_events::table)
-        .values(&events)
-        .execute(c))?;
-    for row in rows {
-        super::bell::note(&row.id, 1);
-    }
-    super::bell::note_state_change();
-    Ok(())
 }
 
 /// A create waiting for the worker, and where its outcome goes.
@@ -367,13 +329,11 @@ async fn work(db: Persistence, mut rx: mpsc::Receiver<Pending>) {
 }
 
 /// Writes one batch and answers each of its callers.
+///
+/// A batch of one goes the same way: alone, it would count its team's
+/// QUEUED trainings afresh (at 20,000 queued, most of its time on
+/// PostgreSQL) and make the next batch count again.
 async fn write(db: &Persistence, batch: Vec<Pending>, counts: &mut QueueCounts) {
-    if batch.len() == 1 {
-        counts.forget();
-        let Pending { new, reply } = batch.into_iter().next().expect("one create");
-        let _ = reply.send(create_one(db, new).await);
-        return;
-    }
     let before = db.events_bell().state_epoch();
     let known = Arc::new(counts.known(before));
     let news: Arc<Vec<NewTraining>> = Arc::new(batch.iter().map(|p| p.new.clone()).collect());

@@ -29,6 +29,7 @@ mod members;
 pub mod placements;
 mod pool;
 mod queue_counts;
+mod queued_rows;
 pub mod quotas;
 pub mod ranks;
 mod rows;
