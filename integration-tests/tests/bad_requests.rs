@@ -2,6 +2,7 @@
 //! and write nothing; a retried request_id creates one training.
 
 use cohort_integration_tests::job::create_request;
+use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::error::{bad_fields, reason};
@@ -285,6 +286,16 @@ async fn gpu_errors_write_nothing(backend: Backend) {
         .expect("a training on a free GPU")
         .into_inner();
     assert_count(&cluster, 1, "the holder").await;
+    // GPU 0 is busy once the scheduler has placed the holder on it (a pass
+    // after the create, not the create itself).
+    eventually("the holder placed", Duration::from_secs(30), || async {
+        let t = cluster.get_training(&holder.id).await;
+        match t.state() {
+            v1::training::State::Queued => Err(t.state_reason),
+            _ => Ok(()),
+        }
+    })
+    .await;
 
     let mut busy = create_request(&job, 1, false);
     busy.gpus = Some(v1::GpuRequest {

@@ -49,6 +49,17 @@ fn end_sessions(app: &str) -> usize {
     ended.len()
 }
 
+/// Reads `id` and creates another training, both without an error.
+async fn serves(db: &Persistence, id: &str) {
+    let got = db.get_training(id).await.unwrap();
+    assert_eq!(got.map(|t| t.id).as_deref(), Some(id));
+    let second = db
+        .create_training(new_training(Some("after")))
+        .await
+        .unwrap();
+    assert!(second.created);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_past_the_window_is_tested_and_replaced() {
     let (db, app, _cleanup) = open(4).await;
@@ -57,13 +68,7 @@ async fn a_connection_idle_past_the_window_is_tested_and_replaced() {
     // Past the window every pooled connection is tested at check-out: the
     // dead ones are replaced and no call sees them.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let got = db.get_training(&first.training.id).await.unwrap();
-    assert_eq!(got.map(|t| t.id), Some(first.training.id));
-    let second = db
-        .create_training(new_training(Some("after")))
-        .await
-        .unwrap();
-    assert!(second.created);
+    serves(&db, &first.training.id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,13 +81,7 @@ async fn a_connection_found_closed_is_not_handed_out_again() {
     let failed = db.get_training(&first.training.id).await.unwrap_err();
     assert!(failed.is_unavailable(), "{failed:?}");
     // …and the connection is dropped, not handed out again untested.
-    let got = db.get_training(&first.training.id).await.unwrap();
-    assert!(got.is_some());
-    let second = db
-        .create_training(new_training(Some("after")))
-        .await
-        .unwrap();
-    assert!(second.created);
+    serves(&db, &first.training.id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
