@@ -338,10 +338,14 @@ async fn write(db: &Persistence, batch: Vec<Pending>, counts: &mut QueueCounts) 
     let known = Arc::new(counts.known(before));
     let news: Arc<Vec<NewTraining>> = Arc::new(batch.iter().map(|p| p.new.clone()).collect());
     let carried = known.clone();
+    // Named by size, as the operation metrics show them.
+    let op = if batch.len() == 1 {
+        "create_training"
+    } else {
+        "create_trainings"
+    };
     let written = db
-        .transaction("create_trainings", move |c| {
-            create_batch_in(c, &news, &carried)
-        })
+        .transaction(op, move |c| create_batch_in(c, &news, &carried))
         .await;
     match written {
         Ok(done) => {
