@@ -192,14 +192,7 @@ async fn doctor_through_the_coordinator(backend: Backend) {
     );
 
     // Kept: ListAgents (and the table) show the last verdict.
-    let agents = cluster
-        .agents()
-        .await
-        .list_agents(v1::ListAgentsRequest::default())
-        .await
-        .expect("ListAgents")
-        .into_inner()
-        .agents;
+    let agents = cluster.list_agents().await;
     let last = agents[0]
         .last_doctor
         .as_ref()

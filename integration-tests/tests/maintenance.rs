@@ -15,20 +15,6 @@ use cohort_proto::v1::training::State;
 use std::time::Duration;
 use tonic::Code;
 
-async fn agent(cluster: &Cluster, name: &str) -> v1::Agent {
-    cluster
-        .agents()
-        .await
-        .list_agents(v1::ListAgentsRequest::default())
-        .await
-        .expect("ListAgents")
-        .into_inner()
-        .agents
-        .into_iter()
-        .find(|a| a.name == name)
-        .unwrap_or_else(|| panic!("no agent {name}"))
-}
-
 async fn gpu_of(cluster: &Cluster, agent: &str, index: i32) -> v1::Gpu {
     cluster
         .list_gpus()
@@ -79,7 +65,7 @@ async fn a_cordoned_agent_takes_no_new_ranks_until_uncordoned() {
     cluster.restart_coordinator().await;
     cluster.wait_for_gpus().await;
     assert_eq!(
-        agent(&cluster, "agent-0").await.cordon_reason,
+        cluster.agent_named("agent-0").await.cordon_reason,
         "bios update"
     );
     assert_eq!(
@@ -143,7 +129,7 @@ async fn a_cordoned_agent_takes_no_new_ranks_until_uncordoned() {
         Code::InvalidArgument,
         reason::INVALID_ARGUMENT,
     );
-    assert_eq!(agent(&cluster, "agent-0").await.cordon_reason, "");
+    assert_eq!(cluster.agent_named("agent-0").await.cordon_reason, "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +182,7 @@ async fn a_drain_moves_a_training_at_its_checkpoint_without_spending_its_budget(
     .await;
     assert_eq!(t.restart_count, 0, "a drain spends no restart budget");
     assert_eq!(agents_of(&cluster, &id).await, [to]);
-    let moved = agent(&cluster, &from).await;
+    let moved = cluster.agent_named(&from).await;
     assert_eq!(moved.placed_ranks, 0);
     assert!(!moved.draining);
     assert_eq!(

@@ -93,15 +93,30 @@ impl Cluster {
         .await
     }
 
-    /// The name of the agent with id `agent_id` (from ListAgents).
-    pub async fn agent_name_of(&self, agent_id: &str) -> String {
+    /// ListAgents, panicking on error.
+    pub async fn list_agents(&self) -> Vec<v1::Agent> {
         self.agents()
             .await
             .list_agents(v1::ListAgentsRequest::default())
             .await
-            .expect("ListAgents")
+            .unwrap_or_else(|s| panic!("ListAgents: {s:?}"))
             .into_inner()
             .agents
+    }
+
+    /// The agent named `name` (from ListAgents).
+    pub async fn agent_named(&self, name: &str) -> v1::Agent {
+        self.list_agents()
+            .await
+            .into_iter()
+            .find(|a| a.name == name)
+            .unwrap_or_else(|| panic!("no agent {name}"))
+    }
+
+    /// The name of the agent with id `agent_id` (from ListAgents).
+    pub async fn agent_name_of(&self, agent_id: &str) -> String {
+        self.list_agents()
+            .await
             .into_iter()
             .find(|a| a.id == agent_id)
             .unwrap_or_else(|| panic!("no agent {agent_id}"))

@@ -5,7 +5,6 @@
 //! left on the agent the drain ends; the agent stays cordoned.
 
 use super::Jobs;
-use crate::model::JobState;
 use crate::persistence::DatabaseError;
 
 impl Jobs {
@@ -17,14 +16,9 @@ impl Jobs {
         attempt: i32,
         cause: &str,
     ) -> Result<(), DatabaseError> {
-        let Some(training) = self.db.get_training(training_id).await? else {
-            return Ok(());
-        };
-        if training.attempt != attempt
-            || !matches!(training.state, JobState::Scheduled | JobState::Running)
-        {
+        let Some(training) = self.placed_attempt(training_id, attempt).await? else {
             return Ok(()); // decided already
-        }
+        };
         self.stop_attempt(&training, cause).await;
         self.db.begin_move(training_id, cause).await?;
         tracing::info!(

@@ -275,6 +275,18 @@ impl Jobs {
         self.rt().of(training_id).avoid.insert(uuid.to_string());
     }
 
+    /// The training while `attempt` is still its placed (SCHEDULED or
+    /// RUNNING) attempt; `None` once it was decided otherwise.
+    pub(super) async fn placed_attempt(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<Option<Training>, DatabaseError> {
+        Ok(self.db.get_training(training_id).await?.filter(|t| {
+            t.attempt == attempt && matches!(t.state, JobState::Scheduled | JobState::Running)
+        }))
+    }
+
     /// Restart the gang of `attempt` within the budget (the next attempt
     /// with `next_config` when given, stored with the restart), or fail with
     /// every cause.
@@ -285,14 +297,9 @@ impl Jobs {
         cause: &str,
         next_config: Option<Workload>,
     ) -> Result<(), DatabaseError> {
-        let Some(training) = self.db.get_training(training_id).await? else {
-            return Ok(());
-        };
-        if training.attempt != attempt
-            || !matches!(training.state, JobState::Scheduled | JobState::Running)
-        {
+        let Some(training) = self.placed_attempt(training_id, attempt).await? else {
             return Ok(()); // decided already
-        }
+        };
         self.stop_attempt(&training, cause).await;
         if training.restart_count >= training.max_restarts {
             let mut causes: Vec<String> = self
