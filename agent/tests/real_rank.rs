@@ -91,6 +91,7 @@ async fn two_real_ranks_train_to_success() {
                 extra_env: vec![],
                 base_env: std::env::vars().collect(),
                 memory_limit: None,
+                notice: None,
             })
             .await
             .unwrap();

@@ -52,6 +52,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         extra_env: vec![],
         base_env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
         memory_limit: None,
+        notice: None,
     }
 }
 
@@ -376,4 +377,126 @@ async fn start_errors_are_precise() {
     ));
     sup.shutdown().await;
     assert!(sup.running().is_empty());
+}
+
+/// A program that honours its notice: on SIGTERM it reads its notice file,
+/// writes a checkpoint (by rename, as cohort_train does) and exits 0 — the
+/// checkpoint is reported before the exit, and the exit is a preemption.
+#[tokio::test]
+async fn a_noticed_program_checkpoints_in_its_grace_and_it_is_reported_first() {
+    use cohort_agent::program::checkpoints::CheckpointWatch;
+    use cohort_agent::supervisor::NoticeSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let body = r#"
+on_term() {
+  grep -q '^COHORT_PREEMPTED=1$' "$COHORT_NOTICE_FILE" || exit 9
+  mkdir -p ckpt/.step-7.tmp && echo state > ckpt/.step-7.tmp/state && mv ckpt/.step-7.tmp ckpt/step-7
+  exit 0
+}
+trap on_term TERM
+echo ready > ready
+while true; do sleep 0.05; done
+"#;
+    let program = script(dir.path(), "honours.sh", body);
+    let mut spec = rank_spec(dir.path(), program, "job-notice", 0);
+    let ckpt = spec.run_dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    spec.checkpoints = Some(CheckpointWatch {
+        dir: ckpt.clone(),
+        keep: 3,
+        remote: None,
+    });
+    spec.notice = Some(NoticeSpec {
+        file: NoticeSpec::file_in(&spec.run_dir, 0, 0),
+        signal: nix::sys::signal::Signal::SIGTERM,
+    });
+    let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(10));
+    sup.start(spec).await.unwrap();
+    read_pid_file_text(&run_dir.join("ready")).await;
+    let noticed = sup.noticers("job-notice", 0, Duration::from_secs(10));
+    assert_eq!(noticed.len(), 1);
+    let outcomes = cohort_agent::supervisor::RankStopper::notice_all(noticed).await;
+    assert_eq!(outcomes[0].1, StopOutcome::Terminated);
+    let file = std::fs::read_to_string(NoticeSpec::file_in(&run_dir, 0, 0)).unwrap();
+    assert_eq!(file, "COHORT_PREEMPTED=1\n");
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let at = kinds
+        .iter()
+        .position(|k| {
+            matches!(
+                k,
+                RankEventKind::Progress(ProgressLine::Checkpoint { step: 7, .. })
+            )
+        })
+        .expect("the checkpoint of the grace is reported");
+    assert_eq!(at, kinds.len() - 2, "right before the exit: {kinds:?}");
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.code, Some(0), "{exit:?}");
+    assert!(exit.noticed);
+    // A second notice of the same attempt changes nothing.
+    let again = cohort_agent::supervisor::RankStopper::notice_all(sup.noticers(
+        "job-notice",
+        0,
+        Duration::from_secs(1),
+    ))
+    .await;
+    assert!(
+        again
+            .iter()
+            .all(|(_, o)| matches!(o, StopOutcome::AlreadyExited | StopOutcome::Noticed)),
+        "{again:?}"
+    );
+}
+
+/// A program that ignores its notice is killed at the end of its grace; the
+/// exit is still the notice's (class Preempted), not a failure.
+#[tokio::test]
+async fn a_program_that_ignores_its_notice_is_killed_at_the_grace() {
+    use cohort_agent::supervisor::NoticeSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let program = script(
+        dir.path(),
+        "deaf.sh",
+        "trap '' TERM\necho ready > ready\nwhile true; do sleep 0.05; done",
+    );
+    let mut spec = rank_spec(dir.path(), program, "job-deaf", 0);
+    spec.notice = Some(NoticeSpec {
+        file: NoticeSpec::file_in(&spec.run_dir, 0, 0),
+        signal: nix::sys::signal::Signal::SIGTERM,
+    });
+    let (key, run_dir) = (spec.key.clone(), spec.run_dir.clone());
+    let (mut sup, mut rx) = supervisor(Duration::from_secs(10));
+    sup.start(spec).await.unwrap();
+    read_pid_file_text(&run_dir.join("ready")).await;
+    let started = Instant::now();
+    let outcomes = cohort_agent::supervisor::RankStopper::notice_all(sup.noticers(
+        "job-deaf",
+        0,
+        Duration::from_millis(600),
+    ))
+    .await;
+    assert_eq!(outcomes[0].1, StopOutcome::Killed);
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "the grace was given"
+    );
+    let kinds = events_until_exit(&mut rx, &key).await;
+    let exit = exit_of(&kinds);
+    assert_eq!(exit.signal, Some(libc::SIGKILL));
+    assert_eq!(exit.class, ExitClass::Preempted);
+    assert!(exit.noticed && exit.stop_requested);
+}
+
+async fn read_pid_file_text(path: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if !text.is_empty() {
+                return text;
+            }
+        }
+        assert!(start.elapsed() < WAIT, "{} never appeared", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

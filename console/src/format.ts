@@ -1,6 +1,6 @@
 // How numbers, sizes, times and states read on every page.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { Training_State } from "./gen/cohort/v1/training_pb";
+import { Training_State, type Training } from "./gen/cohort/v1/training_pb";
 
 export function bytes(n: bigint | number | undefined): string {
   const v = Number(n ?? 0);
@@ -66,4 +66,25 @@ export function stateName(s: Training_State): string {
 
 export function ended(s: Training_State): boolean {
   return s === Training_State.SUCCEEDED || s === Training_State.FAILED || s === Training_State.CANCELLED;
+}
+
+/** How far ahead a time is: `in 12m 5s`, `in 3h 10m`, `in 2d 4h`, `now`. */
+export function until(t: Timestamp | undefined, now = Date.now()): string {
+  const d = date(t);
+  if (!d) return "–";
+  const s = (d.getTime() - now) / 1000;
+  if (s <= 0) return "now";
+  if (s >= 86400) return `in ${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+  return `in ${duration(s)}`;
+}
+
+/** When a waiting training starts or a running one ends, from the
+ * scheduler's forecast; why not, when nobody can say. */
+export function estimate(t: Training, now = Date.now()): { text: string; why?: string } {
+  const waiting = t.state === Training_State.QUEUED || t.state === Training_State.RESTARTING;
+  const running = t.state === Training_State.SCHEDULED || t.state === Training_State.RUNNING;
+  if (waiting && t.estimatedStartTime) return { text: `starts ${until(t.estimatedStartTime, now)}` };
+  if (running && t.estimatedEndTime) return { text: `ends ${until(t.estimatedEndTime, now)}` };
+  if ((waiting || running) && t.estimateReason) return { text: "no estimate", why: t.estimateReason };
+  return { text: "–" };
 }

@@ -639,6 +639,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
                     team: "vision".into(),
                     gpus: Some(100),
                     max_queued: None,
+                    ..Default::default()
                 },
                 &token("vision/lead"),
             ))

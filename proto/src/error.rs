@@ -29,6 +29,9 @@ pub mod reason {
     pub const CHECKPOINT_UNREACHABLE: &str = "CHECKPOINT_UNREACHABLE";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    /// A priority class above the team's `max_priority_class`; metadata
+    /// `priority_class`, `max_priority_class`, `team`.
+    pub const PRIORITY_CLASS_NOT_ALLOWED: &str = "PRIORITY_CLASS_NOT_ALLOWED";
     pub const AGENT_IDENTITY_MISMATCH: &str = "AGENT_IDENTITY_MISMATCH";
     /// An agent's certificate names an agent its issuing CA may not
     /// certify (`--agent-names`); metadata `certificate`, `issuer`.
@@ -77,6 +80,7 @@ pub mod reason {
         CHECKPOINT_UNREACHABLE,
         UNAUTHENTICATED,
         PERMISSION_DENIED,
+        PRIORITY_CLASS_NOT_ALLOWED,
         AGENT_IDENTITY_MISMATCH,
         AGENT_NAME_NOT_ALLOWED,
         TOKEN_EXISTS,

@@ -28,6 +28,9 @@ pub enum ExitCode {
     /// More than `optim.max_nonfinite_steps` steps in a row had a non-finite
     /// loss or gradient norm (or the run ended on one): the training diverged.
     Diverged = 15,
+    /// A preemption notice came: the rank finished its step, rank 0 wrote a
+    /// checkpoint, and every rank stopped to be placed again later.
+    Preempted = 16,
     /// The device or host ran out of memory.
     OutOfMemory = 20,
     /// Stopped by SIGTERM/SIGINT (a requested stop, e.g. a cancel).
@@ -48,6 +51,8 @@ pub enum ExitClass {
     Diverged,
     /// Stopped on request.
     Stopped,
+    /// Stopped by a preemption notice after a checkpoint: not a failure.
+    Preempted,
 }
 
 impl ExitCode {
@@ -68,6 +73,7 @@ impl ExitCode {
             Internal,
             DataUnavailable,
             Diverged,
+            Preempted,
             OutOfMemory,
             Terminated,
         ]
@@ -86,6 +92,7 @@ impl ExitCode {
             OutOfMemory => ExitClass::OutOfMemory,
             Diverged => ExitClass::Diverged,
             Terminated => ExitClass::Stopped,
+            Preempted => ExitClass::Preempted,
         }
     }
 }
@@ -105,13 +112,14 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_classify() {
-        for code in [0, 2, 3, 4, 10, 11, 12, 13, 14, 15, 20, 143] {
+        for code in [0, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 20, 143] {
             assert_eq!(ExitCode::from_code(code).unwrap().code(), code);
         }
         assert_eq!(classify(Some(3)), ExitClass::UserError);
         assert_eq!(classify(Some(11)), ExitClass::Infrastructure);
         assert_eq!(classify(Some(20)), ExitClass::OutOfMemory);
         assert_eq!(classify(Some(15)), ExitClass::Diverged);
+        assert_eq!(classify(Some(16)), ExitClass::Preempted);
         assert_eq!(classify(None), ExitClass::Infrastructure);
         assert_eq!(classify(Some(77)), ExitClass::Infrastructure);
     }

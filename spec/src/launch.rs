@@ -34,6 +34,11 @@ pub const RUN_DIR: &str = "COHORT_RUN_DIR";
 pub const CHECKPOINT_DIR: &str = "COHORT_CHECKPOINT_DIR";
 /// The newest complete checkpoint to resume from (absent on a fresh start).
 pub const RESUME_DIR: &str = "COHORT_RESUME_DIR";
+/// A file the agent writes `COHORT_PREEMPTED=1` into when the rank gets a
+/// preemption notice (before SIGTERM); absent until then.
+pub const NOTICE_FILE: &str = "COHORT_NOTICE_FILE";
+/// The line of the notice file that says the rank is being preempted.
+pub const PREEMPTED_LINE: &str = "COHORT_PREEMPTED=1";
 /// The GPU the rank may use (empty: none, the rank runs on the CPU).
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
@@ -102,6 +107,7 @@ impl Launch {
                 RUN_DIR,
                 CHECKPOINT_DIR,
                 RESUME_DIR,
+                NOTICE_FILE,
             ]
             .contains(&name)
     }

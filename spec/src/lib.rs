@@ -16,6 +16,7 @@
 //! - [`metrics`]: a program's looser progress lines.
 //! - [`program`]: a team's own program as a training (`[program]`).
 //! - [`workload`]: what a training runs, the SAE or a program.
+//! - [`schedule`]: what a training tells the scheduler (`preemption_grace`, `expected_duration`).
 
 pub mod checkpoint;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod program;
 pub mod progress;
 pub mod resume;
 pub mod roots;
+pub mod schedule;
 pub mod workload;
 
 pub use config::{ConfigError, TrainingConfig};

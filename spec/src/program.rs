@@ -9,6 +9,7 @@ use crate::config::ConfigError;
 use crate::duration::parse_duration;
 use crate::launch::Launch;
 use crate::location::Location;
+use crate::schedule::ScheduleHints;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
@@ -33,6 +34,10 @@ pub struct ProgramTraining {
     pub program: ProgramConfig,
     #[serde(default)]
     pub checkpoint: ProgramCheckpoint,
+    /// `[runtime]`: only the scheduling keys (`preemption_grace`,
+    /// `expected_duration`; see [`crate::schedule`]).
+    #[serde(default, skip_serializing_if = "ScheduleHints::is_empty")]
+    pub runtime: ScheduleHints,
 }
 
 /// What runs on every rank.
@@ -202,7 +207,7 @@ impl ProgramTraining {
             }
             Location::parse(storage).map_err(|e| invalid("checkpoint.storage", e))?;
         }
-        Ok(())
+        self.runtime.validate("runtime")
     }
 
     /// The heartbeat timeout, when set (validated).

@@ -119,6 +119,15 @@ impl Workload {
             Workload::Program(p) => p.checkpoint.storage.as_deref(),
         }
     }
+
+    /// What the training tells the scheduler (`[runtime]`'s
+    /// `preemption_grace` and `expected_duration`).
+    pub fn schedule(&self) -> crate::schedule::ScheduleHints {
+        match self {
+            Workload::Sae(c) => c.runtime.schedule(),
+            Workload::Program(p) => p.runtime.clone(),
+        }
+    }
 }
 
 /// Stored JSON is read back the same way it is written: a `program` key

@@ -24,6 +24,9 @@ pub enum RankError {
     OutOfMemory(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A preemption notice: the step finished, the checkpoint written.
+    #[error("preempted: {0}")]
+    Preempted(String),
 }
 
 impl RankError {
@@ -39,6 +42,7 @@ impl RankError {
             RankError::Diverged(_) => ExitCode::Diverged,
             RankError::OutOfMemory(_) => ExitCode::OutOfMemory,
             RankError::Internal(_) => ExitCode::Internal,
+            RankError::Preempted(_) => ExitCode::Preempted,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod error;
 pub mod launch;
 pub mod model;
+pub mod preempt;
 pub mod report;
 pub mod state;
 pub mod timing;

@@ -118,6 +118,9 @@ fn exit_with_parent() {
 
 fn main() {
     let args = Args::parse();
+    if let Err(e) = cohort_rank::preempt::install() {
+        eprintln!("cohort-rank: cannot hear preemption notices (SIGUSR1): {e}");
+    }
     exit_with_parent();
     let code = match guarded(args) {
         Ok(()) => 0,

@@ -231,3 +231,86 @@ fn small_buckets_and_bf16_sums_keep_the_ranks_identical_and_close_to_f32() {
         );
     }
 }
+
+/// A preemption notice heard by one rank alone (SIGUSR1, as the agent
+/// sends it) stops the whole gang after the same step: rank 0 writes that
+/// step's checkpoint, every rank exits PREEMPTED (16), and the resumed run
+/// reaches the parameters of a run never preempted.
+#[test]
+fn a_notice_to_one_rank_stops_the_gang_at_one_step_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "sae.toml", &config(32, 400, 1000));
+    let straight = run_group(&cfg, &dir.path().join("straight"), 2);
+    let expected = checksum(&straight[0]);
+
+    let run = dir.path().join("preempted");
+    let port = free_port();
+    let leader = spawn(&cfg, &run, 0, 2, port, &[]);
+    let peer = spawn(&cfg, &run, 1, 2, port, &[]);
+    // Under way, then only rank 1 hears the notice.
+    loop {
+        let line = peer
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("rank 1 trains");
+        if matches!(ProgressLine::parse(&line), Some(ProgressLine::RankStats { step, .. }) if step >= 20)
+        {
+            break;
+        }
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(peer.child.id() as i32, libc::SIGUSR1) };
+    let (leader, peer) = (
+        finish(leader, Duration::from_secs(60)),
+        finish(peer, Duration::from_secs(60)),
+    );
+    assert_eq!(leader.code, Some(16), "{}", leader.stderr);
+    assert_eq!(peer.code, Some(16), "{}", peer.stderr);
+    let at = leader
+        .lines
+        .iter()
+        .find_map(|l| match l {
+            ProgressLine::Checkpoint {
+                step, best: false, ..
+            } => Some(*step),
+            _ => None,
+        })
+        .expect("rank 0 checkpointed on the notice");
+    assert!((20..400).contains(&at), "stopped after step {at}");
+    assert!(
+        leader.stderr.contains(&format!("stopped after step {at}")),
+        "{}",
+        leader.stderr
+    );
+    assert!(
+        peer.stderr.contains(&format!("stopped after step {at}")),
+        "{}",
+        peer.stderr
+    );
+
+    let resumed = run_group(&cfg, &run, 2);
+    assert!(resumed.iter().all(|r| r.code == Some(0)));
+    assert_eq!(start_step(&resumed[0]), Some(at));
+    assert_eq!(checksum(&resumed[0]), expected);
+    assert_eq!(checksum(&resumed[1]), expected);
+}
+
+/// The injected notice (COHORT_FAULT_PREEMPT_AT_STEP) on one rank stops
+/// both at exactly that step, with a checkpoint there.
+#[test]
+fn an_injected_notice_stops_the_gang_after_its_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "sae.toml", &config(32, 60, 10));
+    let run = dir.path().join("run");
+    let out = run_group_with(&cfg, &run, 2, &[("COHORT_FAULT_PREEMPT_AT_STEP", "1:23")]);
+    assert!(out.iter().all(|r| r.code == Some(16)), "{}", out[0].stderr);
+    let steps: Vec<i64> = out[0]
+        .lines
+        .iter()
+        .filter_map(|l| match l {
+            ProgressLine::Checkpoint { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, vec![10, 20, 24]);
+}

@@ -1,4 +1,4 @@
-//! The coordinator's commands: StartRanks and StopRanks.
+//! The coordinator's commands: StartRanks, StopRanks and NoticeRanks.
 
 use crate::supervisor::log::log_path;
 use std::path::PathBuf;
@@ -25,6 +25,10 @@ pub(super) async fn handle(
         Some(In::StartRanks(start)) => start_ranks(agent, start).await,
         Some(In::StopRanks(stop)) => {
             stop_ranks(agent, stop);
+            Vec::new()
+        }
+        Some(In::NoticeRanks(notice)) => {
+            notice_ranks(agent, notice);
             Vec::new()
         }
         // The session serves these itself, before commands reach here.
@@ -216,6 +220,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
             extra_env: rank_env.clone(),
             base_env: Vec::new(),
             memory_limit: (cmd.host_memory_limit_bytes > 0).then_some(cmd.host_memory_limit_bytes),
+            notice: None,
         };
         plan.apply(&mut spec);
         if let Err(e) = agent.supervisor.start(spec).instrument(span.clone()).await {
@@ -368,6 +373,34 @@ fn stop_ranks(agent: &Agent, cmd: v1::StopRanks) {
     tokio::spawn(async move {
         for (key, outcome) in RankStopper::stop_all(stoppers).await {
             tracing::info!(rank = %key, outcome = ?outcome, "rank stopped");
+        }
+    });
+}
+
+/// Gives notice in a spawned task so the session keeps serving during the
+/// grace period; a rank noticed already is left alone.
+fn notice_ranks(agent: &Agent, cmd: v1::NoticeRanks) {
+    let Ok(attempt) = u32::try_from(cmd.attempt) else {
+        tracing::warn!(training = %cmd.training_id, attempt = cmd.attempt, "ignoring NoticeRanks with a negative attempt");
+        return;
+    };
+    let grace =
+        convert::positive_duration(cmd.grace_period.as_ref()).unwrap_or(agent.config.stop_grace);
+    let noticed = agent.supervisor.noticers(&cmd.training_id, attempt, grace);
+    tracing::info!(
+        training = %cmd.training_id,
+        attempt,
+        ranks = noticed.len(),
+        grace_ms = grace.as_millis() as u64,
+        reason = %cmd.reason,
+        "preemption notice"
+    );
+    if noticed.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        for (key, outcome) in RankStopper::notice_all(noticed).await {
+            tracing::info!(rank = %key, outcome = ?outcome, "rank noticed");
         }
     });
 }

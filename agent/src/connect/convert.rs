@@ -167,6 +167,7 @@ mod tests {
             class: ExitClass::UserError,
             stderr_tail: vec!["a".into(), "b".into()],
             stop_requested: false,
+            noticed: false,
         };
         let p = rank_exited(&exit);
         assert_eq!(p.status, Some(v1::rank_exited::Status::ExitCode(3)));

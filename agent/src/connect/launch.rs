@@ -21,7 +21,7 @@ use crate::program::checkpoints::{resume_dir, CheckpointWatch};
 use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
-use crate::supervisor::RankSpec;
+use crate::supervisor::{NoticeSpec, RankSpec};
 use cohort_spec::prefixes::S3Prefixes;
 
 /// What every rank of this agent's share starts with.
@@ -37,6 +37,9 @@ pub(super) struct Plan {
     pub checkpoints: Option<CheckpointWatch>,
     /// A program's confinement.
     pub sandbox: Option<SandboxRules>,
+    /// The signal a preemption notice sends (SIGUSR1 to `cohort-rank`,
+    /// SIGTERM to a program).
+    pub notice_signal: nix::sys::signal::Signal,
 }
 
 impl Plan {
@@ -49,6 +52,10 @@ impl Plan {
         spec.base_env = self.base_env.clone();
         spec.extra_env.extend(self.extra_env.iter().cloned());
         spec.sandbox = self.sandbox.clone();
+        spec.notice = Some(NoticeSpec {
+            file: NoticeSpec::file_in(&spec.run_dir, spec.key.attempt, spec.key.rank),
+            signal: self.notice_signal,
+        });
         if spec.key.rank == 0 {
             spec.checkpoints = self.checkpoints.clone();
         }
@@ -90,6 +97,7 @@ pub(super) fn sae(agent: &Agent, team: &str, config_path: &Path, run_dir: &Path)
         extra_env: Vec::new(),
         checkpoints: None,
         sandbox: None,
+        notice_signal: nix::sys::signal::Signal::SIGUSR1,
     }
 }
 
@@ -242,6 +250,7 @@ pub(super) fn program(
             keep: usize::try_from(p.checkpoint.keep).unwrap_or(1).max(1),
             remote,
         }),
+        notice_signal: nix::sys::signal::Signal::SIGTERM,
     })
 }
 

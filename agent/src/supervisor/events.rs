@@ -41,4 +41,7 @@ pub struct RankExit {
     pub stderr_tail: Vec<String>,
     /// True when the agent had sent the stop signal.
     pub stop_requested: bool,
+    /// True when the rank had a preemption notice (its class is then
+    /// `Preempted` unless it exited 0).
+    pub noticed: bool,
 }

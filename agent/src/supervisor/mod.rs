@@ -19,7 +19,7 @@ mod stop;
 
 pub use error::SupervisorError;
 pub use events::{RankEvent, RankEventKind, RankExit, STDERR_TAIL_LINES};
-pub use spec::{default_rank_program, RankKey, RankSpec, RANK_PROGRAM_NAME};
+pub use spec::{default_rank_program, NoticeSpec, RankKey, RankSpec, RANK_PROGRAM_NAME};
 pub use stop::{RankStopper, StopOutcome};
 
 use std::collections::HashMap;
@@ -112,6 +112,12 @@ impl Supervisor {
         keys.into_iter()
             .map(|k| RankStopper::new(k.clone(), self.ranks[k].clone(), grace))
             .collect()
+    }
+
+    /// Stoppers that give the ranks of one attempt of `job_id` a preemption
+    /// notice (see [`RankStopper::notice`]) with their own grace period.
+    pub fn noticers(&self, job_id: &str, attempt: u32, grace: Duration) -> Vec<RankStopper> {
+        self.stoppers(job_id, Some(attempt), grace)
     }
 
     /// A handle that stops one rank without borrowing the supervisor, for

@@ -36,6 +36,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) struct RankHandle {
     pid: u32,
     stop_requested: Arc<AtomicBool>,
+    /// Set once a preemption notice was given.
+    noticed: Arc<AtomicBool>,
+    /// How a notice reaches the rank.
+    notice: Option<Arc<super::NoticeSpec>>,
     exited: watch::Receiver<bool>,
 }
 
@@ -51,6 +55,15 @@ impl RankHandle {
 
     pub(crate) fn mark_stop_requested(&self) {
         self.stop_requested.store(true, Ordering::SeqCst);
+    }
+
+    /// Marks the rank noticed; false when it had been already.
+    pub(crate) fn mark_noticed(&self) -> bool {
+        !self.noticed.swap(true, Ordering::SeqCst)
+    }
+
+    pub(crate) fn notice_spec(&self) -> Option<&super::NoticeSpec> {
+        self.notice.as_deref()
     }
 
     /// Waits up to `timeout` for the process to be reaped.
@@ -127,6 +140,7 @@ pub(crate) async fn spawn(
     );
 
     let stop_requested = Arc::new(AtomicBool::new(false));
+    let noticed = Arc::new(AtomicBool::new(false));
     let (exited_tx, exited_rx) = watch::channel(false);
     let monitor = Monitor {
         checkpoints: spec
@@ -139,6 +153,7 @@ pub(crate) async fn spawn(
         pid,
         events,
         stop_requested: stop_requested.clone(),
+        noticed: noticed.clone(),
         exited: exited_tx,
     };
     let stdout = child.stdout.take();
@@ -147,6 +162,8 @@ pub(crate) async fn spawn(
     Ok(RankHandle {
         pid,
         stop_requested,
+        noticed,
+        notice: spec.notice.map(Arc::new),
         exited: exited_rx,
     })
 }
@@ -166,6 +183,7 @@ struct Monitor {
     pid: u32,
     events: mpsc::Sender<RankEvent>,
     stop_requested: Arc<AtomicBool>,
+    noticed: Arc<AtomicBool>,
     exited: watch::Sender<bool>,
 }
 
@@ -265,6 +283,7 @@ impl Monitor {
         stderr_tail: Vec<String>,
     ) -> RankExit {
         let stop_requested = self.stop_requested.load(Ordering::SeqCst);
+        let noticed = self.noticed.load(Ordering::SeqCst);
         let (code, signal) = match status {
             Ok(s) => (s.code(), s.signal()),
             Err(e) => {
@@ -272,7 +291,9 @@ impl Monitor {
                 (None, None)
             }
         };
-        let class = if stop_requested && code != Some(0) {
+        let class = if noticed && code != Some(0) {
+            ExitClass::Preempted
+        } else if stop_requested && code != Some(0) {
             ExitClass::Stopped
         } else {
             classify(code)
@@ -283,6 +304,7 @@ impl Monitor {
             class,
             stderr_tail,
             stop_requested,
+            noticed,
         }
     }
 

@@ -76,6 +76,31 @@ pub struct RankSpec {
     /// The rank's host-memory limit (its own cgroup), where the host has a
     /// memory controller; `None`: unbounded.
     pub memory_limit: Option<u64>,
+    /// How a preemption notice reaches it (`COHORT_NOTICE_FILE`); `None`:
+    /// a notice stops it as a stop does.
+    pub notice: Option<NoticeSpec>,
+}
+
+/// How a rank learns of a preemption notice: `COHORT_PREEMPTED=1` in its
+/// notice file, then a signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeSpec {
+    /// The file the agent writes (`COHORT_NOTICE_FILE`): under the run
+    /// directory, so a confined program can read it.
+    pub file: PathBuf,
+    /// SIGUSR1 for `cohort-rank` (it checkpoints and exits PREEMPTED; its
+    /// SIGTERM stays a plain stop), SIGTERM for a program.
+    pub signal: nix::sys::signal::Signal,
+}
+
+impl NoticeSpec {
+    /// The notice file of one rank of one attempt below `run_dir` (attempts
+    /// share the run directory; each has its own files).
+    pub fn file_in(run_dir: &Path, attempt: u32, rank: u32) -> PathBuf {
+        run_dir
+            .join(".cohort")
+            .join(format!("notice-attempt-{attempt}-rank-{rank}"))
+    }
 }
 
 impl RankSpec {
@@ -104,6 +129,12 @@ impl RankSpec {
             .collect();
         // The rank exits when the agent dies, so a killed agent leaves no orphans.
         env.push(("COHORT_EXIT_WITH_PARENT".to_string(), "1".to_string()));
+        if let Some(notice) = &self.notice {
+            env.push((
+                cohort_spec::launch::NOTICE_FILE.to_string(),
+                notice.file.display().to_string(),
+            ));
+        }
         env.extend(self.extra_env.iter().cloned());
         env
     }

@@ -50,10 +50,13 @@ export function AdminPage() {
         {quotas.error && <p className="error">{quotas.error}</p>}
         {quotas.value?.length === 0 && <p className="muted">No team has a quota or trainings yet.</p>}
         <table className="table">
-          <thead><tr><th>team</th><th>GPUs in use / quota</th><th>queued / max</th></tr></thead>
+          <thead><tr><th>team</th><th>GPUs in use / guaranteed</th><th>borrow limit</th><th>borrowed</th><th>lent</th><th>weight</th><th>GPU-hours (decayed)</th><th>highest class</th><th>queued / max</th></tr></thead>
           <tbody>
             {(quotas.value ?? []).map((q) => (
-              <tr key={q.team}><td>{q.team}</td><td>{q.gpusInUse} / {q.gpus ?? "∞"}</td><td>{q.queued} / {q.maxQueued ?? "∞"}</td></tr>
+              <tr key={q.team}>
+                <td>{q.team}</td><td>{q.gpusInUse} / {q.gpus ?? "∞"}</td><td>{q.borrowLimit ?? "none"}</td><td>{q.gpusBorrowed}</td><td>{q.gpusLent}</td>
+                <td>{q.weight ?? 1}</td><td>{q.decayedGpuHours.toFixed(1)}</td><td>{q.maxPriorityClass ?? "any"}</td><td>{q.queued} / {q.maxQueued ?? "∞"}</td>
+              </tr>
             ))}
           </tbody>
         </table>

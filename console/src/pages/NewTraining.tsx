@@ -4,7 +4,7 @@
 import { useEffect, useMemo, useState } from "react";
 import type { ReactNode } from "react";
 import type { TrainingConfig } from "../gen/cohort/v1/config_pb";
-import { ParseTrainingConfigRequest_Format as Format } from "../gen/cohort/v1/training_service_pb";
+import { ParseTrainingConfigRequest_Format as Format, type PriorityClass } from "../gen/cohort/v1/training_service_pb";
 import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
 import { navigate } from "../router";
@@ -34,6 +34,22 @@ export function NewTrainingPage() {
   const [gpus, setGpus] = useState<string[]>([]);
   const [errors, setErrors] = useState<Errors>({});
   const [busy, setBusy] = useState(false);
+  const [classes, setClasses] = useState<PriorityClass[]>([]);
+  const [priorityClass, setPriorityClass] = useState("");
+  const [borrow, setBorrow] = useState(true);
+
+  // The coordinator's priority classes, highest first; the default chosen.
+  useEffect(() => {
+    const stop = new AbortController();
+    api.training
+      .listPriorityClasses({}, { signal: stop.signal })
+      .then((r) => {
+        setClasses(r.classes);
+        setPriorityClass((c) => c || r.defaultClass);
+      })
+      .catch(() => undefined);
+    return () => stop.abort();
+  }, []);
 
   // The editor's text is read by the server, as `cohort train submit --config` reads a file.
   useEffect(() => {
@@ -78,6 +94,8 @@ export function NewTrainingPage() {
         config: parsed.config,
         displayName: f.name.trim(),
         gpus: gpus.length > 0 ? { selection: { case: "gpuIds", value: { ids: gpus } } } : undefined,
+        priorityClass,
+        borrow,
       });
       navigate(`/trainings/${t.id}`);
     } catch (err) {
@@ -161,6 +179,19 @@ export function NewTrainingPage() {
             </Field>
           </>
         )}
+        <fieldset>
+          <legend>Scheduling</legend>
+          <Field id="priorityClass" label="Priority class" hint="a preempting class may preempt lower ones when the fleet is full">
+            <select id="priorityClass" value={priorityClass} onChange={(e) => setPriorityClass(e.target.value)}>
+              {classes.map((c) => (
+                <option key={c.name} value={c.name}>{c.name} ({c.value}{c.preempting ? ", preempts" : ""})</option>
+              ))}
+            </select>
+          </Field>
+          <Field id="borrow" label="Borrow idle quota" hint="run beyond the team's guaranteed GPUs while others' sit idle (it may then be reclaimed)">
+            <input id="borrow" type="checkbox" checked={borrow} onChange={(e) => setBorrow(e.target.checked)} />
+          </Field>
+        </fieldset>
         <GpuSelector config={parsed.config} value={gpus} onChange={setGpus} />
         <div className="actions">
           <button type="submit" className="primary" disabled={busy || !parsed.config}>{busy ? "Submitting…" : "Submit training"}</button>

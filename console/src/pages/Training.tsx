@@ -2,7 +2,7 @@
 import { useState } from "react";
 import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
-import { duration, ended, num, stateName, when } from "../format";
+import { duration, ended, estimate, num, stateName, when } from "../format";
 import { Link } from "../router";
 import { Checkpoints } from "../training/Checkpoints";
 import { Curves } from "../training/Curves";
@@ -39,11 +39,19 @@ export function TrainingPage({ id }: { id: string }) {
       <div className="title-row">
         <h1>{t.displayName || t.id}</h1>
         <span className={`state ${state}`}>{state}</span>
+        {t.borrowing && <span className="badge" title="runs on idle quota of other teams: it may be reclaimed">borrowing</span>}
         {canEdit(session) && !ended(t.state) && <button className="danger" onClick={cancel}>Cancel training</button>}
       </div>
       {cancelError && <p className="error" role="alert">{cancelError}</p>}
       <p className="muted small">
         {t.id} · team {t.team || "–"} · by {t.creator || "–"} · {gpuCount(t)} GPUs · attempt {t.attempt} ({t.restartCount}/{t.maxRestarts} restarts) · created {when(t.createTime)}
+      </p>
+      <p className="muted small" aria-label="scheduling">
+        class {t.priorityClass || "none"} (priority {t.priority}) · preempted {t.preemptionCount}× · {t.borrow ? "may borrow idle quota" : "never borrows"}
+        {(() => {
+          const e = estimate(t);
+          return e.text === "–" ? null : <> · <span title={e.why}>{e.text}{e.why ? ` (${e.why})` : ""}</span></>;
+        })()}
       </p>
       {Object.keys(t.labels).length > 0 && (
         <div className="labels" aria-label="labels">

@@ -4,7 +4,7 @@ import type { Training } from "../gen/cohort/v1/training_pb";
 import { Training_State } from "../gen/cohort/v1/training_pb";
 import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
-import { num, STATES, stateName, when } from "../format";
+import { num, STATES, stateName, when, estimate } from "../format";
 import { Link, setQuery, useLocation } from "../router";
 import { gpuCount, loss, progress } from "../training/summary";
 import { ProgressBar } from "../training/ProgressBar";
@@ -96,7 +96,7 @@ export function TrainingsPage() {
       {shown.length > 0 && (
         <table className="table">
           <thead>
-            <tr><th><span className="visually-hidden">compare</span></th><th>id</th><th>name</th><th>state</th><th>team</th><th>creator</th><th>GPUs</th><th>progress</th><th>loss</th><th>created</th></tr>
+            <tr><th><span className="visually-hidden">compare</span></th><th>id</th><th>name</th><th>state</th><th>class</th><th>team</th><th>creator</th><th>GPUs</th><th>progress</th><th>loss</th><th>estimate</th><th>created</th></tr>
           </thead>
           <tbody>
             {shown.map((t) => {
@@ -109,10 +109,13 @@ export function TrainingsPage() {
                   <td>{t.displayName || "–"}</td>
                   <td>
                     <span className={`state ${name.toLowerCase()}`}>{name.toLowerCase()}</span>
+                    {t.borrowing && <span className="badge" title="runs on idle quota of other teams: it may be reclaimed">borrowing</span>}
+                    {t.preemptionCount > 0 && <span className="badge" title="times it was preempted and resumed">preempted {t.preemptionCount}×</span>}
                     {t.state === Training_State.QUEUED && (
                       <div className="muted small">#{t.queuePosition} · {t.stateReason}</div>
                     )}
                   </td>
+                  <td>{t.priorityClass || String(t.priority)}</td>
                   <td>{t.team || "–"}</td>
                   <td>{t.creator || "–"}</td>
                   <td>{gpuCount(t) || "–"}</td>
@@ -120,6 +123,7 @@ export function TrainingsPage() {
                     <ProgressBar fraction={p.fraction} label={p.total ? `${p.step} / ${p.total}` : `step ${p.step}`} />
                   </td>
                   <td>{num(loss(t))}</td>
+                  <td className="small" title={estimate(t).why}>{estimate(t).text}</td>
                   <td className="small">{when(t.createTime)}</td>
                 </tr>
               );

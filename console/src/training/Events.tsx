@@ -26,6 +26,15 @@ export function describe(ev: TrainingEvent): string {
       return `checkpoint at step ${e.value.step} rejected: ${e.value.reason}`;
     case "collectiveError":
       return `rank ${e.value.rank}: collective error at step ${e.value.step}: ${e.value.message}`;
+    case "preempted": {
+      const p = e.value;
+      const what = p.kind === "reclaim" ? `reclaimed for ${p.by}` : p.kind === "drain" ? `moved off drained agent ${p.by}` : `preempted by ${p.by}${p.priorityClass ? ` (class ${p.priorityClass})` : ""}`;
+      return `${what}: resumes from ${p.resumeStep !== undefined ? `step ${p.resumeStep}` : "the start"}, ${num(p.gpuSecondsLost)} GPU-seconds lost${p.checkpointed ? ", checkpointed on notice" : ""}`;
+    }
+    case "estimate":
+      if (e.value.estimatedStartTime) return `estimate: starts ${clock(e.value.estimatedStartTime)}`;
+      if (e.value.estimatedEndTime) return `estimate: ends ${clock(e.value.estimatedEndTime)}`;
+      return `estimate: none (${e.value.reason})`;
     default:
       return e.case ?? "event";
   }

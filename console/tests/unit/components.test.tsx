@@ -93,3 +93,29 @@ describe("the host doctor's report", () => {
     expect(rows[2].textContent).toContain("skip");
   });
 });
+
+describe("sharing the fleet", () => {
+  it("says who a preemption made room for and what it resumes from", () => {
+    const ev = create(TrainingEventSchema, {
+      sequence: 9n,
+      event: { case: "preempted", value: { by: "trn-urgent", kind: "preempt", priorityClass: "urgent", resumeStep: 240n, gpuSecondsLost: 0.4, checkpointed: true } },
+    });
+    expect(describeEvent(ev)).toBe("preempted by trn-urgent (class urgent): resumes from step 240, 0.4 GPU-seconds lost, checkpointed on notice");
+    const reclaim = create(TrainingEventSchema, { event: { case: "preempted", value: { by: "trn-mine", kind: "reclaim", gpuSecondsLost: 120 } } });
+    expect(describeEvent(reclaim)).toBe("reclaimed for trn-mine: resumes from the start, 120 GPU-seconds lost");
+  });
+
+  it("reads a start estimate, an end estimate, or why there is none", async () => {
+    const { estimate } = await import("../../src/format");
+    const { TrainingSchema } = await import("../../src/gen/cohort/v1/training_pb");
+    const now = Date.UTC(2026, 10, 27, 12, 0, 0);
+    const at = (s: number) => ({ seconds: BigInt(Math.floor(now / 1000) + s), nanos: 0 });
+    const queued = create(TrainingSchema, { state: Training_State.QUEUED, estimatedStartTime: at(750) });
+    expect(estimate(queued, now).text).toBe("starts in 12m 30s");
+    const running = create(TrainingSchema, { state: Training_State.RUNNING, estimatedEndTime: at(3 * 3600 + 600) });
+    expect(estimate(running, now).text).toBe("ends in 3h 10m");
+    const unknown = create(TrainingSchema, { state: Training_State.QUEUED, estimateReason: "NO_DURATION: waits behind training t-1" });
+    expect(estimate(unknown, now)).toEqual({ text: "no estimate", why: "NO_DURATION: waits behind training t-1" });
+    expect(estimate(create(TrainingSchema, { state: Training_State.SUCCEEDED }), now).text).toBe("–");
+  });
+});

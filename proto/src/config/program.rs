@@ -1,6 +1,7 @@
 //! The workload: `cohort.v1.TrainingConfig` with `program` set is a
 //! [`ProgramTraining`], without it the SAE ([`TrainingConfig`]).
 
+use super::runtime::program_runtime_table;
 use super::{checkpoint_table, invalid};
 use crate::v1;
 use cohort_spec::program::{ProgramCheckpoint, ProgramConfig};
@@ -18,7 +19,6 @@ impl TryFrom<v1::TrainingConfig> for Workload {
             ("model", p.model.is_some()),
             ("optim", p.optim.is_some()),
             ("data", p.data.is_some()),
-            ("runtime", p.runtime.is_some()),
             ("validation", p.validation.is_some()),
             (
                 "checkpoint.every_steps",
@@ -57,6 +57,12 @@ impl TryFrom<v1::TrainingConfig> for Workload {
         root.insert("program".into(), Value::Object(table));
         if let Some(c) = p.checkpoint {
             root.insert("checkpoint".into(), checkpoint_table(c));
+        }
+        if let Some(r) = p.runtime {
+            let table = program_runtime_table(r)?;
+            if table.as_object().is_some_and(|t| !t.is_empty()) {
+                root.insert("runtime".into(), table);
+            }
         }
         let training: ProgramTraining =
             serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
@@ -97,6 +103,7 @@ impl From<&Workload> for v1::TrainingConfig {
             Workload::Program(p) => Self {
                 program: Some((&p.program).into()),
                 checkpoint: Some((&p.checkpoint).into()),
+                runtime: (!p.runtime.is_empty()).then(|| (&p.runtime).into()),
                 ..Default::default()
             },
         }
@@ -130,6 +137,43 @@ mod tests {
         let w = Workload::try_from(p.clone()).unwrap();
         assert_eq!(w.checkpoint_keep(), 2);
         assert_eq!(v1::TrainingConfig::from(&w), p);
+    }
+
+    #[test]
+    fn a_program_takes_the_scheduling_keys_of_runtime_and_nothing_else() {
+        let p = v1::TrainingConfig {
+            program: Some(program()),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(3),
+                ..Default::default()
+            }),
+            runtime: Some(v1::RuntimeConfig {
+                preemption_grace: Some("90s".into()),
+                expected_duration: Some("2h".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let w = Workload::try_from(p.clone()).unwrap();
+        let hints = w.schedule();
+        assert_eq!(hints.preemption_grace(), std::time::Duration::from_secs(90));
+        assert_eq!(
+            hints.expected_duration(),
+            Some(std::time::Duration::from_secs(7200))
+        );
+        assert_eq!(v1::TrainingConfig::from(&w), p);
+        let mut device = p.clone();
+        device.runtime.as_mut().unwrap().log_every_steps = Some(5);
+        assert_eq!(
+            Workload::try_from(device).unwrap_err().field(),
+            Some("runtime.log_every_steps")
+        );
+        let mut long = p;
+        long.runtime.as_mut().unwrap().preemption_grace = Some("3h".into());
+        assert_eq!(
+            Workload::try_from(long).unwrap_err().field(),
+            Some("runtime.preemption_grace")
+        );
     }
 
     #[test]

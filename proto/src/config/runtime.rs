@@ -6,6 +6,7 @@ use crate::v1;
 use cohort_spec::config::{
     AllreduceDtype, AllreduceMode, CollectiveBackend, Device, OomPolicy, RuntimeConfig,
 };
+use cohort_spec::schedule::ScheduleHints;
 use cohort_spec::ConfigError;
 use serde_json::Value;
 
@@ -52,7 +53,48 @@ pub(super) fn runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> 
     if !r.nccl_env.is_empty() {
         t.set("nccl_env", serde_json::json!(r.nccl_env));
     }
+    t.opt("preemption_grace", r.preemption_grace);
+    t.opt("expected_duration", r.expected_duration);
     Ok(t.into_value())
+}
+
+/// A program's `[runtime]`: only the scheduling keys; any other field set
+/// is refused by name.
+pub(super) fn program_runtime_table(r: v1::RuntimeConfig) -> Result<Value, ConfigError> {
+    let scheduling = v1::RuntimeConfig {
+        preemption_grace: r.preemption_grace.clone(),
+        expected_duration: r.expected_duration.clone(),
+        ..Default::default()
+    };
+    if r != scheduling {
+        let other = runtime_table(r)?;
+        let field = other
+            .as_object()
+            .and_then(|o| {
+                o.keys()
+                    .find(|k| !matches!(k.as_str(), "preemption_grace" | "expected_duration"))
+                    .cloned()
+            })
+            .unwrap_or_else(|| "device".to_string());
+        return Err(super::invalid(
+            &format!("runtime.{field}"),
+            "not with program: a program's runtime has only preemption_grace and expected_duration",
+        ));
+    }
+    let mut t = Table::new("runtime");
+    t.opt("preemption_grace", scheduling.preemption_grace);
+    t.opt("expected_duration", scheduling.expected_duration);
+    Ok(t.into_value())
+}
+
+impl From<&ScheduleHints> for v1::RuntimeConfig {
+    fn from(h: &ScheduleHints) -> Self {
+        Self {
+            preemption_grace: h.preemption_grace.clone(),
+            expected_duration: h.expected_duration.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 impl From<&RuntimeConfig> for v1::RuntimeConfig {
@@ -88,6 +130,8 @@ impl From<&RuntimeConfig> for v1::RuntimeConfig {
                 CollectiveBackend::Nccl => v1::CollectiveBackend::Nccl,
                 CollectiveBackend::Gloo => v1::CollectiveBackend::Gloo,
             } as i32,
+            preemption_grace: r.preemption_grace.clone(),
+            expected_duration: r.expected_duration.clone(),
         }
     }
 }

@@ -9,7 +9,9 @@ write those lines and checkpoints the way cohort expects them.
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -21,6 +23,8 @@ __all__ = [
     "resume_dir",
     "save_checkpoint",
     "step_of",
+    "should_stop",
+    "notice_file",
 ]
 
 _STEP_PREFIX = "step-"
@@ -155,3 +159,66 @@ def save_checkpoint(step: int, write_fn: Callable[[Path], None],
             shutil.rmtree(old, ignore_errors=True)
     return final
 
+
+
+_NOTICE_LINE = "COHORT_PREEMPTED=1"
+_stop_requested = False
+_handler_installed = False
+
+
+def notice_file() -> Optional[Path]:
+    """The file cohort writes `COHORT_PREEMPTED=1` into when the rank gets a
+    preemption notice (COHORT_NOTICE_FILE); None outside cohort."""
+    return _path_of("COHORT_NOTICE_FILE")
+
+
+def _on_sigterm(signum, frame) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def _noticed() -> bool:
+    path = notice_file()
+    if path is None:
+        return False
+    try:
+        return _NOTICE_LINE in path.read_text().split()
+    except OSError:
+        return False
+
+
+def _agree(flag: bool) -> bool:
+    """`flag` of any rank, when torch.distributed is in use (a MAX
+    all-reduce on the default group), so every rank stops after the same
+    step; `flag` alone otherwise."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return flag
+    if dist.get_world_size() < 2:
+        return flag
+    torch = sys.modules["torch"]
+    device = "cpu"
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def should_stop() -> bool:
+    """Whether cohort asked the training to stop: a preemption notice
+    (`COHORT_PREEMPTED=1` in COHORT_NOTICE_FILE) or a SIGTERM, on any rank.
+
+    Call it once per step on every rank. The first call (from the main
+    thread) makes SIGTERM set a flag instead of ending the process, so the
+    loop can finish its step, `save_checkpoint`, and return within the grace
+    (`[runtime] preemption_grace`, default 60 s) before cohort kills it;
+    the training then resumes from that checkpoint on its next placement.
+    Under torch.distributed it also agrees across ranks (one small MAX
+    all-reduce), so every rank stops after the same step.
+    """
+    global _handler_installed
+    if not _handler_installed and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _handler_installed = True
+    return _agree(_stop_requested or _noticed())

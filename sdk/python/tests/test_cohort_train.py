@@ -1,4 +1,5 @@
 import json
+import os
 import math
 
 import pytest
@@ -74,3 +75,66 @@ def test_resume_dir_is_none_on_a_fresh_start(rank0, monkeypatch, tmp_path):
     monkeypatch.setenv("COHORT_RESUME_DIR", str(tmp_path / "ck" / "step-00000020"))
     assert ct.resume_dir().name == "step-00000020"
     assert ct.checkpoint_dir() == rank0
+
+
+def test_a_notice_file_or_sigterm_asks_to_stop(monkeypatch, tmp_path):
+    import os
+    import signal
+
+    notice = tmp_path / ".cohort" / "notice-attempt-1-rank-0"
+    monkeypatch.setenv("COHORT_NOTICE_FILE", str(notice))
+    monkeypatch.setattr(ct, "_stop_requested", False)
+    assert ct.notice_file() == notice
+    assert not ct.should_stop(), "no file yet"
+    notice.parent.mkdir(parents=True)
+    notice.write_text("COHORT_PREEMPTED=1\n")
+    assert ct.should_stop()
+    notice.unlink()
+    assert not ct.should_stop()
+    # After the first call SIGTERM is a request to stop, not the end.
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert ct.should_stop()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    monkeypatch.setattr(ct, "_handler_installed", False)
+    monkeypatch.setattr(ct, "_stop_requested", False)
+
+
+def test_outside_cohort_nothing_asks_to_stop(monkeypatch):
+    import signal
+
+    monkeypatch.delenv("COHORT_NOTICE_FILE", raising=False)
+    monkeypatch.setattr(ct, "_stop_requested", False)
+    assert ct.notice_file() is None
+    assert not ct.should_stop()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    monkeypatch.setattr(ct, "_handler_installed", False)
+
+
+def test_ranks_agree_to_stop_when_one_was_noticed(tmp_path):
+    """Two gloo ranks: only rank 1's notice file says so; both stop."""
+    import socket
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch.distributed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = (
+        "import os, torch.distributed as dist, cohort_train as ct\n"
+        "dist.init_process_group('gloo')\n"
+        "print(ct.should_stop(), flush=True)\n"
+        "dist.destroy_process_group()\n"
+    )
+    notice = tmp_path / "notice-rank-1"
+    notice.write_text("COHORT_PREEMPTED=1\n")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        env["COHORT_NOTICE_FILE"] = str(notice if rank == 1 else tmp_path / "none")
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [o[0].strip() for o in outs] == ["True", "True"], outs

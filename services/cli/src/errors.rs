@@ -272,6 +272,9 @@ pub fn describe_status(status: &Status) -> String {
             with("not authenticated (give a token with --token or COHORT_TOKEN)")
         }
         Some(reason::PERMISSION_DENIED) => with("permission denied"),
+        Some(reason::PRIORITY_CLASS_NOT_ALLOWED) => {
+            with("the team may not use this priority class")
+        }
         Some(reason::TOKEN_EXISTS) => with("the team already has a token of that name"),
         Some(reason::TOKEN_NOT_FOUND) => with("no such token"),
         Some(reason::QUEUE_FULL) => with("the team's queue is full"),

@@ -581,3 +581,22 @@ fn ctrl_c_stops_a_watch_with_exit_130() {
     assert_eq!(status.code(), Some(130));
     server.kill();
 }
+
+#[tokio::test]
+async fn classes_are_listed_highest_first_with_the_default_marked() {
+    let url = serve().await;
+    let o = cohort(&url, &["train", "classes"]).await;
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["CLASS", "PRIORITY", "PREEMPTS", "DEFAULT"]);
+    assert_eq!(rows[1], ["urgent", "1000", "yes"]);
+    assert_eq!(rows[3], ["normal", "0", "no", "yes"]);
+    let o = cohort(&url, &["-o", "json", "train", "classes"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["default_class"], "normal");
+    assert_eq!(json["classes"][1]["preempting"], true);
+}

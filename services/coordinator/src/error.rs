@@ -5,9 +5,9 @@
 //! reason, details).
 
 use crate::export::ExportError;
-use crate::jobs::placement::Unplaceable;
 use crate::model::InvalidGpuRequest;
 use crate::persistence::DatabaseError;
+use crate::policy::placement::Unplaceable;
 use cohort_spec::ConfigError;
 use std::time::Duration;
 
@@ -67,6 +67,17 @@ pub enum ApiError {
         what: String,
         caller_team: String,
         owner: String,
+    },
+    /// A priority class above the team's cap.
+    #[error(
+        "team {team} may use priority classes up to {max} (value {max_value}); {class} is {value}"
+    )]
+    PriorityClassNotAllowed {
+        team: String,
+        class: String,
+        value: i32,
+        max: String,
+        max_value: i32,
     },
     #[error(
         "this agent's certificate is for {certificate:?}: it cannot register as {agent_name:?}"

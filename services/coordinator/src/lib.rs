@@ -6,7 +6,8 @@
 //! - [`auth`]: tokens, agent identities, the permission of every RPC, the layer enforcing them.
 //! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
-//! - [`jobs`]: the scheduler (gang placement) and the job runner.
+//! - [`jobs`]: the job runner: scheduling passes applied, rank reports, restarts, preemption notices.
+//! - [`policy`]: the scheduling policy, pure (passes, preemption, lending, estimates; the simulator's too).
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
 //! - [`alerts`]: alert rules on telemetry, presence and progress; WatchAlerts' feed.
 //! - [`metrics`]: the opt-in Prometheus scrape endpoint.
@@ -32,6 +33,7 @@ pub mod leader;
 pub mod metrics;
 pub mod model;
 pub mod persistence;
+pub mod policy;
 pub mod report;
 pub mod selection;
 pub mod server;

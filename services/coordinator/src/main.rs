@@ -131,7 +131,8 @@ struct Args {
     lease_renew: Duration,
     #[command(flatten)]
     security: cohort_coordinator::auth::flags::SecurityFlags,
-    /// GPUs a team without a quota of its own may hold at once (default: unlimited).
+    /// GPUs guaranteed to a team without a quota of its own (default: none;
+    /// while no team has a guarantee, no limit).
     #[arg(long, env = "COHORT_DEFAULT_TEAM_GPUS", value_name = "N")]
     default_team_gpus: Option<u32>,
     /// QUEUED trainings a team may have at once, unless its quota says otherwise.
@@ -154,6 +155,8 @@ struct Args {
         value_delimiter = ','
     )]
     gpu_prices: Vec<cohort_coordinator::report::cost::GpuPrice>,
+    #[command(flatten)]
+    scheduling: cohort_coordinator::jobs::flags::SchedulingFlags,
     #[command(flatten)]
     alerts: cohort_coordinator::alerts::AlertFlags,
     #[command(flatten)]
@@ -355,7 +358,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None => tcp.into(),
     };
     tracing::info!(auth = ?security.mode, tls = security.tls.is_some(), agent_certs = security.agent_certs, "security");
-    let settings = JobSettings {
+    let settings = args.scheduling.apply(JobSettings {
         agent_timeout: args.agent_timeout,
         hang_floor: args.hang_floor,
         hang_factor: args.hang_factor,
@@ -367,7 +370,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         prices: cohort_coordinator::report::cost::Prices(args.gpu_prices.clone()),
         ..JobSettings::default()
-    };
+    });
     let leadership = election
         .as_ref()
         .map(|(l, _)| l.clone())

@@ -275,6 +275,8 @@ async fn running_activity_is_the_newest_progress_or_the_entry_into_running() {
                 queue: true,
             },
             priority: 0,
+            priority_class: String::new(),
+            borrow: true,
             max_restarts: 0,
             trace_context: None,
             team: String::new(),

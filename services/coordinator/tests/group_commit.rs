@@ -41,6 +41,7 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
                 team: "vision".into(),
                 gpus: None,
                 max_queued: Some(5),
+                ..Default::default()
             },
             None,
         )
@@ -244,6 +245,7 @@ async fn the_cap_holds_across_batches_and_sees_other_state_changes() {
                 team: "vision".into(),
                 gpus: None,
                 max_queued: Some(6),
+                ..Default::default()
             },
             None,
         )

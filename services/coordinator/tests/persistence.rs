@@ -505,6 +505,7 @@ async fn a_batch_of_placements_places_each_whole_or_not_at_all() {
                         .collect(),
                 },
                 reason: "placed 2 ranks on 1 agent(s)".into(),
+                borrowing: i == 2,
             })
             .collect();
         let out = t.db.place_trainings(batch).await.unwrap();

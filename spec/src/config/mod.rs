@@ -251,6 +251,23 @@ pub struct RuntimeConfig {
     /// [`nccl::ALLOWED`], e.g. `NCCL_SOCKET_IFNAME`), over the agent's own.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub nccl_env: std::collections::BTreeMap<String, String>,
+    /// Between a preemption notice and SIGKILL ("60s"; see [`crate::schedule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_grace: Option<String>,
+    /// How long the training expects to run ("6h"), for start-time
+    /// estimates before its step rate is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_duration: Option<String>,
+}
+
+impl RuntimeConfig {
+    /// The scheduling keys of the table.
+    pub fn schedule(&self) -> crate::schedule::ScheduleHints {
+        crate::schedule::ScheduleHints {
+            preemption_grace: self.preemption_grace.clone(),
+            expected_duration: self.expected_duration.clone(),
+        }
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -268,6 +285,8 @@ impl Default for RuntimeConfig {
             oom_policy: OomPolicy::default(),
             min_micro_batch: defaults::min_micro_batch(),
             nccl_env: Default::default(),
+            preemption_grace: None,
+            expected_duration: None,
         }
     }
 }

@@ -76,6 +76,7 @@ impl TrainingConfig {
         if r.log_every_steps <= 0 {
             return fail("runtime.log_every_steps", "must be > 0");
         }
+        r.schedule().validate("runtime")?;
         for (field, secs) in [
             ("runtime.rendezvous_timeout_s", r.rendezvous_timeout_s),
             ("runtime.collective_timeout_s", r.collective_timeout_s),

@@ -85,6 +85,9 @@ pub struct Trainer<'a> {
     /// Batches read ahead of their step (the b_dec mean), used first.
     held: VecDeque<(Tensor, Duration)>,
     out: Reporter,
+    /// `COHORT_FAULT_PREEMPT_AT_STEP`: the step after which a notice is
+    /// injected on this rank.
+    preempt_fault: Option<i64>,
 }
 
 impl<'a> Trainer<'a> {
@@ -166,6 +169,10 @@ impl<'a> Trainer<'a> {
             last_validation: None,
             held: VecDeque::new(),
             out: Reporter::new(launch.rank),
+            preempt_fault: fault::injected_preemption(
+                launch.rank,
+                std::env::var(fault::PREEMPT_FAULT).ok().as_deref(),
+            ),
         })
     }
 
@@ -279,7 +286,11 @@ impl<'a> Trainer<'a> {
             let done = step + 1;
             let logged =
                 done % log_every == 0 || done == start_step + 1 || done == self.total_steps;
+            if self.preempt_fault == Some(step) {
+                crate::preempt::notice();
+            }
             let report = self.step(step, &mut batches, logged)?;
+            let preempted = report.preempted;
             window.steps += 1;
             window.samples += report.rows;
             window.comm += report.comm;
@@ -303,6 +314,9 @@ impl<'a> Trainer<'a> {
             }
             if every > 0 && done % every == 0 && done != self.total_steps {
                 self.save_checkpoint(done)?;
+            }
+            if preempted && done < self.total_steps {
+                return self.stop_on_notice(done, every);
             }
         }
         if self.state.numerics.nonfinite_run > 0 {
@@ -348,6 +362,27 @@ impl<'a> Trainer<'a> {
             group.barrier()?;
         }
         Ok(())
+    }
+
+    /// A notice was heard (by some rank) during step `done`: rank 0 writes
+    /// the checkpoint of that step (unless it just did), everyone waits for
+    /// it, and every rank ends PREEMPTED.
+    fn stop_on_notice(&mut self, done: i64, every: i64) -> Result<(), RankError> {
+        if !(every > 0 && done % every == 0) {
+            self.save_checkpoint(done)?;
+        }
+        log_line(format_args!(
+            "rank {}: preemption notice: stopped after step {done}, its checkpoint written",
+            self.launch.rank
+        ));
+        if let Some(group) = &self.group {
+            // Nobody leaves (and tears down the store) before rank 0 wrote it.
+            group.barrier()?;
+        }
+        Err(RankError::Preempted(format!(
+            "a notice came: stopped after step {done} of {}, resumable from its checkpoint",
+            self.total_steps
+        )))
     }
 
     /// The error that ends a diverged run, after rank 0 said so.

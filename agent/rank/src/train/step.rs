@@ -29,6 +29,9 @@ pub struct StepReport {
     pub grad_norm: f64,
     /// L0 and explained variance over the global batch (logged steps only).
     pub metrics: Option<Metrics>,
+    /// Some rank heard a preemption notice by this step (the flags of all
+    /// ranks summed in the step's all-reduce: every rank agrees).
+    pub preempted: bool,
 }
 
 /// Which latents fired in a micro-batch (counted into `fired`), and its
@@ -81,6 +84,9 @@ impl Trainer<'_> {
         let mut grads: Option<Vec<Tensor>> = None;
         let mut stats = Tensor::zeros([3], (Kind::Float, self.device));
         let mut fired = Tensor::zeros([d_sae], (Kind::Float, self.device));
+        // This rank's notice flag, read once: summed with the others' below.
+        let heard = if crate::preempt::noticed() { 1.0 } else { 0.0 };
+        let notice = Tensor::full([1], heard, (Kind::Float, self.device));
         let mut sums = logged.then(|| Sums::new(cfg.model.d_in, d_sae, self.device, false));
         let mut reduced = None;
         for (j, len) in lens.iter().enumerate() {
@@ -97,7 +103,7 @@ impl Trainer<'_> {
             stats += Tensor::stack(&[f.mse.detach(), f.l1.detach(), f.aux.detach()], 0) * weight;
             if overlap {
                 observe(&x, &f, &mut fired, sums.as_mut());
-                let extras = Tensor::cat(&[&stats, &fired], 0);
+                let extras = Tensor::cat(&[&stats, &fired, &notice], 0);
                 reduced = Some(self.backward_overlapped(&loss, &f, extras)?);
                 continue;
             }
@@ -113,7 +119,7 @@ impl Trainer<'_> {
             Some(r) => r,
             None => {
                 let grads = grads.expect("at least one micro-batch");
-                self.reduce(grads, Tensor::cat(&[&stats, &fired], 0))?
+                self.reduce(grads, Tensor::cat(&[&stats, &fired, &notice], 0))?
             }
         };
         let mut comm = reduced.comm;
@@ -130,6 +136,7 @@ impl Trainer<'_> {
         }
         let stats = reduced.extras.narrow(0, 0, 3) / world;
         let fired = reduced.extras.narrow(0, 3, d_sae).copy();
+        let notices = reduced.extras.narrow(0, 3 + d_sae, 1).copy();
         drop(reduced.extras);
         if self.state.sae.shape.unit_decoder {
             tch::no_grad(|| self.state.sae.project_decoder_grad(&mut grads[W_DEC]));
@@ -138,15 +145,16 @@ impl Trainer<'_> {
         let norm_sq = Tensor::stack(&grads.iter().map(Tensor::norm).collect::<Vec<_>>(), 0)
             .square()
             .sum(Kind::Float);
-        // One device sync a step: the losses and the gradient norm.
+        // One device sync a step: the losses, the gradient norm, the notices.
         let check = Vec::<f64>::try_from(
-            Tensor::cat(&[stats, norm_sq.view([1])], 0)
+            Tensor::cat(&[stats, norm_sq.view([1]), notices], 0)
                 .to_kind(Kind::Double)
                 .to_device(Device::Cpu),
         )?;
         let (mse, l1, aux) = (check[0], check[1], check[2]);
         let loss = mse + l1c * l1 + auxc * aux;
         let grad_norm = check[3].sqrt();
+        let preempted = check[4] > 0.5;
 
         match self.state.numerics.judge(self.f16, loss, grad_norm) {
             Verdict::Apply => {
@@ -201,6 +209,7 @@ impl Trainer<'_> {
             learning_rate,
             grad_norm,
             metrics,
+            preempted,
         })
     }
 }

@@ -89,12 +89,23 @@ pub enum QuotaCommand {
     Set {
         /// The team.
         team: String,
-        /// GPUs the team's trainings may hold at once.
+        /// GPUs guaranteed to the team (reclaimed from borrowers when it
+        /// needs them).
         #[arg(long, value_name = "N")]
         gpus: Option<u32>,
         /// Trainings the team may have QUEUED at once.
         #[arg(long, value_name = "N")]
         max_queued: Option<u32>,
+        /// GPUs beyond the guarantee it may borrow while others' sit idle
+        /// (left out: none, the guarantee is a hard cap).
+        #[arg(long, value_name = "N")]
+        borrow_limit: Option<u32>,
+        /// Its fair-share weight (left out: 1).
+        #[arg(long, value_name = "W")]
+        weight: Option<f64>,
+        /// The highest priority class its trainings may use.
+        #[arg(long, value_name = "CLASS")]
+        max_priority_class: Option<String>,
     },
     /// Every team with a quota or with trainings: limits and use.
     List,
@@ -233,6 +244,9 @@ async fn quota(
             team,
             gpus,
             max_queued,
+            borrow_limit,
+            weight,
+            max_priority_class,
         } => {
             let count = |n: Option<u32>| {
                 n.map(i32::try_from)
@@ -244,6 +258,9 @@ async fn quota(
                     team,
                     gpus: count(gpus)?,
                     max_queued: count(max_queued)?,
+                    borrow_limit: count(borrow_limit)?,
+                    weight,
+                    max_priority_class,
                 })
                 .await?
                 .into_inner();
@@ -326,12 +343,30 @@ pub fn quotas_table(quotas: &[v1::TeamQuota]) -> String {
         return "no teams".to_string();
     }
     let limit = |l: Option<i32>, unset: &str| l.map_or(unset.to_string(), |n: i32| n.to_string());
-    let mut t = Table::new(&["TEAM", "GPUS", "IN USE", "MAX QUEUED", "QUEUED"]);
+    let mut t = Table::new(&[
+        "TEAM",
+        "GUARANTEED",
+        "BORROW LIMIT",
+        "WEIGHT",
+        "MAX CLASS",
+        "IN USE",
+        "BORROWED",
+        "LENT",
+        "GPU-H (DECAYED)",
+        "MAX QUEUED",
+        "QUEUED",
+    ]);
     for q in quotas {
         t.row(vec![
             q.team.clone(),
             limit(q.gpus, "none"),
+            limit(q.borrow_limit, "none"),
+            format!("{}", q.weight.unwrap_or(1.0)),
+            q.max_priority_class.clone().unwrap_or_else(|| "any".into()),
             q.gpus_in_use.to_string(),
+            q.gpus_borrowed.to_string(),
+            q.gpus_lent.to_string(),
+            format!("{:.1}", q.decayed_gpu_hours),
             limit(q.max_queued, "default"),
             q.queued.to_string(),
         ]);
@@ -349,11 +384,20 @@ mod tests {
             team: "vision".into(),
             gpus: Some(4),
             max_queued: None,
-            gpus_in_use: 2,
+            gpus_in_use: 6,
             queued: 1,
+            borrow_limit: Some(8),
+            weight: Some(2.0),
+            max_priority_class: Some("high".into()),
+            gpus_borrowed: 2,
+            gpus_lent: 0,
+            decayed_gpu_hours: 12.25,
         }]);
         let row = table.lines().nth(1).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells, ["vision", "4", "2", "default", "1"]);
+        assert_eq!(
+            cells,
+            ["vision", "4", "8", "2", "high", "6", "2", "0", "12.2", "default", "1"]
+        );
     }
 }

@@ -120,6 +120,42 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
             l.missed_events, l.first_missed_sequence
         ),
         Event::Lagged(l) => format!("lagged: missed {} events", l.missed_events),
+        Event::Preempted(p) => {
+            let resume = p
+                .resume_step
+                .map_or("the start".to_string(), |s| format!("step {s}"));
+            let what = match p.kind.as_str() {
+                "reclaim" => format!("reclaimed for {}", p.by),
+                "drain" => format!("moved off drained agent {}", p.by),
+                _ if p.priority_class.is_empty() => format!("preempted by {}", p.by),
+                _ => format!("preempted by {} (class {})", p.by, p.priority_class),
+            };
+            format!(
+                "{what}: resumes from {resume}, {:.0} GPU-seconds lost{}",
+                p.gpu_seconds_lost,
+                if p.checkpointed {
+                    ", checkpointed on notice"
+                } else {
+                    ""
+                }
+            )
+        }
+        Event::Estimate(e) => {
+            let now = std::time::SystemTime::now();
+            match (&e.estimated_start_time, &e.estimated_end_time) {
+                (Some(s), _) => format!(
+                    "estimate: starts {} ({})",
+                    crate::render::time(Some(s)),
+                    crate::render::until(Some(s), now)
+                ),
+                (None, Some(end)) => format!(
+                    "estimate: ends {} ({})",
+                    crate::render::time(Some(end)),
+                    crate::render::until(Some(end), now)
+                ),
+                (None, None) => format!("estimate: none ({})", e.reason),
+            }
+        }
         // An event kind newer than this CLI.
         #[allow(unreachable_patterns)]
         _ => return None,

@@ -72,6 +72,26 @@ pub fn ago(ts: Option<&prost_types::Timestamp>, now: std::time::SystemTime) -> S
     }
 }
 
+/// How far after `now` a timestamp is, e.g. `in 12m`, `in 3h 05m`, `now`
+/// (past or this second); `-` when unset.
+pub fn until(ts: Option<&prost_types::Timestamp>, now: std::time::SystemTime) -> String {
+    let Some(ts) = ts else {
+        return "-".to_string();
+    };
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    match ts.seconds.saturating_sub(now) {
+        s if s <= 0 => "now".to_string(),
+        s if s < 86_400 => format!(
+            "in {}",
+            eta::human(std::time::Duration::from_secs(s as u64))
+        ),
+        s => format!("in {}d {:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
 /// Bytes in GiB with one decimal.
 pub fn gib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)

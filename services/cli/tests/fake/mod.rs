@@ -345,6 +345,26 @@ impl TrainingService for Fake {
     ) -> Reply<v1::TrainingConfig> {
         Err(Status::unimplemented("the CLI parses configs itself"))
     }
+
+    async fn list_priority_classes(
+        &self,
+        _req: Request<v1::ListPriorityClassesRequest>,
+    ) -> Reply<v1::ListPriorityClassesResponse> {
+        let class = |name: &str, value, preempting| v1::PriorityClass {
+            name: name.into(),
+            value,
+            preempting,
+        };
+        Ok(Response::new(v1::ListPriorityClassesResponse {
+            classes: vec![
+                class("urgent", 1000, true),
+                class("high", 100, true),
+                class("normal", 0, false),
+                class("low", -100, false),
+            ],
+            default_class: "normal".into(),
+        }))
+    }
 }
 
 #[tonic::async_trait]

@@ -230,13 +230,39 @@ impl AdminService for AdminApi {
         let who = caller(&self.ctx, &request)?;
         let req = request.into_inner();
         checked("team", &req.team)?;
-        for (field, value) in [("gpus", req.gpus), ("max_queued", req.max_queued)] {
+        for (field, value) in [
+            ("gpus", req.gpus),
+            ("max_queued", req.max_queued),
+            ("borrow_limit", req.borrow_limit),
+        ] {
             if value.is_some_and(|v| v < 0) {
                 return Err(ApiError::field(field, "must be >= 0").into());
             }
         }
+        if req
+            .weight
+            .is_some_and(|w| !(w.is_finite() && w > 0.0 && w <= 1e6))
+        {
+            return Err(ApiError::field("weight", "must be in (0, 1000000]").into());
+        }
+        let classes = &self.ctx.jobs.settings().classes;
+        if let Some(class) = &req.max_priority_class {
+            if classes.get(class).is_none() {
+                return Err(ApiError::field(
+                    "max_priority_class",
+                    format!(
+                        "no priority class {class:?}; the classes are {}",
+                        classes.names()
+                    ),
+                )
+                .into());
+            }
+        }
         let method = format!("{SERVICE}/SetQuota");
-        let detail = format!("gpus {:?}, max_queued {:?}", req.gpus, req.max_queued);
+        let detail = format!(
+            "gpus {:?}, max_queued {:?}, borrow_limit {:?}, weight {:?}, max_priority_class {:?}",
+            req.gpus, req.max_queued, req.borrow_limit, req.weight, req.max_priority_class
+        );
         let quota = self
             .ctx
             .db
@@ -245,16 +271,23 @@ impl AdminService for AdminApi {
                     team: req.team.clone(),
                     gpus: req.gpus,
                     max_queued: req.max_queued,
+                    borrow_limit: req.borrow_limit,
+                    weight: req.weight,
+                    max_priority_class: req.max_priority_class,
                 },
                 Some(AuditEntry::ok(&who, &method, &req.team, &req.team).with("OK", detail)),
             )
             .await
             .map_err(ApiError::from)?;
+        self.ctx.jobs.quota_changed();
         self.ctx.jobs.kick();
         Ok(Response::new(v1::TeamQuota {
             team: quota.team,
             gpus: quota.gpus,
             max_queued: quota.max_queued,
+            borrow_limit: quota.borrow_limit,
+            weight: quota.weight,
+            max_priority_class: quota.max_priority_class,
             ..Default::default()
         }))
     }
@@ -264,23 +297,25 @@ impl AdminService for AdminApi {
         request: Request<v1::ListQuotasRequest>,
     ) -> Result<Response<v1::ListQuotasResponse>, Status> {
         let who = caller(&self.ctx, &request)?;
-        let db = &self.ctx.db;
-        let mut usage = db.team_usage().await.map_err(ApiError::from)?;
-        let quotas = db.quotas().await.map_err(ApiError::from)?;
-        for q in &quotas {
-            usage.entry(q.team.clone()).or_default();
-        }
-        let quotas = usage
+        let teams = self.ctx.jobs.team_shares().await.map_err(ApiError::from)?;
+        let quotas = teams
             .into_iter()
-            .filter(|(team, _)| who.sees_team(team))
-            .map(|(team, used)| {
-                let q = quotas.iter().find(|q| q.team == team);
+            .filter(|t| who.sees_team(&t.team))
+            .map(|t| {
+                let q = t.quota.unwrap_or_default();
+                let count = |n: i64| i32::try_from(n).unwrap_or(i32::MAX);
                 v1::TeamQuota {
-                    gpus: q.and_then(|q| q.gpus),
-                    max_queued: q.and_then(|q| q.max_queued),
-                    gpus_in_use: i32::try_from(used.gpus).unwrap_or(i32::MAX),
-                    queued: i32::try_from(used.queued).unwrap_or(i32::MAX),
-                    team,
+                    gpus: q.gpus,
+                    max_queued: q.max_queued,
+                    borrow_limit: q.borrow_limit,
+                    weight: q.weight,
+                    max_priority_class: q.max_priority_class,
+                    gpus_in_use: count(t.gpus),
+                    queued: count(t.queued),
+                    gpus_borrowed: count(t.borrowed),
+                    gpus_lent: count(t.lent),
+                    decayed_gpu_hours: t.decayed_gpu_seconds / 3600.0,
+                    team: t.team,
                 }
             })
             .collect();

@@ -8,8 +8,8 @@
 
 pub use crate::error::ApiError;
 use crate::export::ExportError;
-use crate::jobs::placement::Unplaceable;
 use crate::persistence::DatabaseError;
+use crate::policy::placement::Unplaceable;
 use cohort_proto::error::{bad_field, invalid_config, reason, status};
 use tonic::{Code, Status};
 
@@ -124,6 +124,18 @@ impl From<ApiError> for Status {
                 reason::AGENT_NAME_NOT_ALLOWED,
                 message,
                 meta([("certificate", certificate), ("issuer", issuer)]),
+            ),
+            ApiError::PriorityClassNotAllowed {
+                team, class, max, ..
+            } => status(
+                Code::PermissionDenied,
+                reason::PRIORITY_CLASS_NOT_ALLOWED,
+                message,
+                meta([
+                    ("priority_class", class),
+                    ("max_priority_class", max),
+                    ("team", team),
+                ]),
             ),
             ApiError::AgentNotConnected { agent, rank } => status(
                 Code::FailedPrecondition,

@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::training_requests::{label_filter, state_filter, validate_create};
+use super::training_requests::{check_cap, label_filter, state_filter, validate_create};
 pub use super::training_requests::{DEFAULT_MAX_RESTARTS, MAX_REQUEST_ID_LEN};
 /// How long a watcher with nothing new waits before it looks again even
 /// without a ring from the event bell (a safety net: every event this
@@ -137,6 +137,15 @@ impl TrainingApi {
             .as_ref()
             .and_then(|p| p.get(&training.id))
             .unwrap_or(0);
+        if let Some(e) = lookups.details.estimates.get(&training.id) {
+            let waiting = matches!(training.state, JobState::Queued | JobState::Restarting);
+            message.estimated_start_time = e
+                .start_time
+                .filter(|_| waiting)
+                .map(super::convert::timestamp);
+            message.estimated_end_time = e.end_time.map(super::convert::timestamp);
+            message.estimate_reason = e.reason.clone();
+        }
         let latest = lookups.details.progress.get(&training.id);
         message.latest_progress = latest.and_then(super::convert::latest_progress);
         message.latest_program_progress = latest.and_then(super::convert::latest_program_progress);
@@ -182,7 +191,21 @@ impl TrainingService for TrainingApi {
         request: Request<v1::CreateTrainingRequest>,
     ) -> Result<Response<v1::Training>, Status> {
         let who = caller(&self.ctx, &request)?;
-        let mut new = validate_create(&who, request.into_inner())?;
+        let classes = &self.ctx.jobs.settings().classes;
+        let mut new = validate_create(&who, classes, request.into_inner())?;
+        let cap = self
+            .ctx
+            .jobs
+            .max_class(&new.team)
+            .await
+            .map_err(ApiError::from)?;
+        check_cap(
+            classes,
+            &new.team,
+            cap.as_deref(),
+            new.priority,
+            &new.priority_class,
+        )?;
         // The lifecycle spans join the trace of this call (see jobs::lifecycle).
         new.trace_context =
             cohort_observe::propagation::traceparent(&tracing::Span::current().context());
@@ -390,6 +413,26 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<v1::TrainingConfig>, Status> {
         caller(&self.ctx, &request)?;
         super::training_requests::parse_config(request.into_inner()).map(Response::new)
+    }
+
+    async fn list_priority_classes(
+        &self,
+        request: Request<v1::ListPriorityClassesRequest>,
+    ) -> Result<Response<v1::ListPriorityClassesResponse>, Status> {
+        caller(&self.ctx, &request)?;
+        let classes = &self.ctx.jobs.settings().classes;
+        Ok(Response::new(v1::ListPriorityClassesResponse {
+            classes: classes
+                .all()
+                .iter()
+                .map(|c| v1::PriorityClass {
+                    name: c.name.clone(),
+                    value: c.value,
+                    preempting: c.preempting,
+                })
+                .collect(),
+            default_class: classes.default_class().name.clone(),
+        }))
     }
 
     async fn get_training_report(

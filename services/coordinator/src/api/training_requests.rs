@@ -4,6 +4,7 @@
 use super::error::ApiError;
 use crate::model::{AuditEntry, GpuRequest, JobState, Principal};
 use crate::persistence::NewTraining;
+use crate::policy::PriorityClasses;
 use cohort_proto::error::reason;
 use cohort_proto::v1;
 use cohort_spec::Workload;
@@ -19,9 +20,74 @@ pub const MAX_LABELS: usize = 16;
 
 const CREATE: &str = "cohort.v1.TrainingService/CreateTraining";
 
+/// The priority and class a CreateTraining request asks for: its class's
+/// value (the default class when it names none and gives no bare
+/// priority), or the bare priority without a class.
+fn priority_of(
+    classes: &PriorityClasses,
+    class: &str,
+    priority: i32,
+) -> Result<(i32, String), ApiError> {
+    if class.is_empty() {
+        return Ok(if priority == 0 {
+            let default = classes.default_class();
+            (default.value, default.name.clone())
+        } else {
+            (priority, String::new())
+        });
+    }
+    let Some(c) = classes.get(class) else {
+        return Err(ApiError::field(
+            "priority_class",
+            format!(
+                "no priority class {class:?}; the classes are {}",
+                classes.names()
+            ),
+        ));
+    };
+    if priority != 0 && priority != c.value {
+        return Err(ApiError::field(
+            "priority",
+            format!(
+                "class {} sets priority {}; leave priority unset",
+                c.name, c.value
+            ),
+        ));
+    }
+    Ok((c.value, c.name.clone()))
+}
+
+/// Refuses a priority above `team`'s highest class `cap`.
+pub fn check_cap(
+    classes: &PriorityClasses,
+    team: &str,
+    cap: Option<&str>,
+    priority: i32,
+    class: &str,
+) -> Result<(), ApiError> {
+    let Some(max) = cap.and_then(|c| classes.get(c)) else {
+        return Ok(());
+    };
+    if priority <= max.value {
+        return Ok(());
+    }
+    Err(ApiError::PriorityClassNotAllowed {
+        team: team.to_string(),
+        class: if class.is_empty() {
+            format!("priority {priority}")
+        } else {
+            class.to_string()
+        },
+        value: priority,
+        max: max.name.clone(),
+        max_value: max.value,
+    })
+}
+
 /// Checks a CreateTraining request of `who`; nothing is written when this fails.
 pub fn validate_create(
     who: &Principal,
+    classes: &PriorityClasses,
     req: v1::CreateTrainingRequest,
 ) -> Result<NewTraining, Status> {
     if req.request_id.len() > MAX_REQUEST_ID_LEN {
@@ -41,12 +107,15 @@ pub fn validate_create(
     if max_restarts < 0 {
         return Err(ApiError::field("max_restarts", "must be >= 0").into());
     }
+    let (priority, priority_class) = priority_of(classes, &req.priority_class, req.priority)?;
     Ok(NewTraining {
         request_id: Some(req.request_id).filter(|r| !r.is_empty()),
         display_name: req.display_name,
         config,
         gpu_request,
-        priority: req.priority,
+        priority,
+        priority_class,
+        borrow: req.borrow.unwrap_or(true),
         max_restarts,
         trace_context: None,
         team: who.team().to_string(),

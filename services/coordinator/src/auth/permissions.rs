@@ -65,6 +65,10 @@ pub const METHODS: &[(&str, Permission)] = &[
         Permission::Read,
     ),
     (
+        "/cohort.v1.TrainingService/ListPriorityClasses",
+        Permission::Read,
+    ),
+    (
         "/cohort.v1.TrainingService/ListCheckpoints",
         Permission::Read,
     ),

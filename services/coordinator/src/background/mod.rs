@@ -28,7 +28,7 @@ pub struct Background {
 impl Background {
     /// The start-up work: holds the GPUs of trainings placed before a
     /// restart (their agents reconnect), marks every agent disconnected
-    /// until it does, and starts the scheduler, the alert engine, the
+    /// until it does, and starts the scheduler, the start-time estimates, the alert engine, the
     /// telemetry history and the OpenTelemetry instruments.
     pub async fn start(ctx: &Context) -> Self {
         if let Err(e) = ctx.jobs.adopt().await {
@@ -38,6 +38,8 @@ impl Background {
             tracing::warn!(error = %e, "cannot reset agent connection states");
         }
         ctx.tasks.spawn(ctx.jobs.clone().run(ctx.tasks.cancelled()));
+        ctx.tasks
+            .spawn(ctx.jobs.clone().estimate_loop(ctx.tasks.cancelled()));
         ctx.tasks.spawn(crate::alerts::engine::run(
             ctx.db.clone(),
             ctx.fleet.clone(),

@@ -17,6 +17,15 @@ pub enum AgentCommand {
         grace: Duration,
         reason: String,
     },
+    /// A preemption notice to the ranks of an attempt: the built-in rank
+    /// checkpoints and exits PREEMPTED, a program gets SIGTERM and its
+    /// notice file; SIGKILL after `grace`.
+    NoticeRanks {
+        training_id: String,
+        attempt: i32,
+        grace: Duration,
+        reason: String,
+    },
     /// The agent's rank events through this delivery number are stored.
     Ack { through: u64 },
     /// Read up to `length` bytes of `file` from `offset` (0: only its size).

@@ -86,6 +86,50 @@ pub(super) fn stop_ranks(
     }
 }
 
+/// Give every agent holding a live rank of the attempt its notice (see
+/// [`AgentCommand::NoticeRanks`]); `only` limits it to one agent.
+pub(super) fn notice_ranks(
+    fleet: &Fleet,
+    training_id: &str,
+    attempt: i32,
+    ranks: &[RankRecord],
+    only: Option<&str>,
+    grace: Duration,
+    reason: &str,
+) {
+    let mut agents: Vec<&str> = ranks
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.state,
+                crate::model::RankState::Pending | crate::model::RankState::Running
+            )
+        })
+        .map(|r| r.slot.agent_id.as_str())
+        .filter(|a| only.is_none_or(|o| o == *a))
+        .collect();
+    agents.sort_unstable();
+    agents.dedup();
+    for agent_id in agents {
+        let sent = fleet.send(
+            agent_id,
+            AgentCommand::NoticeRanks {
+                training_id: training_id.to_string(),
+                attempt,
+                grace,
+                reason: reason.to_string(),
+            },
+        );
+        if !sent {
+            tracing::warn!(
+                agent_id,
+                training_id,
+                "cannot reach agent to give notice; it gets it when it reconnects"
+            );
+        }
+    }
+}
+
 /// Stop a rank an agent reported that belongs to no live attempt.
 pub(super) fn stop_stale(
     fleet: &Fleet,

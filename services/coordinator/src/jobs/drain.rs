@@ -1,8 +1,10 @@
-//! Draining an agent: each training with ranks on it moves elsewhere at its
-//! next checkpoint (the restart resumes from that checkpoint and spends no
-//! restart budget); at the drain's deadline the ones still there move at
-//! once, from their last checkpoint. When nothing of a placed training is
-//! left on the agent the drain ends; the agent stays cordoned.
+//! Draining an agent: each training with ranks on it gets a notice (the
+//! same as a preemption's: the built-in rank checkpoints at once, a program
+//! gets SIGTERM and its grace) and moves elsewhere from that checkpoint,
+//! spending no restart budget; one that checkpoints before its notice
+//! moves at that checkpoint. At the drain's deadline the ones still there
+//! move at once, from their last checkpoint. When nothing of a placed
+//! training is left on the agent the drain ends; the agent stays cordoned.
 
 use super::Jobs;
 use crate::persistence::DatabaseError;
@@ -42,6 +44,9 @@ impl Jobs {
         let Some(agent) = self.fleet.on_draining_agent(training_id) else {
             return Ok(());
         };
+        if self.db.notice_of(training_id).await?.is_some() {
+            return Ok(()); // its notice moves it
+        }
         let cause = format!("drain: moved off agent {agent} at its checkpoint of step {step}");
         self.move_off(training_id, attempt, &cause).await
     }
@@ -58,13 +63,21 @@ impl Jobs {
                 tracing::info!(agent = %drain.name, "drain over: the agent is empty (it stays cordoned)");
                 continue;
             }
-            if now < drain.deadline {
-                continue;
-            }
             for training_id in trainings {
                 let Some(training) = self.db.get_training(&training_id).await? else {
                     continue;
                 };
+                if now < drain.deadline {
+                    let noticed = self
+                        .db
+                        .notice_of(&training_id)
+                        .await?
+                        .is_some_and(|n| n.attempt == training.attempt);
+                    if !noticed {
+                        self.notice_for_drain(&training, &drain.name).await?;
+                    }
+                    continue;
+                }
                 let cause = format!(
                     "drain: deadline passed on agent {}: moved from its last checkpoint",
                     drain.name

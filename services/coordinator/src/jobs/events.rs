@@ -128,6 +128,23 @@ impl Jobs {
                 spans.progressed(attempt, *step);
             }
         }
+        let stands = match &line {
+            ProgressLine::Progress(p) => Some((p.step, Some(p.total_steps))),
+            ProgressLine::Metrics(m) => Some((m.step, m.total_steps)),
+            _ => None,
+        };
+        if let Some((step, total)) = stands {
+            let mut rt = self.rt();
+            // Only a live attempt's lines (the entry goes with the training).
+            if let Some(t) = rt
+                .get_mut(training_id)
+                .filter(|t| t.progress.as_ref().is_some_and(|p| p.attempt == attempt))
+            {
+                t.pace
+                    .get_or_insert_with(Default::default)
+                    .observe(Instant::now(), step, total);
+            }
+        }
         let changes = match &line {
             ProgressLine::RankStats {
                 rank,
@@ -180,6 +197,10 @@ impl Jobs {
         let live = matches!(training.state, JobState::Scheduled | JobState::Running);
         if training.attempt != attempt || !live {
             return Ok(()); // an old attempt, a restart under way, or a final state
+        }
+        // A noticed gang's exits are its preemption, not failures.
+        if self.noticed_end(&training, ranks).await? {
+            return Ok(());
         }
         if let Some(failure) = failure {
             return self.on_failure(&training, failure).await;

@@ -120,6 +120,7 @@ pub fn describe_exit(
         ExitClass::OutOfMemory => "out of memory",
         ExitClass::Diverged => "diverged",
         ExitClass::Stopped => "stopped",
+        ExitClass::Preempted => "preempted",
     };
     let how = match (code, signal) {
         (Some(c), _) => format!("exited with code {c}"),

@@ -1,26 +1,33 @@
-//! Running training jobs: the scheduling loop that places waiting trainings
-//! on free GPUs (gang: all ranks or none) and tells the agents to start them;
-//! the reactions to what the agents report ([`events`]); gang restarts within
-//! a budget ([`failure`]); and the watchdog for lost agents and hangs
-//! ([`watchdog`]). Every state change goes through the database first (one
-//! transaction each); the fleet's GPU holds follow.
+//! Running training jobs: the scheduling loop that applies the policy's
+//! decisions ([`crate::policy`]) — placements (gang: all ranks or none)
+//! started on the agents, notices to preempted gangs ([`notice`]); the
+//! reactions to what the agents report ([`events`]); gang restarts within
+//! a budget ([`failure`]); the watchdog for lost agents and hangs
+//! ([`watchdog`]); and the start-time estimates ([`estimates`]). Every
+//! state change goes through the database first (one transaction each);
+//! the fleet's GPU holds follow.
 
 mod commands;
 mod drain;
+pub mod estimates;
 mod events;
 mod failure;
+pub mod flags;
 mod lifecycle;
 mod needs;
+mod notice;
 pub mod oom;
+mod pace;
 pub mod passes;
-pub mod placement;
 pub mod positions;
 pub mod queue;
 pub mod quota;
 mod runtime;
 mod scheduling;
+mod snapshot;
 mod start;
 mod tracker;
+mod usage;
 mod watchdog;
 
 pub use failure::describe_exit;
@@ -31,8 +38,7 @@ use crate::fleet::{Fleet, Hold};
 use crate::model::{GpuRequest, JobState, RunningRank, Training};
 use crate::persistence::waiting::WaitingTraining;
 use crate::persistence::{DatabaseError, Persistence};
-use placement::FleetView;
-use queue::QueuePolicy;
+use crate::policy::{placement, FleetView, Policy, PriorityClasses};
 use runtime::{Outcome, Runtime};
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
@@ -59,7 +65,14 @@ pub struct JobSettings {
     /// After a rank reports a lost peer, how long to wait for the others to
     /// exit before naming the ones that didn't as hung.
     pub peer_lost_grace: Duration,
-    pub queue: QueuePolicy,
+    /// The scheduling policy (queue order, preemption, lending, fair share).
+    pub policy: Policy,
+    /// `--priority-class`: the named priorities.
+    pub classes: PriorityClasses,
+    /// `--fair-share-half-life`: usage halves over this long.
+    pub fair_share_half_life: Duration,
+    /// How often the start-time estimates are recomputed, at most.
+    pub estimate_interval: Duration,
     /// Where each ended training's report files go
     /// (`<reports_dir>/<training-id>/`); none written when unset.
     pub reports_dir: Option<std::path::PathBuf>,
@@ -79,7 +92,10 @@ impl Default for JobSettings {
             hang_floor: Duration::from_secs(60),
             hang_factor: 5.0,
             peer_lost_grace: Duration::from_secs(2),
-            queue: QueuePolicy::default(),
+            policy: Policy::default(),
+            classes: PriorityClasses::default(),
+            fair_share_half_life: Duration::from_secs(7 * 86_400),
+            estimate_interval: Duration::from_secs(5),
             reports_dir: None,
             quotas: QuotaDefaults::default(),
             prices: Default::default(),
@@ -106,8 +122,14 @@ pub struct Jobs {
     positions: positions::PositionCache,
     /// What the scheduling passes cost.
     passes: passes::PassStats,
-    /// What each waiting training's first placement needs.
-    needs: needs::MemoryNeeds,
+    /// What each waiting or placed training tells the scheduler.
+    profiles: needs::Profiles,
+    /// The estimates last written, and when.
+    estimates: estimates::EstimateCache,
+    /// When the teams' usage was last accrued.
+    usage: usage::UsageClock,
+    /// The teams' highest priority classes, kept briefly for creates.
+    caps: quota::ClassCaps,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -134,7 +156,10 @@ impl Jobs {
             runtime: Arc::default(),
             positions: Default::default(),
             passes: Default::default(),
-            needs: Default::default(),
+            profiles: Default::default(),
+            estimates: Default::default(),
+            usage: Default::default(),
+            caps: Default::default(),
             tasks,
         }
     }
@@ -229,6 +254,12 @@ impl Jobs {
             if let Err(e) = self.drain_pass().await {
                 tracing::warn!(error = %e, "drain pass failed");
             }
+            if let Err(e) = self.notice_pass().await {
+                tracing::warn!(error = %e, "notice pass failed");
+            }
+            if let Err(e) = self.accrue_usage().await {
+                tracing::warn!(error = %e, "usage accrual failed");
+            }
             if let Err(e) = self.schedule_pass().await {
                 tracing::warn!(error = %e, "scheduling pass failed");
             }
@@ -255,7 +286,7 @@ impl Jobs {
         config: &cohort_spec::Workload,
         team: &str,
     ) -> Plan {
-        let need = needs::Need::of(config);
+        let need = crate::policy::Need::of(config);
         let fleet = FleetView::of(&self.fleet);
         match need.program_dir.as_deref() {
             Some(dir) => {
@@ -268,14 +299,18 @@ impl Jobs {
     /// The waiting trainings in scheduling order (see [`QueuePolicy::schedule`]).
     pub async fn waiting(&self) -> Result<Vec<WaitingTraining>, DatabaseError> {
         let waiting = self.db.waiting_trainings().await?;
-        Ok(self.settings.queue.schedule(waiting, chrono::Utc::now()))
+        Ok(self
+            .settings
+            .policy
+            .queue
+            .schedule(waiting, chrono::Utc::now()))
     }
 
     /// The waiting trainings' positions in the scheduling order (1 = placed
     /// next), read again only after a state change (see [`positions`]).
     pub async fn queue_positions(&self) -> Result<Arc<positions::QueuePositions>, DatabaseError> {
         let epoch = self.db.events_bell().state_epoch();
-        let (db, policy) = (self.db.clone(), self.settings.queue.clone());
+        let (db, policy) = (self.db.clone(), self.settings.policy.queue.clone());
         self.positions
             .get_or_refresh(epoch, move || async move {
                 // The order of `waiting`, from the keys alone.
@@ -390,6 +425,7 @@ impl Jobs {
         running: &[RunningRank],
     ) -> Result<(), DatabaseError> {
         self.rt().missing_since.remove(agent_id);
+        self.renotice(agent_id, running).await?;
         for r in running {
             let live = match self.db.get_training(&r.training_id).await? {
                 Some(t) => {

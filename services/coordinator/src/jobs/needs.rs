@@ -1,41 +1,40 @@
-//! What each waiting training needs of the fleet — the memory of its first
-//! placement per GPU, and for a program the agents that may run it —
-//! remembered by training id: a config is read and estimated once, when its
-//! training is first seen waiting, not at every scheduling pass. Only the
-//! trainings waiting at the last pass are kept, so the memo never outgrows
-//! the queue.
+//! What each waiting or placed training tells the scheduler — the memory
+//! of a rank per GPU, for a program the agents that may run it, its
+//! preemption grace and expected duration — remembered by training id: a
+//! config is read and estimated once, when its training is first seen by
+//! a pass, not at every pass. Only the trainings of the last pass are
+//! kept, so the memo never outgrows the queue and the fleet.
 
-use crate::persistence::waiting::WaitingTraining;
 use crate::persistence::{DatabaseError, Persistence};
+pub use crate::policy::Need;
 use cohort_spec::Workload;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 /// Configs read per query.
 const CHUNK: usize = 500;
 
-/// What one training needs of the fleet.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Need {
-    /// Bytes per GPU of a first placement.
-    pub memory: u64,
-    /// A program's working directory: only agents with a program root
-    /// holding it may run it.
-    pub program_dir: Option<String>,
+/// What one training tells the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub need: Need,
+    /// Between a preemption notice and SIGKILL.
+    pub grace: Duration,
+    /// `runtime.expected_duration`, when given.
+    pub expected: Option<Duration>,
+    /// The built-in SAE: it checkpoints on a notice.
+    pub sae: bool,
 }
 
-impl Need {
+impl Profile {
     pub fn of(config: &Workload) -> Self {
-        use crate::selection::{estimate, EstimateInput};
-        match config {
-            Workload::Sae(sae) => Need {
-                memory: estimate(&EstimateInput::from_config(sae)).total,
-                program_dir: None,
-            },
-            Workload::Program(p) => Need {
-                memory: p.memory_bytes_per_rank(),
-                program_dir: Some(p.program.working_dir.clone()),
-            },
+        let hints = config.schedule();
+        Self {
+            need: Need::of(config),
+            grace: hints.preemption_grace(),
+            expected: hints.expected_duration(),
+            sae: config.sae().is_some(),
         }
     }
 }
@@ -61,45 +60,40 @@ pub fn host_memory_limit(config: &Workload) -> u64 {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct MemoryNeeds {
-    by_id: Arc<Mutex<HashMap<String, Need>>>,
+pub struct Profiles {
+    by_id: Arc<Mutex<HashMap<String, Profile>>>,
 }
 
-impl MemoryNeeds {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Need>> {
+impl Profiles {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Profile>> {
         self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Makes the memo hold exactly the trainings of `waiting`: reads the
-    /// configs of those it does not know, forgets the rest.
-    pub async fn refresh(
-        &self,
-        db: &Persistence,
-        waiting: &[WaitingTraining],
-    ) -> Result<(), DatabaseError> {
+    /// Makes the memo hold exactly the trainings `ids`: reads the configs
+    /// of those it does not know, forgets the rest.
+    pub async fn refresh(&self, db: &Persistence, ids: &[&str]) -> Result<(), DatabaseError> {
         let unknown: Vec<String> = {
             let map = self.map();
-            waiting
-                .iter()
-                .filter(|w| !map.contains_key(&w.id))
-                .map(|w| w.id.clone())
+            ids.iter()
+                .filter(|id| !map.contains_key(**id))
+                .map(|id| id.to_string())
                 .collect()
         };
         let mut found = Vec::with_capacity(unknown.len());
-        for ids in unknown.chunks(CHUNK) {
-            for (id, config) in db.configs(ids.to_vec()).await? {
-                found.push((id, Need::of(&config)));
+        for chunk in unknown.chunks(CHUNK) {
+            for (id, config) in db.configs(chunk.to_vec()).await? {
+                found.push((id, Profile::of(&config)));
             }
         }
-        let live: HashSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
+        let live: HashSet<&str> = ids.iter().copied().collect();
         let mut map = self.map();
         map.retain(|id, _| live.contains(id.as_str()));
         map.extend(found);
         Ok(())
     }
 
-    /// The need of a training the last refresh saw waiting.
-    pub fn get(&self, training_id: &str) -> Option<Need> {
+    /// The profile of a training the last refresh saw.
+    pub fn get(&self, training_id: &str) -> Option<Profile> {
         self.map().get(training_id).cloned()
     }
 }

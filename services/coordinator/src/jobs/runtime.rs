@@ -32,6 +32,8 @@ pub(super) struct Tracked {
     pub teardown_since: Option<Instant>,
     /// Open lifecycle spans of the current attempt.
     pub spans: Option<AttemptSpans>,
+    /// Its step rate and total steps (kept across attempts).
+    pub pace: Option<super::pace::Pace>,
 }
 
 impl Tracked {
@@ -41,6 +43,7 @@ impl Tracked {
             && self.deciding.is_empty()
             && self.teardown_since.is_none()
             && self.spans.is_none()
+            && self.pace.is_none()
     }
 
     /// Ends the current attempt's spans, if open.

@@ -1,169 +1,107 @@
-//! The scheduling pass: the waiting trainings in queue order against one
-//! view of the fleet; what fits is held and placed at the pass's end, what
-//! does not gets its pending reason.
+//! The scheduling pass: a snapshot of the queue, the placed trainings and
+//! the fleet handed to the policy ([`crate::policy::pass`]), its decisions
+//! applied — placements held and started at the pass's end (rank maps in
+//! one transaction per [`start::PLACE_BATCH`]), notices given, restarts
+//! that wait put back in the queue, borrowing marks and pending reasons
+//! that changed written together.
 
-use super::needs::Need;
-use super::placement::{self, FleetView, Unplaceable};
-use super::{hold_of, quota, start, Jobs};
-use crate::model::{GpuSelection, JobState};
+use super::{hold_of, start, Jobs};
+use crate::model::JobState;
 use crate::persistence::DatabaseError;
+use crate::policy::{self, Decisions, Snapshot};
 use std::collections::HashMap;
 
 impl Jobs {
-    /// One look at the waiting trainings: place what fits, in order; refresh
-    /// the pending reason of what doesn't.
+    /// One look at the waiting trainings: place what fits, in order; make
+    /// room for what may preempt or reclaim; refresh the pending reason of
+    /// what waits.
     ///
-    /// The fleet is looked at once; each placement marks its GPUs held in
-    /// that view. A first placement that failed is not planned again for a
-    /// training asking the same (same selection, same memory need) until a
-    /// placement took GPUs. The pass's placements are written together at
-    /// its end (rank maps in one transaction per [`start::PLACE_BATCH`]),
-    /// then their agents told; pending reasons that changed are written
-    /// together too. So a pass over a long queue that cannot move costs a
-    /// plan per distinct request, and a burst of placements a few
-    /// transactions, not one (and a look at every GPU) per training.
+    /// A first placement that failed is not planned again for a training
+    /// asking the same (same selection, same memory need) until a
+    /// placement took GPUs, so a pass over a long queue that cannot move
+    /// costs a plan per distinct request.
     pub async fn schedule_pass(&self) -> Result<(), DatabaseError> {
         let started = std::time::Instant::now();
-        let now = chrono::Utc::now();
-        let mut reserved = false;
-        let mut quotas = quota::QuotaBook::load(&self.db, self.settings.quotas).await?;
-        let waiting = self.waiting().await?;
-        self.needs.refresh(&self.db, &waiting).await?;
-        let looked_at = waiting.len();
-        let mut view: Option<FleetView> = None;
-        let mut failed: HashMap<(GpuSelection, Need), Unplaceable> = HashMap::new();
-        let mut reasons: Vec<(String, String)> = Vec::new();
-        let mut chosen: Vec<start::Chosen> = Vec::new();
-        for training in waiting {
-            if training.state == JobState::Restarting
-                && !self.torn_down(&training.id, training.attempt).await?
+        let built = self.snapshot(true).await?;
+        let mut snapshot = built.snapshot;
+        let looked_at = snapshot.waiting.len();
+        let decisions = policy::pass(&mut snapshot, &self.settings.policy);
+        self.passes.set_full(decisions.full);
+        for (id, why) in &decisions.refuse {
+            self.finish(id, JobState::Failed, why).await?;
+        }
+        for (id, why) in &decisions.requeue {
+            self.settle(id, JobState::Queued, why).await?;
+        }
+        self.mark_borrowing(&decisions, &built.borrowing).await?;
+        for p in &decisions.preemptions {
+            if let (Some(victim), Some(attempt)) =
+                (snapshot.running(&p.victim), built.attempts.get(&p.victim))
             {
-                continue; // the old gang is not verified gone yet
-            }
-            if reserved {
-                let reason = "WAITING_FOR_RESERVATION: an older training that has waited long is placed first";
-                if training.state == JobState::Queued && training.state_reason != reason {
-                    reasons.push((training.id.clone(), reason.to_string()));
-                }
-                continue;
-            }
-            let fleet = view.get_or_insert_with(|| FleetView::of(&self.fleet));
-            // First placements follow the recommender; restarts keep rank 0 on
-            // the checkpoint's host and avoid the faulty GPU.
-            let Some(need) = self.needs.get(&training.id) else {
-                continue; // gone since the pass began
-            };
-            // A program runs only where a program root holds its directory.
-            let narrowed = match need
-                .program_dir
-                .as_deref()
-                .map(|d| fleet.for_program(&training.team, d))
-            {
-                Some(Err(why)) => Err(why),
-                Some(Ok(view)) => Ok(Some(view)),
-                None => Ok(None),
-            };
-            let plan = match narrowed {
-                Err(why) => Err(why),
-                Ok(narrowed) if training.attempt == 0 => {
-                    let view = narrowed.as_ref().unwrap_or(fleet);
-                    let key = (training.gpu_request.selection.clone(), need);
-                    match failed.get(&key) {
-                        Some(why) => Err(why.clone()),
-                        None => {
-                            let plan =
-                                placement::plan_first(view, &training.gpu_request, key.1.memory);
-                            if let Err(why) = &plan {
-                                failed.insert(key, why.clone());
-                            }
-                            plan
-                        }
-                    }
-                }
-                Ok(narrowed) => {
-                    let view = narrowed.as_ref().unwrap_or(fleet);
-                    let avoid = self
-                        .rt()
-                        .get(&training.id)
-                        .map(|t| t.avoid.clone())
-                        .unwrap_or_default();
-                    let leader = self.db.checkpoint_agent(&training.id).await?;
-                    placement::plan_restart(view, &training.gpu_request, &avoid, leader.as_deref())
-                }
-            };
-            // A first placement must fit its team's quota (a restart takes
-            // back GPUs it was already granted); over it, the training waits
-            // and the ones behind it, other teams', go on.
-            let over = match &plan {
-                Ok(slots) if training.state == JobState::Queued => {
-                    quotas.exceeded(&training.team, slots.len())
-                }
-                _ => None,
-            };
-            if let Some(reason) = over {
-                if training.state_reason != reason {
-                    reasons.push((training.id.clone(), reason));
-                }
-                continue;
-            }
-            match plan {
-                Ok(slots) => {
-                    // Held now, placed with the pass's others at its end.
-                    let attempt = training.attempt + 1;
-                    let hold = |s: &crate::model::RankSlot| {
-                        hold_of(&training.id, &training.team, attempt, s.rank)
-                    };
-                    let holds = slots
-                        .iter()
-                        .map(|s| (s.gpu_uuid.clone(), hold(s)))
-                        .collect();
-                    if self.fleet.hold(holds).is_err() {
-                        continue; // raced with another placement: next pass
-                    }
-                    quotas.take(&training.team, slots.len());
-                    fleet.take(&slots, hold);
-                    chosen.push(start::Chosen {
-                        id: training.id.clone(),
-                        slots,
-                    });
-                    // GPUs were taken: plan again.
-                    failed.clear();
-                }
-                Err(why) if !training.gpu_request.queue && training.state == JobState::Queued => {
-                    let reason = format!("cannot be placed and queueing is off: {why}");
-                    self.finish(&training.id, JobState::Failed, &reason).await?;
-                }
-                Err(why) => {
-                    let reason = why.to_string();
-                    if training.state == JobState::Restarting {
-                        self.settle(
-                            &training.id,
-                            JobState::Queued,
-                            &format!("restart waits for GPUs: {reason}"),
-                        )
-                        .await?;
-                    } else if training.state_reason != reason {
-                        reasons.push((training.id.clone(), reason));
-                    }
-                    if training.state == JobState::Queued
-                        && self.settings.queue.reserves(&training, now)
-                    {
-                        reserved = true;
-                    }
-                }
+                self.give_notice(p, victim, *attempt).await?;
             }
         }
-        // No GPU left for any rank: new arrivals wait for the regular pass.
-        let full = view
-            .as_ref()
-            .is_some_and(|v| v.candidates.iter().all(|c| !c.fits(0)));
-        self.passes.set_full(full);
+        let chosen = self.hold_placements(&decisions, &snapshot);
         let placed = self.start_all(chosen).await;
-        let rewritten = reasons.len();
-        if !reasons.is_empty() {
-            self.db.set_pending_reasons(reasons).await?;
+        let rewritten = decisions.reasons.len();
+        if !decisions.reasons.is_empty() {
+            self.db.set_pending_reasons(decisions.reasons).await?;
         }
         self.passes.record(started.elapsed(), looked_at, rewritten);
         placed
+    }
+
+    /// The pass's placements held in the fleet (one that raced another
+    /// placement for a GPU waits for the next pass).
+    fn hold_placements(&self, d: &Decisions, snapshot: &Snapshot) -> Vec<start::Chosen> {
+        let teams: HashMap<&str, &str> = snapshot
+            .waiting
+            .iter()
+            .map(|w| (w.job.id.as_str(), w.job.team.as_str()))
+            .collect();
+        let attempts: HashMap<&str, i32> = snapshot
+            .waiting
+            .iter()
+            .map(|w| (w.job.id.as_str(), w.attempt))
+            .collect();
+        let mut chosen = Vec::with_capacity(d.placements.len());
+        for p in &d.placements {
+            let team = teams.get(p.id.as_str()).copied().unwrap_or_default();
+            let attempt = attempts.get(p.id.as_str()).copied().unwrap_or_default() + 1;
+            let holds = p
+                .slots
+                .iter()
+                .map(|s| (s.gpu_uuid.clone(), hold_of(&p.id, team, attempt, s.rank)))
+                .collect();
+            if self.fleet.hold(holds).is_err() {
+                continue; // raced with another placement: next pass
+            }
+            chosen.push(start::Chosen {
+                id: p.id.clone(),
+                slots: p.slots.clone(),
+                borrowing: p.borrowing,
+            });
+        }
+        chosen
+    }
+
+    /// Writes the borrowing marks of placed trainings that changed.
+    async fn mark_borrowing(
+        &self,
+        d: &Decisions,
+        stored: &HashMap<String, bool>,
+    ) -> Result<(), DatabaseError> {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for (id, was) in stored {
+            match (d.borrowing.contains(id), *was) {
+                (true, false) => on.push(id.clone()),
+                (false, true) => off.push(id.clone()),
+                _ => {}
+            }
+        }
+        if on.is_empty() && off.is_empty() {
+            return Ok(());
+        }
+        self.db.set_borrowing(on, off).await
     }
 }

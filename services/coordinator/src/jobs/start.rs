@@ -21,6 +21,8 @@ pub(super) const PLACE_BATCH: usize = 32;
 pub(super) struct Chosen {
     pub id: String,
     pub slots: Vec<RankSlot>,
+    /// It runs beyond its team's guarantee.
+    pub borrowing: bool,
 }
 
 /// A MASTER_PORT of `range` not in `used`, from a random point of the range.
@@ -94,9 +96,9 @@ impl Jobs {
             } else {
                 leader.address.clone()
             };
-            ready.push((c.id, master_addr, c.slots));
+            ready.push((c.id, master_addr, c.slots, c.borrowing));
         }
-        let hosts: HashSet<String> = ready.iter().map(|(_, host, _)| host.clone()).collect();
+        let hosts: HashSet<String> = ready.iter().map(|(_, host, ..)| host.clone()).collect();
         let mut used: HashMap<String, HashSet<u16>> = HashMap::new();
         for (host, port) in self.db.master_ports_on(hosts.into_iter().collect()).await? {
             if let Ok(port) = u16::try_from(port) {
@@ -104,12 +106,21 @@ impl Jobs {
             }
         }
         let mut planned = Vec::with_capacity(ready.len());
-        for (id, master_addr, slots) in ready {
+        for (id, master_addr, slots, borrowing) in ready {
             let taken = used.entry(master_addr.clone()).or_default();
             let master_port = free_port(&self.settings.master_ports, taken);
             taken.insert(master_port);
             let agents: HashSet<&str> = slots.iter().map(|s| s.agent_id.as_str()).collect();
-            let reason = format!("placed {} ranks on {} agent(s)", slots.len(), agents.len());
+            let reason = format!(
+                "placed {} ranks on {} agent(s){}",
+                slots.len(),
+                agents.len(),
+                if borrowing {
+                    ", borrowing idle quota"
+                } else {
+                    ""
+                }
+            );
             let placement = Placement {
                 master_port,
                 master_addr,
@@ -119,6 +130,7 @@ impl Jobs {
                 training_id: id,
                 placement,
                 reason,
+                borrowing,
             });
         }
         let outcomes = self.db.place_trainings(planned.clone()).await?;

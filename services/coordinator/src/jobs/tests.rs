@@ -107,6 +107,8 @@ impl Harness {
                     queue: true,
                 },
                 priority: 0,
+                priority_class: String::new(),
+                borrow: true,
                 max_restarts,
                 trace_context: None,
                 team: String::new(),

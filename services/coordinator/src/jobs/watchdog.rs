@@ -20,7 +20,17 @@ impl Jobs {
                 }
             }
         }
+        let noticed: std::collections::HashSet<(String, i32)> = self
+            .db
+            .notices()
+            .await?
+            .into_iter()
+            .map(|n| (n.training_id, n.attempt))
+            .collect();
         for (training, ranks) in self.db.active_placements().await? {
+            // A noticed gang stops anyway: its lost agents and silence
+            // are the notice pass's (no restart is spent on them).
+            let noticed = noticed.contains(&(training.id.clone(), training.attempt));
             // Lost agents holding live ranks of this attempt.
             let mut lost = Vec::new();
             for r in ranks
@@ -40,6 +50,9 @@ impl Jobs {
                 if since.elapsed() > timeout && !lost.contains(agent) {
                     lost.push(agent.clone());
                 }
+            }
+            if noticed {
+                continue;
             }
             if !lost.is_empty() {
                 let names: Vec<String> = self

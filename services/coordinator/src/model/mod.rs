@@ -20,5 +20,6 @@ pub use placement::{AgentRecord, Placement, RankRecord, RankSlot};
 pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
 pub use training::{
-    EventPayload, StateChange, StateTransition, StoredEvent, StragglerChange, Training,
+    EstimateChange, EventPayload, Preempted, StateChange, StateTransition, StoredEvent,
+    StragglerChange, Training,
 };

@@ -69,8 +69,8 @@ impl JobState {
             Succeeded => self == Running,
             Restarting => matches!(self, Scheduled | Running),
             // Back to the queue: the placement fell through before the ranks ran,
-            // or a restart found no GPUs.
-            Queued => matches!(self, Scheduled | Restarting),
+            // a restart found no GPUs, or a preempted gang stopped.
+            Queued => matches!(self, Scheduled | Running | Restarting),
         }
     }
 }

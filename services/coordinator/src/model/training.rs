@@ -47,6 +47,21 @@ pub struct Training {
     pub creator: String,
     /// Its labels (e.g. `sweep=lr-k`), set at create.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its priority class ("" for a training created before classes, or
+    /// with a bare numeric priority and no class).
+    pub priority_class: String,
+    /// It may run beyond its team's guarantee on idle GPUs (and then be
+    /// reclaimed); false: only ever within the guarantee.
+    pub borrow: bool,
+    /// It runs beyond its team's guarantee now.
+    pub borrowing: bool,
+    /// Times it was preempted (or reclaimed) and put back in the queue.
+    pub preemption_count: i32,
+    /// When the current attempt was placed.
+    pub attempt_time: Option<DateTime<Utc>>,
+    /// It wrote a checkpoint in the grace of an earlier notice (a program
+    /// that honours the notice): preempting it loses little.
+    pub notice_saves: bool,
 }
 
 /// One row of a training's state history.
@@ -78,6 +93,38 @@ pub enum EventPayload {
     Rank(ProgressLine),
     /// A rank became, or stopped being, a straggler.
     Straggler(StragglerChange),
+    /// The training was preempted (or reclaimed, or moved off a drained
+    /// agent) after a notice, and waits to be placed again.
+    Preempted(Preempted),
+    /// Its start or end estimate appeared, moved by more than 10 %, or went.
+    Estimate(EstimateChange),
+}
+
+/// A preemption, as stored in the event history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preempted {
+    /// The training it made room for (a drained agent's name for a drain).
+    pub by: String,
+    /// "preempt", "reclaim" or "drain".
+    pub kind: String,
+    /// The class of `by` ("" when none, or for a reclaim or drain).
+    #[serde(default)]
+    pub priority_class: String,
+    /// The step it resumes from: its newest checkpoint's (none: from the start).
+    pub resume_step: Option<i64>,
+    /// GPU-seconds trained since that checkpoint, lost.
+    pub gpu_seconds_lost: f64,
+    /// A checkpoint was written during the notice's grace.
+    pub checkpointed: bool,
+}
+
+/// A start or end estimate, as stored in the event history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimateChange {
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    /// Why an estimate is absent ("NO_DURATION: ..."); empty when both are known.
+    pub reason: String,
 }
 
 /// A change of a rank's straggler status, as stored in the event history.
@@ -97,6 +144,8 @@ impl EventPayload {
         match self {
             EventPayload::StateChange(_) => "state_change".to_string(),
             EventPayload::Straggler(_) => "straggler".to_string(),
+            EventPayload::Preempted(_) => "preempted".to_string(),
+            EventPayload::Estimate(_) => "estimate".to_string(),
             EventPayload::Rank(line) => line.event().to_string(),
         }
     }
@@ -111,6 +160,8 @@ impl EventPayload {
             EventPayload::Straggler(change) => {
                 serde_json::to_string(change).expect("straggler change serialises")
             }
+            EventPayload::Preempted(p) => serde_json::to_string(p).expect("preemption serialises"),
+            EventPayload::Estimate(e) => serde_json::to_string(e).expect("estimate serialises"),
         }
     }
 
@@ -124,6 +175,14 @@ impl EventPayload {
             serde_json::from_str(payload_json)
                 .ok()
                 .map(EventPayload::Straggler)
+        } else if kind == "preempted" {
+            serde_json::from_str(payload_json)
+                .ok()
+                .map(EventPayload::Preempted)
+        } else if kind == "estimate" {
+            serde_json::from_str(payload_json)
+                .ok()
+                .map(EventPayload::Estimate)
         } else {
             ProgressLine::parse(payload_json)
                 .filter(|line| line.event() == kind)
@@ -146,6 +205,7 @@ pub struct StoredEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::SubsecRound;
 
     #[test]
     fn payloads_round_trip() {
@@ -159,6 +219,19 @@ mod tests {
                 step: 10,
                 path: "/run/ckpt-10".into(),
                 best: true,
+            }),
+            EventPayload::Preempted(Preempted {
+                by: "trn-urgent".into(),
+                kind: "preempt".into(),
+                priority_class: "urgent".into(),
+                resume_step: Some(120),
+                gpu_seconds_lost: 0.5,
+                checkpointed: true,
+            }),
+            EventPayload::Estimate(EstimateChange {
+                start_time: Some(Utc::now().trunc_subsecs(0)),
+                end_time: None,
+                reason: "NO_DURATION: x".into(),
             }),
         ];
         for payload in payloads {

@@ -37,6 +37,10 @@ pub struct NewTraining {
     pub config: Workload,
     pub gpu_request: GpuRequest,
     pub priority: i32,
+    /// Its priority class's name (the class set `priority`), or "".
+    pub priority_class: String,
+    /// May it borrow idle quota of other teams.
+    pub borrow: bool,
     pub max_restarts: i32,
     /// The creating call's W3C traceparent, when traced.
     pub trace_context: Option<String>,
@@ -154,6 +158,8 @@ fn replay(
     let same = row.config_json == config_json
         && row.gpu_request_json == gpu_request_json
         && row.priority == new.priority
+        && row.priority_class == new.priority_class
+        && row.borrow == new.borrow
         && row.max_restarts == new.max_restarts
         && row.display_name == new.display_name;
     if !same {
@@ -196,6 +202,12 @@ fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> Tr
         team: new.team.clone(),
         creator: new.creator.clone(),
         labels_json: serde_json::to_string(&new.labels).expect("labels serialise"),
+        priority_class: new.priority_class.clone(),
+        borrow: new.borrow,
+        borrowing: false,
+        preemption_count: 0,
+        attempt_time: None,
+        notice_saves: false,
     }
 }
 

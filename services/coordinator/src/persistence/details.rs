@@ -1,10 +1,13 @@
 //! What describing a page of trainings needs beyond their rows — the
-//! current attempt's ranks and the newest progress event of each — read in
-//! one transaction for the whole page.
+//! current attempt's ranks, the newest progress event of each, and the
+//! start/end estimates of those not ended — read in one transaction for
+//! the whole page.
 
+use super::estimates::StoredEstimate;
 use super::events::latest_progress_in;
 use super::ranks::RankRow;
-use super::schema::ranks;
+use super::rows::from_db_time;
+use super::schema::{ranks, training_estimates};
 use super::{DatabaseError, Persistence};
 use crate::model::{RankRecord, StoredEvent, Training};
 use diesel::prelude::*;
@@ -17,6 +20,8 @@ pub struct TrainingDetails {
     pub ranks: HashMap<String, Vec<RankRecord>>,
     /// The newest `progress` event.
     pub progress: HashMap<String, StoredEvent>,
+    /// The stored estimates (trainings not ended).
+    pub estimates: HashMap<String, StoredEstimate>,
 }
 
 impl Persistence {
@@ -34,11 +39,45 @@ impl Persistence {
             .filter(|t| t.attempt > 0)
             .map(|t| (t.id.clone(), t.attempt))
             .collect();
-        if placed.is_empty() {
+        let live: Vec<String> = trainings
+            .iter()
+            .filter(|t| !t.state.is_final())
+            .map(|t| t.id.clone())
+            .collect();
+        if placed.is_empty() && live.is_empty() {
             return Ok(TrainingDetails::default());
         }
         self.read("training_details", move |c| {
             let mut details = TrainingDetails::default();
+            if !live.is_empty() {
+                let rows: Vec<(
+                    String,
+                    Option<chrono::NaiveDateTime>,
+                    Option<chrono::NaiveDateTime>,
+                    String,
+                )> = training_estimates::table
+                    .filter(training_estimates::training_id.eq_any(&live))
+                    .select((
+                        training_estimates::training_id,
+                        training_estimates::start_time,
+                        training_estimates::end_time,
+                        training_estimates::reason,
+                    ))
+                    .load(c)?;
+                for (id, start, end, reason) in rows {
+                    details.estimates.insert(
+                        id,
+                        StoredEstimate {
+                            start_time: start.map(from_db_time),
+                            end_time: end.map(from_db_time),
+                            reason,
+                        },
+                    );
+                }
+            }
+            if placed.is_empty() {
+                return Ok(details);
+            }
             let ids: Vec<&str> = placed.keys().map(String::as_str).collect();
             for row in ranks::table
                 .filter(ranks::training_id.eq_any(&ids))

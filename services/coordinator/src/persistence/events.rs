@@ -167,6 +167,37 @@ impl Persistence {
     }
 }
 
+impl Persistence {
+    /// Whether rank 0 of `attempt` said it finished (the SAE's `finished`
+    /// line, or a program's).
+    pub async fn attempt_finished(
+        &self,
+        training_id: &str,
+        attempt: i32,
+    ) -> Result<bool, DatabaseError> {
+        let id = training_id.to_string();
+        self.read("attempt_finished", move |c| {
+            let rows: Vec<EventRow> = training_events::table
+                .filter(training_events::training_id.eq(&id))
+                .filter(training_events::kind.eq_any(["finished", "metrics"]))
+                .filter(training_events::attempt.eq(attempt))
+                .order(training_events::seq.desc())
+                .select(EventRow::as_select())
+                .limit(FINAL_LOSS_LOOKBACK)
+                .load(c)?;
+            for row in rows {
+                match StoredEvent::try_from(row)?.payload {
+                    EventPayload::Rank(ProgressLine::Finished { .. }) => return Ok(true),
+                    EventPayload::Rank(ProgressLine::Metrics(m)) if m.finished => return Ok(true),
+                    _ => {}
+                }
+            }
+            Ok(false)
+        })
+        .await
+    }
+}
+
 /// The newest `progress` (or a program's `metrics`) event of a training
 /// (an index walk back from its newest event).
 pub(super) fn latest_progress_in(

@@ -20,6 +20,8 @@ pub struct NewPlacement {
     pub training_id: String,
     pub placement: Placement,
     pub reason: String,
+    /// It runs beyond its team's guarantee (on borrowed GPUs).
+    pub borrowing: bool,
 }
 
 /// A training placed by [`Persistence::place_trainings`].
@@ -191,6 +193,8 @@ fn scheduled(
         state: JobState::Scheduled,
         state_reason: new.reason.clone(),
         update_time: from_db_time(to_db_time(at)),
+        attempt_time: Some(from_db_time(to_db_time(at))),
+        borrowing: new.borrowing,
         last_event_seq: current.last_event_seq + 1,
         ..current
     };
@@ -229,6 +233,8 @@ fn write_scheduled(
                     trainings::state.eq(JobState::Scheduled.as_str()),
                     trainings::state_reason.eq(&t.state_reason),
                     trainings::update_time.eq(to_db_time(at)),
+                    trainings::attempt_time.eq(to_db_time(at)),
+                    trainings::borrowing.eq(t.borrowing),
                     trainings::last_event_seq.eq(t.last_event_seq),
                 ))
                 .execute(conn)?;
@@ -241,7 +247,7 @@ fn write_scheduled(
     Ok(written)
 }
 
-/// Placements per guarded UPDATE on PostgreSQL (8 parameters each).
+/// Placements per guarded UPDATE on PostgreSQL (9 parameters each).
 const ROWS_PER_UPDATE: usize = 500;
 
 #[derive(QueryableByName)]
@@ -257,15 +263,15 @@ fn update_all_pg(
     rows: &[&(JobState, Training)],
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<String>, DatabaseError> {
-    use diesel::sql_types::{BigInt, Integer, Text, Timestamp};
+    use diesel::sql_types::{BigInt, Bool, Integer, Text, Timestamp};
     if rows.is_empty() {
         return Ok(Vec::new());
     }
     let values: Vec<String> = (0..rows.len())
         .map(|i| {
-            let p = 2 + i * 8;
+            let p = 2 + i * 9;
             format!(
-                "(${}::text, ${}::text, ${}::bigint, ${}::int, ${}::int, ${}::text, ${}::int, ${}::text)",
+                "(${}::text, ${}::text, ${}::bigint, ${}::int, ${}::int, ${}::text, ${}::int, ${}::text, ${}::bool)",
                 p,
                 p + 1,
                 p + 2,
@@ -273,7 +279,8 @@ fn update_all_pg(
                 p + 4,
                 p + 5,
                 p + 6,
-                p + 7
+                p + 7,
+                p + 8
             )
         })
         .collect();
@@ -281,8 +288,8 @@ fn update_all_pg(
         "UPDATE trainings AS t SET attempt = v.attempt, world_size = v.world, \
          distributed = v.world > 1, master_addr = v.addr, master_port = v.port, \
          state = '{scheduled}', state_reason = v.reason, update_time = $1, \
-         last_event_seq = v.seq + 1 \
-         FROM (VALUES {values}) AS v(id, from_state, seq, attempt, world, addr, port, reason) \
+         attempt_time = $1, borrowing = v.borrowing, last_event_seq = v.seq + 1 \
+         FROM (VALUES {values}) AS v(id, from_state, seq, attempt, world, addr, port, reason, borrowing) \
          WHERE t.id = v.id AND t.state = v.from_state AND t.last_event_seq = v.seq \
          RETURNING t.id",
         scheduled = JobState::Scheduled.as_str(),
@@ -300,7 +307,8 @@ fn update_all_pg(
             .bind::<Integer, _>(t.world_size)
             .bind::<Text, _>(t.master_addr.clone().unwrap_or_default())
             .bind::<Integer, _>(t.master_port.unwrap_or_default())
-            .bind::<Text, _>(t.state_reason.clone());
+            .bind::<Text, _>(t.state_reason.clone())
+            .bind::<Bool, _>(t.borrowing);
     }
     Ok(query
         .load::<WrittenId>(pg)?

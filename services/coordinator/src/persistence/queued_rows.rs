@@ -174,6 +174,12 @@ columns!(TrainingColumns of TrainingRow, |r| {
     team: Text => String = r.team.clone(),
     creator: Text => String = r.creator.clone(),
     labels_json: Text => String = r.labels_json.clone(),
+    priority_class: Text => String = r.priority_class.clone(),
+    borrow: Bool => bool = r.borrow,
+    borrowing: Bool => bool = r.borrowing,
+    preemption_count: Integer => i32 = r.preemption_count,
+    attempt_time: Nullable<Timestamp> => Option<NaiveDateTime> = r.attempt_time,
+    notice_saves: Bool => bool = r.notice_saves,
 });
 
 columns!(TransitionColumns of NewTransitionRow<'_>, |r| {

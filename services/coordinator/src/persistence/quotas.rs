@@ -1,5 +1,7 @@
-//! Team quotas (GPUs at once, queued trainings at once) and what each team
-//! uses now. Setting a quota writes its audit row in the same transaction.
+//! Team quotas (guaranteed GPUs, what may be borrowed beyond them, the
+//! fair-share weight, the highest priority class, queued trainings at once)
+//! and what each team uses now. Setting a quota writes its audit row in the
+//! same transaction.
 
 use super::audit::insert_in;
 use super::rows::{now, to_db_time};
@@ -10,11 +12,39 @@ use diesel::prelude::*;
 use std::collections::BTreeMap;
 
 /// A team's limits; `None`: the coordinator's default.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct TeamQuota {
     pub team: String,
+    /// Its guaranteed GPUs.
     pub gpus: Option<i32>,
     pub max_queued: Option<i32>,
+    /// GPUs beyond the guarantee it may borrow (none: it borrows nothing).
+    pub borrow_limit: Option<i32>,
+    /// Its fair-share weight (none: 1).
+    pub weight: Option<f64>,
+    /// The highest priority class its trainings may use (none: any).
+    pub max_priority_class: Option<String>,
+}
+
+type QuotaRow = (
+    String,
+    Option<i32>,
+    Option<i32>,
+    Option<i32>,
+    Option<f64>,
+    Option<String>,
+);
+
+fn quota_of(row: QuotaRow) -> TeamQuota {
+    let (team, gpus, max_queued, borrow_limit, weight, max_priority_class) = row;
+    TeamQuota {
+        team,
+        gpus,
+        max_queued,
+        borrow_limit,
+        weight,
+        max_priority_class,
+    }
 }
 
 /// What a team's trainings use now.
@@ -44,6 +74,9 @@ impl Persistence {
                     team_quotas::team.eq(&quota.team),
                     team_quotas::gpus.eq(quota.gpus),
                     team_quotas::max_queued.eq(quota.max_queued),
+                    team_quotas::borrow_limit.eq(quota.borrow_limit),
+                    team_quotas::weight.eq(quota.weight),
+                    team_quotas::max_priority_class.eq(&quota.max_priority_class),
                     team_quotas::update_time.eq(to_db_time(at)),
                 ))
                 .execute(c)?;
@@ -59,20 +92,19 @@ impl Persistence {
     pub async fn quota(&self, team: &str) -> Result<Option<TeamQuota>, DatabaseError> {
         let team = team.to_string();
         self.read("quota", move |c| {
-            let row: Option<(String, Option<i32>, Option<i32>)> = team_quotas::table
+            let row: Option<QuotaRow> = team_quotas::table
                 .find(&team)
                 .select((
                     team_quotas::team,
                     team_quotas::gpus,
                     team_quotas::max_queued,
+                    team_quotas::borrow_limit,
+                    team_quotas::weight,
+                    team_quotas::max_priority_class,
                 ))
                 .first(c)
                 .optional()?;
-            Ok(row.map(|(team, gpus, max_queued)| TeamQuota {
-                team,
-                gpus,
-                max_queued,
-            }))
+            Ok(row.map(quota_of))
         })
         .await
     }
@@ -80,22 +112,18 @@ impl Persistence {
     /// Every team's quota row.
     pub async fn quotas(&self) -> Result<Vec<TeamQuota>, DatabaseError> {
         self.read("quotas", |c| {
-            let rows: Vec<(String, Option<i32>, Option<i32>)> = team_quotas::table
+            let rows: Vec<QuotaRow> = team_quotas::table
                 .order(team_quotas::team.asc())
                 .select((
                     team_quotas::team,
                     team_quotas::gpus,
                     team_quotas::max_queued,
+                    team_quotas::borrow_limit,
+                    team_quotas::weight,
+                    team_quotas::max_priority_class,
                 ))
                 .load(c)?;
-            Ok(rows
-                .into_iter()
-                .map(|(team, gpus, max_queued)| TeamQuota {
-                    team,
-                    gpus,
-                    max_queued,
-                })
-                .collect())
+            Ok(rows.into_iter().map(quota_of).collect())
         })
         .await
     }

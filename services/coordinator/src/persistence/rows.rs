@@ -52,6 +52,12 @@ pub struct TrainingRow {
     pub team: String,
     pub creator: String,
     pub labels_json: String,
+    pub priority_class: String,
+    pub borrow: bool,
+    pub borrowing: bool,
+    pub preemption_count: i32,
+    pub attempt_time: Option<NaiveDateTime>,
+    pub notice_saves: bool,
 }
 
 impl TryFrom<TrainingRow> for Training {
@@ -87,6 +93,12 @@ impl TryFrom<TrainingRow> for Training {
             request_id: row.request_id.map(|key| client_request_id(&row.team, key)),
             team: row.team,
             creator: row.creator,
+            priority_class: row.priority_class,
+            borrow: row.borrow,
+            borrowing: row.borrowing,
+            preemption_count: row.preemption_count,
+            attempt_time: row.attempt_time.map(from_db_time),
+            notice_saves: row.notice_saves,
         })
     }
 }

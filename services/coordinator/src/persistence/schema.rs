@@ -57,6 +57,42 @@ diesel::table! {
         team -> Text,
         creator -> Text,
         labels_json -> Text,
+        priority_class -> Text,
+        borrow -> Bool,
+        borrowing -> Bool,
+        preemption_count -> Integer,
+        attempt_time -> Nullable<Timestamp>,
+        notice_saves -> Bool,
+    }
+}
+
+diesel::table! {
+    training_notices (training_id) {
+        training_id -> Text,
+        attempt -> Integer,
+        kind -> Text,
+        noticed_by -> Text,
+        reason -> Text,
+        notice_time -> Timestamp,
+        deadline -> Timestamp,
+    }
+}
+
+diesel::table! {
+    training_estimates (training_id) {
+        training_id -> Text,
+        start_time -> Nullable<Timestamp>,
+        end_time -> Nullable<Timestamp>,
+        reason -> Text,
+        update_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    team_usage (team) {
+        team -> Text,
+        gpu_seconds -> Double,
+        update_time -> Timestamp,
     }
 }
 
@@ -88,6 +124,9 @@ diesel::table! {
         gpus -> Nullable<Integer>,
         max_queued -> Nullable<Integer>,
         update_time -> Timestamp,
+        borrow_limit -> Nullable<Integer>,
+        weight -> Nullable<Double>,
+        max_priority_class -> Nullable<Text>,
     }
 }
 
@@ -251,11 +290,16 @@ diesel::joinable!(training_events -> trainings (training_id));
 diesel::joinable!(state_transitions -> trainings (training_id));
 diesel::joinable!(checkpoints -> trainings (training_id));
 diesel::joinable!(best_checkpoints -> trainings (training_id));
+diesel::joinable!(training_notices -> trainings (training_id));
+diesel::joinable!(training_estimates -> trainings (training_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     agents,
     gpus,
     trainings,
+    training_notices,
+    training_estimates,
+    team_usage,
     training_labels,
     ranks,
     training_events,

@@ -15,7 +15,7 @@ fn waiting_states() -> [&'static str; 2] {
     [JobState::Queued.as_str(), JobState::Restarting.as_str()]
 }
 
-/// What orders a waiting training (see [`crate::jobs::queue::QueuePolicy`]).
+/// What orders a waiting training (see [`crate::policy::QueuePolicy`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitingKey {
     pub id: String,
@@ -37,6 +37,11 @@ pub struct WaitingTraining {
     pub attempt: i32,
     pub create_time: DateTime<Utc>,
     pub team: String,
+    pub priority_class: String,
+    /// May borrow idle quota.
+    pub borrow: bool,
+    /// Its last attempt's ranks (a RESTARTING training takes them back).
+    pub world_size: i32,
 }
 
 type WaitingRow = (
@@ -48,10 +53,25 @@ type WaitingRow = (
     i32,
     chrono::NaiveDateTime,
     String,
+    String,
+    bool,
+    i32,
 );
 
 fn waiting_training(row: WaitingRow) -> Result<WaitingTraining, DatabaseError> {
-    let (id, state, state_reason, gpu_request_json, priority, attempt, created, team) = row;
+    let (
+        id,
+        state,
+        state_reason,
+        gpu_request_json,
+        priority,
+        attempt,
+        created,
+        team,
+        class,
+        borrow,
+        world_size,
+    ) = row;
     let gpu_request = serde_json::from_str(&gpu_request_json)
         .map_err(|e| DatabaseError::Corrupt(format!("training {id} gpu request: {e}")))?;
     Ok(WaitingTraining {
@@ -63,6 +83,9 @@ fn waiting_training(row: WaitingRow) -> Result<WaitingTraining, DatabaseError> {
         attempt,
         create_time: from_db_time(created),
         team,
+        priority_class: class,
+        borrow,
+        world_size,
     })
 }
 
@@ -81,6 +104,9 @@ impl Persistence {
                     trainings::attempt,
                     trainings::create_time,
                     trainings::team,
+                    trainings::priority_class,
+                    trainings::borrow,
+                    trainings::world_size,
                 ))
                 .load::<WaitingRow>(c)?
                 .into_iter()

@@ -87,6 +87,8 @@ pub fn new_training(request_id: Option<&str>) -> NewTraining {
             queue: true,
         },
         priority: 0,
+        priority_class: String::new(),
+        borrow: true,
         max_restarts: 3,
         trace_context: None,
         team: String::new(),

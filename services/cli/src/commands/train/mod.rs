@@ -49,6 +49,9 @@ pub enum TrainCommand {
     },
     /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
     Watch(WatchArgs),
+    /// The coordinator's priority classes (what --priority-class takes),
+    /// highest first; preempting classes may preempt lower ones.
+    Classes,
     /// A training's report: throughput, step-time percentiles, compute vs
     /// communication and GPU use per rank, and the scaling table against
     /// trainings of the same config at other world sizes.
@@ -73,9 +76,18 @@ pub struct SubmitArgs {
     /// Run on exactly these GPUs (uuids from `cohort gpus`), in rank order.
     #[arg(long, value_name = "UUID,...", value_delimiter = ',', num_args = 1..)]
     pub gpu_ids: Vec<String>,
-    /// Scheduling priority: among queued trainings, higher runs first.
+    /// Scheduling priority: among queued trainings, higher runs first
+    /// (prefer --priority-class).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
+    /// The priority class (`cohort train classes` lists them: low, normal,
+    /// high, urgent by default; high and urgent may preempt lower ones).
+    #[arg(long, value_name = "CLASS")]
+    pub priority_class: Option<String>,
+    /// Run only within the team's guaranteed GPUs: never on borrowed idle
+    /// quota, so never reclaimed.
+    #[arg(long)]
+    pub no_borrow: bool,
     /// Restarts allowed after rank crashes, lost agents or hangs (server default 3).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     pub max_restarts: Option<i32>,
@@ -196,6 +208,8 @@ pub async fn submit(
         max_restarts: args.max_restarts,
         priority: args.priority,
         labels: args.labels.iter().cloned().collect(),
+        priority_class: args.priority_class.clone().unwrap_or_default(),
+        borrow: args.no_borrow.then_some(false),
         ..Default::default()
     };
     let mut client = TrainingServiceClient::new(coordinator.channel().await?);
@@ -395,6 +409,36 @@ pub async fn run(
                 reconnect_for: args.reconnect_timeout,
             };
             watch::watch(coordinator, &args.id, &options, out).await
+        }
+        TrainCommand::Classes => classes(coordinator, out).await,
+    }
+}
+
+async fn classes(coordinator: &Coordinator, out: OutputFormat) -> Result<(), CliError> {
+    let mut client = TrainingServiceClient::new(coordinator.channel().await?);
+    let answer = client
+        .list_priority_classes(v1::ListPriorityClassesRequest {})
+        .await?
+        .into_inner();
+    match out {
+        OutputFormat::Json => emit_json(&json::message(&answer)),
+        OutputFormat::Table => {
+            let mut t =
+                crate::render::table::Table::new(&["CLASS", "PRIORITY", "PREEMPTS", "DEFAULT"]);
+            for c in &answer.classes {
+                t.row(vec![
+                    c.name.clone(),
+                    c.value.to_string(),
+                    if c.preempting { "yes" } else { "no" }.to_string(),
+                    if c.name == answer.default_class {
+                        "yes"
+                    } else {
+                        ""
+                    }
+                    .to_string(),
+                ]);
+            }
+            emit(&t.render())
         }
     }
 }

@@ -2,7 +2,7 @@
 //! state changes.
 
 use crate::render::table::{dash, state_name, Table};
-use crate::render::{float, short_name, time};
+use crate::render::{float, short_name, time, until};
 use cohort_proto::v1;
 use std::fmt::Write as _;
 
@@ -18,8 +18,9 @@ pub fn trainings(trainings: &[v1::Training]) -> String {
         return "no trainings".to_string();
     }
     let mut t = Table::new(&[
-        "ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "CREATED", "REASON",
+        "ID", "NAME", "STATE", "CLASS", "RANKS", "STEP", "LOSS", "CREATED", "ESTIMATE", "REASON",
     ]);
+    let now = std::time::SystemTime::now();
     for tr in trainings {
         let (step, loss) = match &tr.latest_program_progress {
             Some(p) => crate::render::program::cells(p),
@@ -28,15 +29,42 @@ pub fn trainings(trainings: &[v1::Training]) -> String {
         t.row(vec![
             tr.id.clone(),
             dash(&tr.display_name),
-            state_name(tr.state),
+            state_cell(tr),
+            dash(&tr.priority_class),
             tr.world_size.to_string(),
             step,
             loss,
             time(tr.create_time.as_ref()),
+            estimate_cell(tr, now),
             dash(&tr.state_reason),
         ]);
     }
     t.render()
+}
+
+/// The state, `RUNNING (borrowing)` when it runs on borrowed quota.
+fn state_cell(t: &v1::Training) -> String {
+    if t.borrowing {
+        format!("{} (borrowing)", state_name(t.state))
+    } else {
+        state_name(t.state)
+    }
+}
+
+/// When a waiting training starts (`starts in 12m`) or a running one ends
+/// (`ends in 3h 05m`); `?` when nobody can say (the detail says why).
+fn estimate_cell(t: &v1::Training, now: std::time::SystemTime) -> String {
+    use v1::training::State;
+    let (what, at) = match t.state() {
+        State::Queued | State::Restarting => ("starts", t.estimated_start_time.as_ref()),
+        State::Scheduled | State::Running => ("ends", t.estimated_end_time.as_ref()),
+        _ => return "-".to_string(),
+    };
+    match at {
+        Some(at) => format!("{what} {}", until(Some(at), now)),
+        None if t.estimate_reason.is_empty() => "-".to_string(),
+        None => "?".to_string(),
+    }
 }
 
 /// One training in detail: its fields, its rank map and (when given) its
@@ -50,9 +78,25 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
     if !t.display_name.is_empty() {
         field("name", t.display_name.clone());
     }
-    field("state", state_name(t.state));
+    field("state", state_cell(t));
     if !t.state_reason.is_empty() {
         field("reason", t.state_reason.clone());
+    }
+    let now = std::time::SystemTime::now();
+    if let Some(at) = &t.estimated_start_time {
+        field(
+            "starts",
+            format!("{} ({})", time(Some(at)), until(Some(at), now)),
+        );
+    }
+    if let Some(at) = &t.estimated_end_time {
+        field(
+            "ends",
+            format!("{} ({})", time(Some(at)), until(Some(at), now)),
+        );
+    }
+    if !t.estimate_reason.is_empty() {
+        field("estimate", t.estimate_reason.clone());
     }
     field("world size", t.world_size.to_string());
     field(
@@ -62,7 +106,23 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
             t.attempt, t.restart_count, t.max_restarts
         ),
     );
-    field("priority", t.priority.to_string());
+    field(
+        "priority",
+        if t.priority_class.is_empty() {
+            t.priority.to_string()
+        } else {
+            format!("{} ({})", t.priority_class, t.priority)
+        },
+    );
+    field(
+        "sharing",
+        format!(
+            "preempted {} time(s){}{}",
+            t.preemption_count,
+            if t.borrow { "" } else { ", never borrows" },
+            if t.borrowing { ", borrowing now" } else { "" }
+        ),
+    );
     if !t.labels.is_empty() {
         let mut labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         labels.sort();
@@ -295,6 +355,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("state:        QUEUED"), "{text}");
+        assert!(
+            text.contains("sharing:      preempted 0 time(s), never borrows"),
+            "{text}"
+        );
         assert!(text.contains("reason:       waiting for 4 GPUs, 2 free"));
         assert!(text.contains("RANK  LOCAL  HOST"));
         assert!(text.contains("code 0"));

@@ -143,6 +143,17 @@ impl From<AgentCommand> for v1::CoordinatorMessage {
                 grace_period: prost_types::Duration::try_from(grace).ok(),
                 reason,
             }),
+            AgentCommand::NoticeRanks {
+                training_id,
+                attempt,
+                grace,
+                reason,
+            } => Message::NoticeRanks(v1::NoticeRanks {
+                training_id,
+                attempt,
+                grace_period: prost_types::Duration::try_from(grace).ok(),
+                reason,
+            }),
             AgentCommand::Ack { through } => Message::Ack(v1::Ack { through }),
             AgentCommand::ReadFile {
                 request_id,

@@ -49,6 +49,18 @@ impl From<&Training> for v1::Training {
             update_time: Some(timestamp(t.update_time)),
             start_time: t.start_time.map(timestamp),
             end_time: t.end_time.map(timestamp),
+            priority_class: t.priority_class.clone(),
+            preemption_count: t.preemption_count,
+            borrowing: t.borrowing
+                && matches!(
+                    t.state,
+                    crate::model::JobState::Scheduled | crate::model::JobState::Running
+                ),
+            borrow: t.borrow,
+            // Filled in by the caller from the stored estimates.
+            estimated_start_time: None,
+            estimated_end_time: None,
+            estimate_reason: String::new(),
         }
     }
 }
@@ -78,6 +90,19 @@ pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
             compute_ms: c.compute_ms,
             median_compute_ms: c.median_compute_ms,
             straggling: c.straggling,
+        }),
+        EventPayload::Preempted(p) => Event::Preempted(v1::PreemptedEvent {
+            by: p.by.clone(),
+            kind: p.kind.clone(),
+            priority_class: p.priority_class.clone(),
+            resume_step: p.resume_step,
+            gpu_seconds_lost: p.gpu_seconds_lost,
+            checkpointed: p.checkpointed,
+        }),
+        EventPayload::Estimate(est) => Event::Estimate(v1::EstimateEvent {
+            estimated_start_time: est.start_time.map(timestamp),
+            estimated_end_time: est.end_time.map(timestamp),
+            reason: est.reason.clone(),
         }),
     };
     Some(v1::TrainingEvent {

@@ -69,6 +69,31 @@ impl FleetView {
         Ok(view)
     }
 
+    /// A fleet of `hosts` agents (`host-0`, ...) with `gpus` healthy, free
+    /// GPUs of `memory` bytes each (uuids `host-3/gpu-5`): the simulator's
+    /// and the tests' fleet.
+    pub fn uniform(hosts: usize, gpus: usize, memory: u64) -> Self {
+        let candidates = (0..hosts)
+            .flat_map(|h| {
+                (0..gpus).map(move |g| Candidate {
+                    uuid: format!("host-{h}/gpu-{g}"),
+                    index: g as i32,
+                    agent_id: format!("host-{h}"),
+                    agent_name: format!("host-{h}"),
+                    host_name: format!("host-{h}"),
+                    memory_total_bytes: memory,
+                    memory_free_bytes: memory,
+                    online: true,
+                    hold: None,
+                    foreign: Vec::new(),
+                    faults: Vec::new(),
+                    cordoned: None,
+                })
+            })
+            .collect();
+        Self::new(hosts, candidates)
+    }
+
     pub fn new(agents: usize, candidates: Vec<Candidate>) -> Self {
         let by_uuid = candidates
             .iter()
@@ -112,6 +137,49 @@ impl FleetView {
                 self.candidates[i].hold = Some(hold(slot));
             }
         }
+    }
+
+    /// Marks GPUs held by `hold` (a reservation in a pass, or what a
+    /// hypothetical view gives back to a victim).
+    pub fn hold(&mut self, uuids: &[String], hold: &Hold) {
+        for uuid in uuids {
+            if let Some(&i) = self.by_uuid.get(uuid) {
+                self.candidates[i].hold = Some(hold.clone());
+            }
+        }
+    }
+
+    /// Frees GPUs whose holder is gone (or would be, in a hypothetical
+    /// view): no hold, and its memory free again.
+    pub fn release(&mut self, uuids: &[String]) {
+        for uuid in uuids {
+            if let Some(&i) = self.by_uuid.get(uuid) {
+                let c = &mut self.candidates[i];
+                c.hold = None;
+                c.memory_free_bytes = c.memory_total_bytes;
+            }
+        }
+    }
+
+    /// Takes the holds off GPUs (a pass's reservations), nothing else.
+    pub fn unhold(&mut self, uuids: &[String]) {
+        for uuid in uuids {
+            if let Some(&i) = self.by_uuid.get(uuid) {
+                self.candidates[i].hold = None;
+            }
+        }
+    }
+
+    /// GPUs that could take a rank of any size now.
+    pub fn free_count(&self) -> usize {
+        self.candidates.iter().filter(|c| c.fits(0)).count()
+    }
+
+    /// Whether the GPU is free to take a rank of any size.
+    pub fn is_free(&self, uuid: &str) -> bool {
+        self.by_uuid
+            .get(uuid)
+            .is_some_and(|&i| self.candidates[i].fits(0))
     }
 }
 

@@ -1,0 +1,12 @@
+DROP TABLE training_estimates;
+DROP TABLE team_usage;
+DROP TABLE training_notices;
+ALTER TABLE team_quotas DROP COLUMN max_priority_class;
+ALTER TABLE team_quotas DROP COLUMN weight;
+ALTER TABLE team_quotas DROP COLUMN borrow_limit;
+ALTER TABLE trainings DROP COLUMN notice_saves;
+ALTER TABLE trainings DROP COLUMN attempt_time;
+ALTER TABLE trainings DROP COLUMN preemption_count;
+ALTER TABLE trainings DROP COLUMN borrowing;
+ALTER TABLE trainings DROP COLUMN borrow;
+ALTER TABLE trainings DROP COLUMN priority_class;
