@@ -1,6 +1,6 @@
 //! Maintenance with real processes: a cordoned agent takes no new ranks
 //! (kept across a coordinator restart) until it is uncordoned; a drain moves
-//! a running training off its agent at its next checkpoint without spending
+//! a running training off its agent at its checkpoint on notice without spending
 //! restart budget (max_restarts 0) and reports the agent empty; a simulated
 //! hardware XID quarantines a GPU (kept across a restart) so that a restart
 //! after the fault goes elsewhere, until an admin releases it.

@@ -666,7 +666,8 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     assert!(
         quotas
             .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["vision", "none", "0", "1", "1"]),
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["vision", "none", "none", "1", "any", "0", "0", "0", "0.0", "1", "1"]),
         "{quotas}"
     );
 

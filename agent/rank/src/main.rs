@@ -121,6 +121,7 @@ fn main() {
     if let Err(e) = cohort_rank::preempt::install() {
         eprintln!("cohort-rank: cannot hear preemption notices (SIGUSR1): {e}");
     }
+    cohort_rank::preempt::catch_up();
     exit_with_parent();
     let code = match guarded(args) {
         Ok(()) => 0,

@@ -31,6 +31,22 @@ pub fn install() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Reads the notice file (`COHORT_NOTICE_FILE`) once: a notice given
+/// before [`install`] ran found SIGUSR1 ignored (the agent starts the rank
+/// so), and the agent writes the file before it signals. Call it right
+/// after [`install`].
+pub fn catch_up() {
+    let Some(file) = std::env::var_os(cohort_spec::launch::NOTICE_FILE) else {
+        return;
+    };
+    if std::fs::read_to_string(file).is_ok_and(|text| {
+        text.lines()
+            .any(|l| l.trim() == cohort_spec::launch::PREEMPTED_LINE)
+    }) {
+        notice();
+    }
+}
+
 /// Whether this rank heard a notice.
 pub fn noticed() -> bool {
     NOTICED.load(Ordering::Relaxed)

@@ -115,6 +115,13 @@ pub(crate) async fn spawn(
             .join_on_spawn(&mut command)
             .map_err(|e| SupervisorError::Sandbox(e.to_string()))?;
     }
+    if spec
+        .notice
+        .as_ref()
+        .is_some_and(|n| n.signal == nix::sys::signal::Signal::SIGUSR1)
+    {
+        ignore_notice_until_heard(&mut command);
+    }
     if let Some(rules) = spec.sandbox.clone() {
         let built = tokio::task::spawn_blocking(move || Confinement::build(&rules))
             .await
@@ -419,5 +426,23 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 None
             }
         }
+    }
+}
+
+/// Starts the rank with SIGUSR1 ignored (an ignored signal stays ignored
+/// across exec) so a notice that comes while it is still loading libtorch,
+/// before its handler is installed, does not end it: the rank reads its
+/// notice file once its handler is in place, and the agent writes that
+/// file before it signals, so no notice is lost either way.
+fn ignore_notice_until_heard(command: &mut Command) {
+    // SAFETY: signal() with SIG_IGN is async-signal-safe; nothing is
+    // allocated or locked in the child.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::signal(libc::SIGUSR1, libc::SIG_IGN) == libc::SIG_ERR {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }

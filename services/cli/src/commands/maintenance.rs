@@ -83,7 +83,7 @@ pub async fn wait_empty(
         }
         if progress && last != Some(now.placed_ranks) {
             emit(&format!(
-                "agent {}: {} rank(s) of placed trainings left; each moves at its next checkpoint",
+                "agent {}: {} rank(s) of placed trainings left; each has notice to checkpoint and move",
                 now.name, now.placed_ranks
             ))?;
             last = Some(now.placed_ranks);
