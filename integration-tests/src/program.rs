@@ -21,8 +21,19 @@ pub async fn cluster_with_roots(more: &[&std::path::Path]) -> Cluster {
 /// The same with `env` for the coordinator, the agent and (its env file)
 /// the ranks.
 pub async fn cluster_with(more: &[&std::path::Path], env: Vec<(String, String)>) -> Cluster {
-    let mut options = ClusterOptions::new(Backend::Sqlite, 1);
+    let mut options = program_options(Backend::Sqlite, 1, more);
     options.env = env;
+    Cluster::start(options).await
+}
+
+/// A cluster's options whose `agents` run programs from examples/programs
+/// (and `more` roots), confined where the kernel allows.
+pub fn program_options(
+    backend: Backend,
+    agents: usize,
+    more: &[&std::path::Path],
+) -> ClusterOptions {
+    let mut options = ClusterOptions::new(backend, agents);
     for root in std::iter::once(programs_root().as_path()).chain(more.iter().copied()) {
         options.agent_args.push("--program-root".into());
         options.agent_args.push(root.display().to_string());
@@ -34,7 +45,61 @@ pub async fn cluster_with(more: &[&std::path::Path], env: Vec<(String, String)>)
         options.agent_args.push("--program-sandbox".into());
         options.agent_args.push("none".into());
     }
-    Cluster::start(options).await
+    options
+}
+
+/// examples/programs/steps on `gpus` GPUs: `steps` steps of `step_s`
+/// seconds, a checkpoint every `every`, with `flags` (e.g.
+/// `--ignore-notice`), in priority class `class`, with `runtime` keys
+/// (`preemption_grace`, `expected_duration`).
+pub fn steps_program(
+    steps: i64,
+    step_s: f64,
+    every: i64,
+    flags: &[&str],
+    gpus: i32,
+    class: &str,
+    grace: Option<&str>,
+) -> v1::CreateTrainingRequest {
+    let dir = programs_root().join("steps");
+    let mut command = vec![
+        cohort_testkit::python().display().to_string(),
+        dir.join("train.py").display().to_string(),
+        "--steps".into(),
+        steps.to_string(),
+        "--step-seconds".into(),
+        step_s.to_string(),
+        "--checkpoint-every".into(),
+        every.to_string(),
+    ];
+    command.extend(flags.iter().map(|f| f.to_string()));
+    v1::CreateTrainingRequest {
+        config: Some(v1::TrainingConfig {
+            program: Some(v1::ProgramConfig {
+                command,
+                working_dir: dir.display().to_string(),
+                memory_gib_per_rank: 1.0,
+                heartbeat_timeout: None,
+                env: Default::default(),
+            }),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(3),
+                ..Default::default()
+            }),
+            runtime: grace.map(|g| v1::RuntimeConfig {
+                preemption_grace: Some(g.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        gpus: Some(v1::GpuRequest {
+            selection: Some(v1::gpu_request::Selection::Count(gpus)),
+            queue: Some(true),
+        }),
+        priority_class: class.to_string(),
+        max_restarts: Some(0),
+        ..Default::default()
+    }
 }
 
 /// Whether this kernel offers Landlock (the agent confines programs with it).

@@ -44,14 +44,19 @@ def resume_step() -> int:
         return int(json.load(f)["step"])
 
 
-def save(step: int, seconds: float) -> None:
+def save(step: int, total: int, seconds: float, noticing: bool) -> None:
     def write(tmp):
         with open(tmp / "state.json", "w") as f:
             json.dump({"step": step}, f)
         if seconds > 0:
+            # A slow write says so first (a test times its notice by it).
+            ct.report(step, total_steps=total, writing=1)
             time.sleep(seconds)
 
+    before = noticing and ct.should_stop()
     ct.save_checkpoint(step, write, keep=3)
+    if noticing and not before and ct.should_stop():
+        ct.report(step, total_steps=total, noticed_mid_write=1)
 
 
 def main() -> int:
@@ -68,12 +73,13 @@ def main() -> int:
         time.sleep(args.step_seconds)
         done = step + 1
         ct.report(done, total_steps=args.steps, loss=1.0 / done, resumed_from=start)
+        noticing = not args.ignore_notice
         if done % args.checkpoint_every == 0 and done < args.steps:
-            save(done, args.checkpoint_seconds)
+            save(done, args.steps, args.checkpoint_seconds, noticing)
             saved = done
-        if not args.ignore_notice and done < args.steps and ct.should_stop():
+        if noticing and done < args.steps and ct.should_stop():
             if saved != done:
-                save(done, args.checkpoint_seconds)
+                save(done, args.steps, 0.0, False)
             print(f"rank {rank}: notice: stopped after step {done}", file=sys.stderr, flush=True)
             time.sleep(args.stop_seconds)
             return 0

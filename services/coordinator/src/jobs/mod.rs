@@ -130,6 +130,9 @@ pub struct Jobs {
     usage: usage::UsageClock,
     /// The teams' highest priority classes, kept briefly for creates.
     caps: quota::ClassCaps,
+    /// Trainings that made room by a notice just closed, until when (a
+    /// handful: each goes within minutes).
+    claims: Arc<Mutex<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>>>,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -160,6 +163,7 @@ impl Jobs {
             estimates: Default::default(),
             usage: Default::default(),
             caps: Default::default(),
+            claims: Default::default(),
             tasks,
         }
     }

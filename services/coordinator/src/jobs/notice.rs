@@ -288,6 +288,9 @@ impl Jobs {
         }
         tracing::info!(training_id = %closed.id, attempt = notice.attempt, kind = notice.kind.as_str(),
             by = %notice.by, resume_step, checkpointed, lost_gpu_s = lost, "notice closed");
+        if notice.kind != NoticeKind::Drain {
+            self.claim(&notice.by);
+        }
         match to {
             JobState::Restarting => self.restart_began(&closed.id, &reason),
             _ => {
@@ -377,6 +380,34 @@ impl Jobs {
             );
         }
         Ok(())
+    }
+}
+
+impl Jobs {
+    /// `by` made room: the next passes consider it first, for a while.
+    fn claim(&self, by: &str) {
+        let until = Utc::now()
+            + chrono::Duration::from_std(crate::policy::snapshot::CLAIM_AFTER_STOP)
+                .unwrap_or_default();
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        claims.retain(|_, u| *u > Utc::now());
+        claims.insert(by.to_string(), until);
+    }
+
+    /// The live claims (see [`crate::policy::Snapshot::claims`]).
+    pub(super) fn claims(
+        &self,
+        now: chrono::DateTime<Utc>,
+    ) -> std::collections::HashMap<String, chrono::DateTime<Utc>> {
+        let mut claims = self
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        claims.retain(|_, u| *u > now);
+        claims.clone()
     }
 }
 

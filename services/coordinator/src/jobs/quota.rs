@@ -116,7 +116,6 @@ impl super::Jobs {
             .into_iter()
             .map(|q| (q.team.clone(), q))
             .collect();
-        let borrowed = self.db.borrowed_gpus().await?;
         let decayed = self
             .db
             .team_gpu_seconds(self.settings.fair_share_half_life)
@@ -142,6 +141,16 @@ impl super::Jobs {
                 let g = i64::from(shares.of(t).guarantee?);
                 let used = usage.get(t).map_or(0, |u| u.gpus);
                 Some((t.clone(), (g - used).max(0)))
+            })
+            .collect();
+        // A team borrows what it holds beyond its guarantee (all it holds,
+        // without one, once anyone has one).
+        let borrowed: HashMap<String, i64> = teams
+            .iter()
+            .filter_map(|t| {
+                let guaranteed = i64::from(shares.guaranteed(t)?);
+                let used = usage.get(t).map_or(0, |u| u.gpus);
+                Some((t.clone(), (used - guaranteed).max(0)))
             })
             .collect();
         let total_borrowed: i64 = borrowed.values().sum();

@@ -105,6 +105,7 @@ impl Jobs {
                 running,
                 shares,
                 held,
+                claims: self.claims(now),
             },
             borrowing,
             attempts,
@@ -220,6 +221,7 @@ impl Jobs {
             remaining,
         );
         RunningJob {
+            ends_at: job.remaining.map(|r| now + r),
             job,
             gpus,
             since,

@@ -168,23 +168,6 @@ impl Persistence {
         .await
     }
 
-    /// GPUs each team's placed trainings hold beyond its guarantee now.
-    pub async fn borrowed_gpus(&self) -> Result<HashMap<String, i64>, DatabaseError> {
-        self.read("borrowed_gpus", |c| {
-            let rows: Vec<(String, Option<i64>)> = trainings::table
-                .filter(trainings::state.eq_any(placed_states()))
-                .filter(trainings::borrowing.eq(true))
-                .group_by(trainings::team)
-                .select((trainings::team, diesel::dsl::sum(trainings::world_size)))
-                .load(c)?;
-            Ok(rows
-                .into_iter()
-                .map(|(team, n)| (team, n.unwrap_or(0)))
-                .collect())
-        })
-        .await
-    }
-
     /// Every team's decayed GPU-seconds, as of now.
     pub async fn team_gpu_seconds(
         &self,
