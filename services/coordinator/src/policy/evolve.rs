@@ -12,12 +12,15 @@ impl Snapshot {
     /// trainings leave.
     pub fn apply(&mut self, d: &Decisions) {
         let now = self.now;
+        self.claims.retain(|_, until| *until > now);
         for placement in &d.placements {
+            self.claims.remove(&placement.id);
             let Some(i) = self.waiting.iter().position(|w| w.job.id == placement.id) else {
                 continue;
             };
             let waiting = self.waiting.swap_remove(i);
             self.running.push(RunningJob {
+                ends_at: waiting.job.remaining.map(|r| now + r),
                 job: waiting.job,
                 gpus: placement.slots.iter().map(|s| s.gpu_uuid.clone()).collect(),
                 since: now,
@@ -27,10 +30,13 @@ impl Snapshot {
         }
         for p in &d.preemptions {
             if let Some(r) = self.running.iter_mut().find(|r| r.job.id == p.victim) {
+                let until = now + r.job.stop_within;
                 r.stopping = Some(Stopping {
                     by: p.by.clone(),
-                    until: now + r.job.stop_within,
+                    until,
                 });
+                let claim = self.claims.entry(p.by.clone()).or_insert(until);
+                *claim = (*claim).max(until + super::snapshot::CLAIM_AFTER_STOP);
             }
         }
         for (id, _) in &d.requeue {

@@ -1,5 +1,6 @@
 //! Start and end estimates: the scheduler's own pass run forward on virtual
-//! time over the queue and fleet as they are now, with no new arrivals.
+//! time over the queue and fleet as they are now, with no new arrivals
+//! (whom newcomers will overtake, nobody knows yet: docs/scheduling.md).
 //! A running training ends when its pace says (its remaining steps at its
 //! recent step rate, else its `expected_duration` less what it ran); a
 //! training placed in the run lasts what it is expected to; victims stop
@@ -8,9 +9,9 @@
 //! estimate but the reason, never a made-up number.
 
 use super::pass::{pass, Policy};
-use super::snapshot::Snapshot;
+use super::snapshot::{RunningJob, Snapshot};
 use chrono::{DateTime, Utc};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// When something happens, or why nobody can say.
@@ -68,15 +69,10 @@ pub fn forecast(mut s: Snapshot, p: &Policy, half_life: Duration, horizon: Horiz
     };
     let start = s.now;
     let waiting: Vec<String> = s.waiting.iter().map(|w| w.job.id.clone()).collect();
-    let running: HashSet<String> = s.running.iter().map(|r| r.job.id.clone()).collect();
+    let running: Vec<String> = s.running.iter().map(|r| r.job.id.clone()).collect();
     for w in &mut s.waiting {
         w.torn_down = true; // an old gang's teardown takes seconds
     }
-    let mut end_at: HashMap<String, Option<DateTime<Utc>>> = s
-        .running
-        .iter()
-        .map(|r| (r.job.id.clone(), r.ends_at(start)))
-        .collect();
     // What a victim has left to run once placed again: what it had left
     // at its notice plus the work it lost (unknown when its end was).
     let mut left: HashMap<String, Option<Duration>> = s
@@ -84,46 +80,27 @@ pub fn forecast(mut s: Snapshot, p: &Policy, half_life: Duration, horizon: Horiz
         .iter()
         .filter(|r| r.stopping.is_some())
         .map(|r| {
-            let lost = r.lost_if_preempted(start) / r.gpus.len().max(1) as f64;
-            let had = end_at.get(&r.job.id).copied().flatten();
-            let had = had.map(|e| (e - start).to_std().unwrap_or(Duration::ZERO));
             (
                 r.job.id.clone(),
-                had.map(|h| h + Duration::from_secs_f64(lost)),
+                left_after_notice(r, start, r.lost_if_preempted(start)),
             )
         })
         .collect();
     let mut f = Forecast::default();
     let mut reasons: HashMap<String, String> = HashMap::new();
     loop {
-        for r in &mut s.running {
-            r.job.remaining = end_at
-                .get(&r.job.id)
-                .copied()
-                .flatten()
-                .map(|e| (e - s.now).to_std().unwrap_or(Duration::ZERO));
-        }
         let d = pass(&mut s, &p);
         f.passes += 1;
         for placed in &d.placements {
             f.starts
                 .entry(placed.id.clone())
                 .or_insert(Estimate::At(s.now));
-            let remaining = s
-                .waiting
-                .iter()
-                .find(|w| w.job.id == placed.id)
-                .and_then(|w| w.job.remaining);
-            end_at.insert(placed.id.clone(), remaining.map(|r| s.now + r));
         }
         for p in &d.preemptions {
             if let Some(r) = s.running(&p.victim) {
-                let gpus = r.gpus.len().max(1) as f64;
-                let lost = Duration::from_secs_f64(p.lost_gpu_seconds / gpus);
-                let had = end_at.get(&p.victim).copied().flatten();
                 left.insert(
                     p.victim.clone(),
-                    had.map(|e| (e - s.now).to_std().unwrap_or(Duration::ZERO) + lost),
+                    left_after_notice(r, s.now, p.lost_gpu_seconds),
                 );
             }
         }
@@ -136,7 +113,7 @@ pub fn forecast(mut s: Snapshot, p: &Policy, half_life: Duration, horizon: Horiz
             reasons.insert(id.clone(), why.clone());
         }
         s.apply(&d);
-        let Some(next) = next_event(&s, &end_at) else {
+        let Some(next) = next_event(&s) else {
             break;
         };
         if f.passes >= horizon.passes || (next - start).to_std().unwrap_or_default() > horizon.span
@@ -146,13 +123,13 @@ pub fn forecast(mut s: Snapshot, p: &Policy, half_life: Duration, horizon: Horiz
         let elapsed = (next - s.now).to_std().unwrap_or(Duration::ZERO);
         s.shares.accrue(&s.held, elapsed, half_life);
         s.now = next;
-        complete(&mut s, &mut end_at, &mut left, &mut f);
+        complete(&mut s, &mut left, &mut f);
     }
     // Whatever did not start: why not.
     let blocker = s
         .running
         .iter()
-        .filter(|r| r.stopping.is_none() && end_at.get(&r.job.id).copied().flatten().is_none())
+        .filter(|r| r.stopping.is_none() && r.ends_at.is_none())
         .min_by(|a, b| a.since.cmp(&b.since).then(a.job.id.cmp(&b.job.id)))
         .map(|r| r.job.id.clone());
     for id in waiting {
@@ -178,52 +155,47 @@ pub fn forecast(mut s: Snapshot, p: &Policy, half_life: Duration, horizon: Horiz
     f
 }
 
+/// What `r`, noticed at `now` losing `lost_gpu_seconds`, has left to run
+/// once placed again (unknown when its end was).
+fn left_after_notice(
+    r: &RunningJob,
+    now: DateTime<Utc>,
+    lost_gpu_seconds: f64,
+) -> Option<Duration> {
+    let lost = Duration::from_secs_f64(lost_gpu_seconds / r.gpus.len().max(1) as f64);
+    r.ends_at
+        .map(|e| (e - now).to_std().unwrap_or(Duration::ZERO) + lost)
+}
+
 /// The next end or stop.
-fn next_event(
-    s: &Snapshot,
-    end_at: &HashMap<String, Option<DateTime<Utc>>>,
-) -> Option<DateTime<Utc>> {
+fn next_event(s: &Snapshot) -> Option<DateTime<Utc>> {
     s.running
         .iter()
         .filter_map(|r| match &r.stopping {
             Some(stop) => Some(stop.until),
-            None => end_at.get(&r.job.id).copied().flatten(),
+            None => r.ends_at,
         })
         .min()
 }
 
 /// Ends and stops due at `s.now`: ended trainings leave, stopped victims
 /// go back to the queue with what they have left plus what they lost.
-fn complete(
-    s: &mut Snapshot,
-    end_at: &mut HashMap<String, Option<DateTime<Utc>>>,
-    left: &mut HashMap<String, Option<Duration>>,
-    f: &mut Forecast,
-) {
+fn complete(s: &mut Snapshot, left: &mut HashMap<String, Option<Duration>>, f: &mut Forecast) {
     let now = s.now;
     let due: Vec<(String, bool)> = s
         .running
         .iter()
         .filter_map(|r| match &r.stopping {
             Some(stop) if stop.until <= now => Some((r.job.id.clone(), true)),
-            None if end_at
-                .get(&r.job.id)
-                .copied()
-                .flatten()
-                .is_some_and(|e| e <= now) =>
-            {
-                Some((r.job.id.clone(), false))
-            }
+            None if r.ends_at.is_some_and(|e| e <= now) => Some((r.job.id.clone(), false)),
             _ => None,
         })
         .collect();
     for (id, stopped) in due {
         if stopped {
-            end_at.remove(&id);
             s.requeue(&id, left.remove(&id).flatten());
         } else {
             f.ends.entry(id.clone()).or_insert(Estimate::At(now));
-            end_at.remove(&id);
             s.end(&id);
         }
     }

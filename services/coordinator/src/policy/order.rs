@@ -110,7 +110,8 @@ impl QueuePolicy {
             })
             .collect();
         let mut order: Vec<usize> = (0..waiting.len()).collect();
-        order.sort_by(|&a, &b| {
+        // Ids are unique: the order is total, so an unstable sort is the same.
+        order.sort_unstable_by(|&a, &b| {
             keys[a]
                 .cmp(&keys[b])
                 .then_with(|| waiting[a].id().cmp(waiting[b].id()))

@@ -15,7 +15,7 @@
 
 use super::need::Need;
 use super::order::{QueuePolicy, Waiting};
-use super::placement::{plan_first, plan_restart, FleetView, Plan, Unplaceable};
+use super::placement::{plan_first_as, plan_restart, FleetView, Plan, Unplaceable};
 use super::shares::{Admission, Shares};
 use super::snapshot::{hold_for, RunningJob, Snapshot, WaitingJob};
 use crate::model::{GpuSelection, RankSlot};
@@ -130,6 +130,8 @@ pub struct Decisions {
     pub borrowing: HashSet<String>,
     /// No GPU was left free for any rank.
     pub full: bool,
+    /// The oldest waiting training that holds back the GPUs it gets first.
+    pub head: Option<String>,
 }
 
 /// Which phase a waiting training is considered in.
@@ -144,7 +146,7 @@ enum Phase {
 /// One pass over `s`: `s.fleet` and `s.held` come out with this pass's
 /// placements taken (nothing else of `s` changes; see [`Snapshot::apply`]).
 pub fn pass(s: &mut Snapshot, p: &Policy) -> Decisions {
-    let order = p.queue.order_of(&s.waiting, s.now);
+    let (claimed, order) = claimed_first(p.queue.order_of(&s.waiting, s.now), s);
     let borrowing = borrowing_set(&s.running, &s.shares, p.lending);
     let Snapshot {
         now,
@@ -153,6 +155,7 @@ pub fn pass(s: &mut Snapshot, p: &Policy) -> Decisions {
         running,
         shares,
         held,
+        ..
     } = s;
     let mut pass = Pass {
         now: *now,
@@ -162,21 +165,31 @@ pub fn pass(s: &mut Snapshot, p: &Policy) -> Decisions {
         running,
         shares,
         held,
-        failed: HashMap::new(),
+        failed: Vec::new(),
         reserved: Vec::new(),
         head_reserved: false,
+        head: None,
+        no_backfill: Vec::new(),
         stopping: running
             .iter()
             .filter(|r| r.stopping.is_some())
             .map(|r| r.job.id.clone())
             .collect(),
+        stopping_for: stopping_for(running),
         blocked: HashMap::new(),
+        free: 0,
+        no_room: HashSet::new(),
         d: Decisions {
             borrowing,
             ..Decisions::default()
         },
     };
+    pass.free = pass.view.free_count();
     let mut deferred = Vec::new();
+    // Who made room goes first, borrowing or not: the room is theirs.
+    for i in claimed {
+        pass.consider(i, Phase::Borrowing);
+    }
     for i in order {
         if !pass.consider(i, Phase::Guaranteed) {
             deferred.push(i);
@@ -184,15 +197,58 @@ pub fn pass(s: &mut Snapshot, p: &Policy) -> Decisions {
     }
     if p.fair_share {
         // Stable: equal shares keep the queue order.
-        deferred.sort_by(|&a, &b| {
-            let key = |i: usize| pass.shares.fair_share_key(&pass.waiting[i].job.team);
-            key(a).total_cmp(&key(b))
-        });
+        // A few teams: each one's key once.
+        let mut keys: Vec<(&str, f64)> = Vec::new();
+        let mut keyed: Vec<(f64, usize)> = Vec::with_capacity(deferred.len());
+        for &i in &deferred {
+            let team = pass.waiting[i].job.team.as_str();
+            let key = match keys.iter().find(|(t, _)| *t == team) {
+                Some((_, k)) => *k,
+                None => {
+                    let k = pass.shares.fair_share_key(team);
+                    keys.push((team, k));
+                    k
+                }
+            };
+            keyed.push((key, i));
+        }
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        deferred = keyed.into_iter().map(|(_, i)| i).collect();
     }
     for i in deferred {
         pass.consider(i, Phase::Borrowing);
     }
     pass.finish()
+}
+
+/// The waiting trainings that made room (a live claim, or victims
+/// stopping for them), and the rest, each in `order`: the room goes to who
+/// made it, not to whoever comes first in the queue when it frees.
+fn claimed_first(order: Vec<usize>, s: &Snapshot) -> (Vec<usize>, Vec<usize>) {
+    let stopping_for: HashSet<&str> = s
+        .running
+        .iter()
+        .filter_map(|r| r.stopping.as_ref().map(|st| st.by.as_str()))
+        .collect();
+    if s.claims.is_empty() && stopping_for.is_empty() {
+        return (Vec::new(), order);
+    }
+    let claiming = |i: &usize| {
+        let id = s.waiting[*i].job.id.as_str();
+        s.claims.get(id).is_some_and(|until| *until > s.now) || stopping_for.contains(id)
+    };
+    order.into_iter().partition(claiming)
+}
+
+/// The running trainings stopping for each waiting training (by index).
+fn stopping_for(running: &[RunningJob]) -> HashMap<&str, Vec<usize>> {
+    let mut by: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, r) in running.iter().enumerate() {
+        if let Some(stop) = &r.stopping {
+            by.entry(stop.by.as_str()).or_default().push(i);
+        }
+    }
+    by
 }
 
 /// The running trainings beyond their team's guarantee: per team, the
@@ -220,6 +276,27 @@ pub fn borrowing_set(running: &[RunningJob], shares: &Shares, lending: bool) -> 
     borrowing
 }
 
+/// Where `w` goes in `view`: a first placement by the recommender, a
+/// restart on its checkpoint's host avoiding its faulty GPU; a program
+/// only where a program root holds it.
+pub(super) fn plan_on(w: &WaitingJob, view: &FleetView, explain: bool) -> Plan {
+    let narrowed = match w.job.need.program_dir.as_deref() {
+        Some(dir) => Some(view.for_program(&w.job.team, dir)?),
+        None => None,
+    };
+    let view = narrowed.as_ref().unwrap_or(view);
+    if w.attempt > 0 {
+        plan_restart(view, &w.job.request, &w.avoid, w.leader.as_deref())
+    } else {
+        plan_first_as(view, &w.job.request, w.job.need.memory, explain)
+    }
+}
+
+/// The prefix of a preempted training's reason (the notice's end).
+pub const PREEMPTED: &str = "PREEMPTED: ";
+/// What a preempted training's reason says next, while it waits.
+const WAITS: &str = "; waits: ";
+
 /// The hold of a reservation: the GPUs wait for `job`, no rank holds them.
 fn reservation(w: &WaitingJob) -> crate::fleet::Hold {
     hold_for(&w.job, -1, -1)
@@ -233,16 +310,31 @@ pub(super) struct Pass<'a> {
     pub running: &'a [RunningJob],
     pub shares: &'a Shares,
     held: &'a mut HashMap<String, i64>,
-    /// First placements that failed, by what they ask (until GPUs are taken).
-    failed: HashMap<(GpuSelection, Need), Unplaceable>,
+    /// First placements that failed, by what they ask (until GPUs are
+    /// taken): a few distinct requests, looked up without a copy.
+    failed: Vec<((GpuSelection, Need), Unplaceable)>,
     /// GPUs held back in the view for a waiting training; freed at the end.
     pub reserved: Vec<String>,
     /// The oldest training's reservation was made this pass.
     head_reserved: bool,
+    /// Its GPUs free now and when it is expected to have the rest (the
+    /// end of the last training it waits for): a training that ends
+    /// before then may use them (EASY backfill).
+    head: Option<(Vec<String>, DateTime<Utc>)>,
+    /// Requests that could not backfill into the head's GPUs this pass.
+    no_backfill: Vec<(GpuSelection, Need)>,
     /// Running trainings given notice, before or in this pass.
     pub stopping: HashSet<String>,
+    /// The running trainings stopping (after notices of earlier passes)
+    /// for each waiting training, by their index in `running`.
+    pub stopping_for: HashMap<&'a str, Vec<usize>>,
     /// Whether a request that failed would fit but for the reservations.
     blocked: HashMap<(GpuSelection, Need), bool>,
+    /// GPUs free in the view now (placements and reservations take them).
+    pub free: usize,
+    /// Requests that could not make room this pass (nothing frees room
+    /// later in a pass), by what they ask and who asks.
+    pub no_room: HashSet<(GpuSelection, Need, String, i32)>,
     pub d: Decisions,
 }
 
@@ -255,8 +347,15 @@ impl<'a> Pass<'a> {
         if w.restarting && !w.torn_down {
             return true; // its old gang is not verified gone yet
         }
-        let plan = self.plan(w, None);
-        let need = plan.as_ref().map_or(w.job.count(), Vec::len) as i64;
+        // What it takes is known before a plan but for AUTO (what is
+        // free): a training its team may not run now, or that waits for the
+        // borrowing phase, costs no plan.
+        let auto = matches!(w.job.request.selection, GpuSelection::Auto { .. });
+        let mut planned = auto.then(|| self.plan(w));
+        let need = match &planned {
+            Some(plan) => plan.as_ref().map_or(w.job.count(), Vec::len),
+            None => w.job.count(),
+        } as i64;
         let admission = if w.restarting {
             Admission::Within // it takes back GPUs it was granted
         } else {
@@ -273,38 +372,78 @@ impl<'a> Pass<'a> {
             (Admission::Borrow, Phase::Guaranteed) => return false,
             _ => {}
         }
-        match plan {
+        let plan = planned.take().unwrap_or_else(|| self.plan(w));
+        match plan.or_else(|why| self.backfill(w).ok_or(why)) {
             Ok(slots) => self.place(w, slots, admission == Admission::Borrow),
             Err(why) => self.wait(w, why, &admission),
         }
         true
     }
 
-    /// Where `w` goes in `view` (the pass's own view when `None`): a first
-    /// placement by the recommender (remembered when it fails), a restart
-    /// on its checkpoint's host avoiding its faulty GPU; a program only
-    /// where a program root holds it.
-    pub fn plan(&mut self, w: &WaitingJob, view: Option<&FleetView>) -> Plan {
-        let live = view.is_none();
-        let view = view.unwrap_or(self.view);
-        let narrowed = match w.job.need.program_dir.as_deref() {
-            Some(dir) => Some(view.for_program(&w.job.team, dir)?),
-            None => None,
-        };
-        let view = narrowed.as_ref().unwrap_or(view);
+    /// Where `w` goes using the GPUs held back for the oldest training,
+    /// when `w` says it ends before that one is expected to start (EASY
+    /// backfill; a training of unknown length never does).
+    fn backfill(&mut self, w: &WaitingJob) -> Option<Vec<RankSlot>> {
+        let (held_back, shadow) = self.head.as_ref()?;
+        if w.restarting || w.job.remaining.is_none_or(|r| self.now + r > *shadow) {
+            return None;
+        }
+        let asks =
+            |(s, n): &(GpuSelection, Need)| *s == w.job.request.selection && *n == w.job.need;
+        if self.no_backfill.iter().any(asks) {
+            return None;
+        }
+        let saved = self.view.unhold_saving(held_back);
+        let plan = plan_on(w, self.view, false);
+        self.view.restore(saved);
+        match plan {
+            Ok(slots) => {
+                // What it takes is no longer held back.
+                let taken: HashSet<&str> = slots.iter().map(|s| s.gpu_uuid.as_str()).collect();
+                self.reserved.retain(|u| !taken.contains(u.as_str()));
+                if let Some((held_back, _)) = &mut self.head {
+                    let before = held_back.len();
+                    held_back.retain(|u| !taken.contains(u.as_str()));
+                    // Counted out of the free ones while held back.
+                    self.free += before - held_back.len();
+                }
+                Some(slots)
+            }
+            Err(_) => {
+                let key = (w.job.request.selection.clone(), w.job.need.clone());
+                self.no_backfill.push(key);
+                None
+            }
+        }
+    }
+
+    /// Where `w` goes on the pass's view (see [`plan_on`]), a first
+    /// placement that failed remembered until GPUs are taken.
+    pub fn plan(&mut self, w: &WaitingJob) -> Plan {
+        // Without reasons to give, a gang bigger than what is free fails
+        // at once (the estimates and the simulator pass often).
+        if !self.p.reasons {
+            if let GpuSelection::Count { count } = w.job.request.selection {
+                if count as usize > self.free {
+                    return Err(Unplaceable::InsufficientGpus {
+                        wanted: count as usize,
+                        free: self.free,
+                    });
+                }
+            }
+        }
         if w.attempt > 0 {
-            return plan_restart(view, &w.job.request, &w.avoid, w.leader.as_deref());
+            return plan_on(w, self.view, self.p.reasons);
         }
-        if !live {
-            return plan_first(view, &w.job.request, w.job.need.memory);
-        }
-        let key = (w.job.request.selection.clone(), w.job.need.clone());
-        if let Some(why) = self.failed.get(&key) {
+        let asks =
+            |(s, n): &(GpuSelection, Need)| *s == w.job.request.selection && *n == w.job.need;
+        if let Some((_, why)) = self.failed.iter().find(|(key, _)| asks(key)) {
             return Err(why.clone());
         }
-        let plan = plan_first(view, &w.job.request, w.job.need.memory);
+        let plan = plan_on(w, self.view, self.p.reasons);
         if let Err(why) = &plan {
-            self.failed.insert(key, why.clone());
+            let key = (w.job.request.selection.clone(), w.job.need.clone());
+            self.failed.push((key, why.clone()));
         }
         plan
     }
@@ -314,6 +453,7 @@ impl<'a> Pass<'a> {
         self.view
             .take(&slots, |s| hold_for(&w.job, attempt, s.rank));
         *self.held.entry(w.job.team.clone()).or_default() += slots.len() as i64;
+        self.free = self.free.saturating_sub(slots.len());
         self.failed.clear();
         self.blocked.clear();
         self.d.placements.push(super::pass::Placement {
@@ -344,16 +484,25 @@ impl<'a> Pass<'a> {
             self.pend(w, reason);
             return;
         }
-        if !self.head_reserved && self.p.queue.reserves(w, self.now) {
+        // A borrower holds nothing back: it runs on what others leave idle.
+        let may_reserve = !(self.p.lending && *admission == Admission::Borrow);
+        if !self.head_reserved && may_reserve && self.p.queue.reserves(w, self.now) {
             self.head_reserved = true;
             self.reserve_ahead(w);
-            self.pend(w, why.to_string());
+            if self.p.reasons {
+                self.pend(w, why.to_string());
+            }
             return;
         }
-        let reason = if self.p.reasons && self.blocked_by_reservations(w) {
-            format!(
-                "WAITING_FOR_RESERVATION: the GPUs it would take are held for an older or more urgent training ({why})"
-            )
+        if !self.p.reasons {
+            return;
+        }
+        let reason = if self.blocked_by_reservations(w) {
+            let whom = match &self.d.head {
+                Some(head) => format!("training {head}, which has waited longest"),
+                None => "a training that made room for itself".to_string(),
+            };
+            format!("WAITING_FOR_RESERVATION: the GPUs it would take are held for {whom} ({why})")
         } else {
             why.to_string()
         };
@@ -369,55 +518,93 @@ impl<'a> Pass<'a> {
         if let Some(blocked) = self.blocked.get(&key) {
             return *blocked;
         }
-        let mut open = self.view.clone();
-        open.unhold(&self.reserved);
-        let blocked = self.plan(w, Some(&open)).is_ok();
+        let saved = self.view.unhold_saving(&self.reserved);
+        let blocked = plan_on(w, self.view, false).is_ok();
+        self.view.restore(saved);
         self.blocked.insert(key, blocked);
         blocked
     }
 
     /// Holds back for `w` the GPUs of `slots` that are free now (the rest
-    /// it waits for).
-    pub fn reserve(&mut self, w: &WaitingJob, slots: &[RankSlot]) {
+    /// it waits for); returns them.
+    pub fn reserve(&mut self, w: &WaitingJob, slots: &[RankSlot]) -> Vec<String> {
         let hold = reservation(w);
+        let mut reserved = Vec::new();
         for slot in slots {
             if self.view.is_free(&slot.gpu_uuid) {
                 let uuid = [slot.gpu_uuid.clone()];
                 self.view.hold(&uuid, &hold);
-                self.reserved.extend(uuid);
+                reserved.extend(uuid);
+                self.free = self.free.saturating_sub(1);
             }
         }
+        self.reserved.extend(reserved.iter().cloned());
+        reserved
     }
 
     /// The oldest waiting training reserves the GPUs it gets first: the
     /// running trainings are let go in the order they end (stopping ones
     /// first, those of unknown end last, oldest first) until it fits.
     fn reserve_ahead(&mut self, w: &WaitingJob) {
-        let now = self.now;
         let running = self.running;
-        let mut ending: Vec<&RunningJob> = running.iter().collect();
-        ending.sort_by_key(|r| {
-            let stopping = r.stopping.as_ref().map(|s| s.until);
-            (
-                stopping.is_none(),
-                stopping.or_else(|| r.ends_at(now)).is_none(),
-                stopping.or_else(|| r.ends_at(now)),
-                r.since,
-            )
-        });
-        let mut ahead = self.view.clone();
+        // Stopping ones first, then by end, unknown ends last (oldest first).
+        let mut keyed: Vec<(bool, bool, i64, i64, usize)> = running
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let stopping = r.stopping.as_ref().map(|s| s.until);
+                let end = stopping.or(r.ends_at);
+                (
+                    stopping.is_none(),
+                    end.is_none(),
+                    end.map_or(i64::MAX, |e| e.timestamp_millis()),
+                    r.since.timestamp_millis(),
+                    i,
+                )
+            })
+            .collect();
+        keyed.sort_unstable();
+        let ending = keyed.into_iter().map(|k| &running[k.4]);
+        let (want, mut free) = (w.job.count(), self.free);
+        let mut saved = Vec::new();
+        let mut found = None;
         for r in ending {
-            ahead.release(&r.gpus);
-            if let Ok(slots) = self.plan(w, Some(&ahead)) {
-                self.reserve(w, &slots);
-                return;
+            saved.extend(self.view.release_saving(&r.gpus));
+            free += r.gpus.len();
+            if free < want {
+                continue;
             }
+            if let Ok(s) = plan_on(w, self.view, false) {
+                // It starts when the last one it waits for is gone.
+                let shadow = r.stopping.as_ref().map(|s| s.until).or(r.ends_at);
+                found = Some((s, shadow));
+                break;
+            }
+        }
+        self.view.restore(saved);
+        if let Some((slots, shadow)) = found {
+            let held_back = self.reserve(w, &slots);
+            self.head = shadow.map(|shadow| (held_back, shadow));
+            self.d.head = Some(w.job.id.clone());
         }
     }
 
-    /// Sets `w`'s pending reason when it changed (QUEUED only).
+    /// Sets `w`'s pending reason when it changed (QUEUED only). A training
+    /// back in the queue after a preemption keeps saying so, with why it
+    /// still waits after it: `PREEMPTED: by X (class urgent); waits:
+    /// INSUFFICIENT_GPUS: ...`.
     pub fn pend(&mut self, w: &WaitingJob, reason: String) {
-        if self.p.reasons && !w.restarting && w.state_reason != reason {
+        if !self.p.reasons || w.restarting {
+            return;
+        }
+        let reason = match w.state_reason.strip_prefix(PREEMPTED) {
+            Some(_) => {
+                let why = w.state_reason.split(WAITS).next().unwrap_or_default();
+                format!("{why}{WAITS}{reason}")
+            }
+            None => reason,
+        };
+        if w.state_reason != reason {
             self.d.reasons.push((w.job.id.clone(), reason));
         }
     }

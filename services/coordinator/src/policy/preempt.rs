@@ -15,8 +15,8 @@
 //! after all given back, the dearest first. No victim is chosen unless the
 //! training fits afterwards.
 
-use super::pass::{NoticeKind, Pass, Preemption};
-use super::placement::FleetView;
+use super::pass::{plan_on, NoticeKind, Pass, Preemption};
+use super::placement::Saved;
 use super::shares::Admission;
 use super::snapshot::{RunningJob, WaitingJob};
 use crate::model::GpuSelection;
@@ -39,10 +39,11 @@ impl Pass<'_> {
     pub(super) fn make_room(&mut self, w: &WaitingJob, admission: &Admission) -> Option<String> {
         let running = self.running;
         // Its victims of earlier passes, still stopping.
-        let mine: Vec<&RunningJob> = running
-            .iter()
-            .filter(|r| r.stopping.as_ref().is_some_and(|s| s.by == w.job.id))
-            .collect();
+        let mine: Vec<&RunningJob> = self
+            .stopping_for
+            .get(w.job.id.as_str())
+            .map(|ids| ids.iter().map(|&i| &running[i]).collect())
+            .unwrap_or_default();
         let reclaim =
             self.p.lending && *admission == Admission::Within && self.shares.any_guarantee();
         let by_class = self.p.preemption && w.job.preempting;
@@ -53,24 +54,39 @@ impl Pass<'_> {
         if matches!(w.job.request.selection, GpuSelection::Auto { .. }) {
             return None;
         }
-        let mut hypo = self.view.clone();
-        for r in &mine {
-            hypo.release(&r.gpus);
-        }
-        if !mine.is_empty() {
-            if let Ok(slots) = self.plan(w, Some(&hypo)) {
-                self.reserve(w, &slots);
-                return Some(stopping_reason(&mine));
-            }
-        }
-        if !reclaim && !by_class {
+        let key = (
+            w.job.request.selection.clone(),
+            w.job.need.clone(),
+            w.job.team.clone(),
+            w.job.priority,
+        );
+        if mine.is_empty() && self.no_room.contains(&key) {
             return None;
         }
         let mut candidates: Vec<&RunningJob> = running
             .iter()
             .filter(|r| self.eligible(w, r, reclaim, by_class))
             .collect();
+        if mine.is_empty() && candidates.is_empty() {
+            self.no_room.insert(key);
+            return None;
+        }
+        // Plans are made on the pass's own view with the GPUs in question
+        // freed for the moment, and everything put back after.
+        let mut saved = Vec::new();
+        for r in &mine {
+            saved.extend(self.view.release_saving(&r.gpus));
+        }
+        if !mine.is_empty() {
+            if let Ok(slots) = plan_on(w, self.view, false) {
+                self.view.restore(saved);
+                self.reserve(w, &slots);
+                return Some(stopping_reason(&mine));
+            }
+        }
         if candidates.is_empty() {
+            self.view.restore(saved);
+            self.no_room.insert(key);
             return None;
         }
         let now = self.now;
@@ -80,7 +96,12 @@ impl Pass<'_> {
                 .then(b.since.cmp(&a.since))
                 .then(a.job.id.cmp(&b.job.id))
         });
-        let (victims, slots) = self.fewest(w, hypo, candidates)?;
+        let found = self.fewest(w, candidates);
+        self.view.restore(saved);
+        let Some((victims, slots)) = found else {
+            self.no_room.insert(key);
+            return None;
+        };
         for r in &victims {
             let kind =
                 if reclaim && self.d.borrowing.contains(&r.job.id) && r.job.team != w.job.team {
@@ -117,44 +138,50 @@ impl Pass<'_> {
         reclaimable || lower
     }
 
-    /// Candidates cheapest first until `w` fits in `hypo`, then each one
-    /// not needed after all given back, dearest first: the victims and
-    /// where `w` then goes; `None` when it fits not even with them all.
+    /// Candidates cheapest first until `w` fits, then each one not needed
+    /// after all given back, dearest first: the victims and where `w` then
+    /// goes; `None` when it fits not even with them all. The view comes
+    /// back as it was.
     fn fewest<'r>(
         &mut self,
         w: &WaitingJob,
-        mut hypo: FleetView,
         candidates: Vec<&'r RunningJob>,
     ) -> Option<(Vec<&'r RunningJob>, Vec<crate::model::RankSlot>)> {
         let want = w.job.count();
-        let mut chosen: Vec<&RunningJob> = Vec::new();
-        let mut free = hypo.free_count();
+        let mut chosen: Vec<(&RunningJob, Saved)> = Vec::new();
+        let mut free = self.view.free_count();
         let mut slots = None;
         for r in candidates {
-            hypo.release(&r.gpus);
+            chosen.push((r, self.view.release_saving(&r.gpus)));
             free += r.gpus.len();
-            chosen.push(r);
             if free < want {
                 continue;
             }
-            if let Ok(s) = self.plan(w, Some(&hypo)) {
+            if let Ok(s) = plan_on(w, self.view, false) {
                 slots = Some(s);
                 break;
             }
         }
-        let mut slots = slots?;
-        for k in (0..chosen.len()).rev() {
-            let r = chosen[k];
-            hypo.hold(&r.gpus, &super::snapshot::hold_for(&r.job, 0, 0));
-            match self.plan(w, Some(&hypo)) {
-                Ok(s) => {
-                    chosen.remove(k);
-                    slots = s;
-                }
-                Err(_) => hypo.release(&r.gpus),
+        let Some(mut slots) = slots else {
+            for (_, saved) in chosen {
+                self.view.restore(saved);
+            }
+            return None;
+        };
+        let mut kept = Vec::with_capacity(chosen.len());
+        while let Some((r, saved)) = chosen.pop() {
+            // Given back: still fits without it?
+            self.view.restore(saved);
+            match plan_on(w, self.view, false) {
+                Ok(s) => slots = s,
+                Err(_) => kept.push((r, self.view.release_saving(&r.gpus))),
             }
         }
-        Some((chosen, slots))
+        let victims = kept.iter().map(|(r, _)| *r).collect();
+        for (_, saved) in kept {
+            self.view.restore(saved);
+        }
+        Some((victims, slots))
     }
 }
 

@@ -30,9 +30,9 @@ pub struct Job {
     pub create_time: DateTime<Utc>,
     pub request: GpuRequest,
     pub need: Need,
-    /// How long it runs once placed (waiting) or still runs (running),
-    /// when known: its step rate and remaining steps, else its
-    /// `expected_duration` less what it ran.
+    /// How long it runs once placed (a waiting training's), when known:
+    /// its step rate and remaining steps, else its `expected_duration`
+    /// less what it ran. (A running one's end is [`RunningJob::ends_at`].)
     pub remaining: Option<Duration>,
     /// Between a notice and SIGKILL.
     pub grace: Duration,
@@ -93,6 +93,8 @@ pub struct RunningJob {
     pub checkpoint_time: Option<DateTime<Utc>>,
     /// It was given a notice and is stopping.
     pub stopping: Option<Stopping>,
+    /// When it ends at its pace, if known.
+    pub ends_at: Option<DateTime<Utc>>,
 }
 
 impl RunningJob {
@@ -108,11 +110,6 @@ impl RunningJob {
         let secs = (now - from).num_milliseconds().max(0) as f64 / 1e3;
         secs * self.gpus.len() as f64
     }
-
-    /// When it ends at its pace, if known.
-    pub fn ends_at(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.job.remaining.map(|r| now + r)
-    }
 }
 
 /// One instant of the scheduler's world.
@@ -127,7 +124,14 @@ pub struct Snapshot {
     /// GPUs each team holds now (its running trainings', and those its
     /// restarting trainings take back).
     pub held: HashMap<String, i64>,
+    /// Waiting trainings that made room (their victims stopping, or stopped
+    /// moments ago), until when: the room is theirs, so a pass considers
+    /// them before its queue order.
+    pub claims: HashMap<String, DateTime<Utc>>,
 }
+
+/// How long after its victims are gone a claim lasts (a pass or two).
+pub const CLAIM_AFTER_STOP: Duration = Duration::from_secs(120);
 
 /// The hold the policy's own placements and reservations carry in a view.
 pub fn hold_for(job: &Job, attempt: i32, rank: i32) -> Hold {

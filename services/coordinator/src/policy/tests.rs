@@ -68,6 +68,7 @@ fn world(hosts: usize, gpus: usize, running: Vec<(Job, i64)>, queue: Vec<Job>) -
         fleet.hold(&free, &snapshot::hold_for(&job, 1, 0));
         *held.entry(job.team.clone()).or_default() += free.len() as i64;
         placed.push(RunningJob {
+            ends_at: job.remaining.map(|r| t0() + r),
             since: t0() - Span::minutes(ran_min),
             checkpoint_time: None,
             stopping: None,
@@ -82,6 +83,7 @@ fn world(hosts: usize, gpus: usize, running: Vec<(Job, i64)>, queue: Vec<Job>) -
         running: placed,
         shares: Shares::default(),
         held,
+        claims: HashMap::new(),
     }
 }
 
@@ -402,4 +404,46 @@ fn the_forecast_sees_an_urgent_training_preempt_and_its_victim_come_back() {
     assert_eq!(f.starts["urgent"], Estimate::At(t0() + Span::seconds(30)));
     let end = f.ends["low"].at().unwrap();
     assert_eq!(end, t0() + Span::seconds(30 + 600 + 7200));
+}
+
+#[test]
+fn a_preempted_training_keeps_saying_so_while_it_waits() {
+    let mut w = job("back", "a", 4, 0, false);
+    w.create_time = t0();
+    let mut s = world(1, 4, vec![(job("other", "a", 4, 0, false), 1)], vec![w]);
+    s.waiting[0].state_reason = "PREEMPTED: by urgent-1 (class urgent)".into();
+    let d = pass(&mut s, &Policy::default());
+    let why = &d.reasons[0].1;
+    assert!(
+        why.starts_with("PREEMPTED: by urgent-1 (class urgent); waits: INSUFFICIENT_GPUS"),
+        "{why}"
+    );
+    // The next pass finds it said already.
+    s.waiting[0].state_reason = why.clone();
+    assert!(pass(&mut s, &Policy::default()).reasons.is_empty());
+}
+
+#[test]
+fn a_training_that_ends_before_the_oldest_can_start_backfills_its_gpus() {
+    // The oldest needs all 8; 6 are held by one ending in an hour. The two
+    // free ones are its; a 2-GPU training of 30 minutes may use them, one
+    // of 2 hours may not.
+    let mut holder = job("holder", "a", 6, 0, false);
+    holder.remaining = Some(Duration::from_secs(3600));
+    let mut old = job("old-big", "a", 8, 0, false);
+    old.create_time = t0() - Span::hours(3);
+    let mut short = job("short", "a", 2, 0, false);
+    short.remaining = Some(Duration::from_secs(1800));
+    let mut long = job("long", "a", 2, 0, false);
+    long.remaining = Some(Duration::from_secs(7200));
+    let mut s = world(1, 8, vec![(holder, 60)], vec![old.clone(), long.clone()]);
+    assert!(placed(&pass(&mut s, &Policy::default())).is_empty());
+    let mut s = world(
+        1,
+        8,
+        vec![(job("holder", "a", 6, 0, false), 60)],
+        vec![old, short],
+    );
+    s.running[0].ends_at = Some(t0() + Span::hours(1));
+    assert_eq!(placed(&pass(&mut s, &Policy::default())), ["short"]);
 }

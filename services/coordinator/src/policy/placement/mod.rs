@@ -161,6 +161,43 @@ impl FleetView {
         }
     }
 
+    /// Frees GPUs for a moment (a hypothetical plan on this very view):
+    /// what they were, to [`Self::restore`] after.
+    pub fn release_saving(&mut self, uuids: &[String]) -> Saved {
+        let mut saved = Vec::with_capacity(uuids.len());
+        for uuid in uuids {
+            if let Some(&i) = self.by_uuid.get(uuid) {
+                let c = &mut self.candidates[i];
+                saved.push((i, c.hold.take(), c.memory_free_bytes));
+                c.memory_free_bytes = c.memory_total_bytes;
+            }
+        }
+        saved
+    }
+
+    /// Puts back what [`Self::release_saving`] (or
+    /// [`Self::unhold_saving`]) took.
+    pub fn restore(&mut self, saved: Saved) {
+        for (i, hold, memory_free) in saved {
+            let c = &mut self.candidates[i];
+            c.hold = hold;
+            c.memory_free_bytes = memory_free;
+        }
+    }
+
+    /// Takes the holds off GPUs for a moment (nothing else), to
+    /// [`Self::restore`] after.
+    pub fn unhold_saving(&mut self, uuids: &[String]) -> Saved {
+        let mut saved = Vec::with_capacity(uuids.len());
+        for uuid in uuids {
+            if let Some(&i) = self.by_uuid.get(uuid) {
+                let c = &mut self.candidates[i];
+                saved.push((i, c.hold.take(), c.memory_free_bytes));
+            }
+        }
+        saved
+    }
+
     /// Takes the holds off GPUs (a pass's reservations), nothing else.
     pub fn unhold(&mut self, uuids: &[String]) {
         for uuid in uuids {
@@ -183,6 +220,9 @@ impl FleetView {
     }
 }
 
+/// What [`FleetView::release_saving`] took: (position, hold, free memory).
+pub type Saved = Vec<(usize, Option<Hold>, u64)>;
+
 /// What planning decided for one training.
 pub type Plan = Result<Vec<RankSlot>, Unplaceable>;
 
@@ -200,6 +240,12 @@ fn auto_count(available: usize, max_gpus: u32) -> usize {
 /// (healthy, free GPUs with `need` bytes of memory, on the fewest hosts);
 /// explicit ids are taken as given.
 pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
+    plan_first_as(view, request, need, true)
+}
+
+/// [`plan_first`]; without `explain` a shortfall is only counted (the
+/// recommender's reason, which looks at every GPU again, is not built).
+pub fn plan_first_as(view: &FleetView, request: &GpuRequest, need: u64, explain: bool) -> Plan {
     let count = match request.selection {
         GpuSelection::Ids { .. } => return plan_restart(view, request, &HashSet::new(), None),
         _ if view.agents == 0 => return Err(Unplaceable::NoAgents),
@@ -218,6 +264,12 @@ pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
     let chosen = choose_in(&view.candidates, &view.hosts, need, count, false);
     if chosen.len() == count {
         return Ok(slots(chosen.iter().map(|c| Gpu::of_candidate(c)).collect()));
+    }
+    if !explain {
+        return Err(Unplaceable::InsufficientGpus {
+            wanted: count,
+            free: chosen.len(),
+        });
     }
     let choice = recommend(&view.candidates, need, count, false);
     let why = choice.shortfall.unwrap_or_default();
@@ -242,11 +294,6 @@ pub fn plan_restart(
     leader: Option<&str>,
 ) -> Plan {
     let free = view.free();
-    let preferred: Vec<FreeGpu> = free
-        .iter()
-        .filter(|g| !avoid.contains(&g.uuid))
-        .cloned()
-        .collect();
     let any_agent = view.agents > 0;
     let attempt = |candidates: &[FreeGpu]| -> Plan {
         match &request.selection {
@@ -262,6 +309,14 @@ pub fn plan_restart(
             GpuSelection::Ids { ids } => by_ids(&free, |id| view.knows(id), ids),
         }
     };
+    if !free.iter().any(|g| avoid.contains(&g.uuid)) {
+        return attempt(&free);
+    }
+    let preferred: Vec<FreeGpu> = free
+        .iter()
+        .filter(|g| !avoid.contains(&g.uuid))
+        .cloned()
+        .collect();
     attempt(&preferred).or_else(|_| attempt(&free))
 }
 
@@ -355,25 +410,31 @@ impl<'a> Gpu<'a> {
 
 /// Assign ranks to the chosen GPUs (grouped by agent, in the given order).
 fn slots(chosen: Vec<Gpu<'_>>) -> Vec<RankSlot> {
-    let mut per_agent: BTreeMap<&str, i32> = BTreeMap::new();
+    // (agent, ranks on it, ranks given so far): a gang spans few agents.
+    let mut agents: Vec<(&str, i32, i32)> = Vec::new();
     for g in &chosen {
-        *per_agent.entry(g.agent_id).or_default() += 1;
+        match agents.iter_mut().find(|(a, _, _)| *a == g.agent_id) {
+            Some((_, n, _)) => *n += 1,
+            None => agents.push((g.agent_id, 1, 0)),
+        }
     }
-    let mut seen: BTreeMap<&str, i32> = BTreeMap::new();
     chosen
         .iter()
         .enumerate()
         .map(|(rank, g)| {
-            let local = seen.entry(g.agent_id).or_default();
+            let (_, of, given) = agents
+                .iter_mut()
+                .find(|(a, _, _)| *a == g.agent_id)
+                .expect("counted above");
             let slot = RankSlot {
                 rank: rank as i32,
                 agent_id: g.agent_id.to_string(),
                 gpu_uuid: g.uuid.to_string(),
                 gpu_index: g.index,
-                local_rank: *local,
-                local_world_size: per_agent[g.agent_id],
+                local_rank: *given,
+                local_world_size: *of,
             };
-            *local += 1;
+            *given += 1;
             slot
         })
         .collect()

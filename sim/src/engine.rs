@@ -1,0 +1,683 @@
+//! The simulation: a trace's jobs through the coordinator's own policy
+//! ([`cohort_coordinator::policy::pass`]) on virtual time. Events are
+//! submissions, ends, the ends of notices, and estimate ticks; after each
+//! instant's events one pass decides, as the coordinator's passes do.
+//!
+//! A job runs `duration_s` of work on its gang, checkpointing every
+//! `checkpoint_every_s` of it. Given a notice, one that saves on notice
+//! stops `notice_checkpoint_s` later keeping all its work; one that does
+//! not runs on to the end of its grace and is killed, keeping only its
+//! last checkpoint. Back in the queue it runs what is left, plus the
+//! restart overhead. What the scheduler knows of a job is what the
+//! coordinator would: a running job's pace once it has run a minute, a
+//! job's expected duration before.
+
+use crate::scenario::PolicyRun;
+use crate::trace::TraceJob;
+use chrono::{DateTime, Utc};
+use cohort_coordinator::model::{GpuRequest, GpuSelection};
+use cohort_coordinator::policy::{
+    forecast, pass, Estimate, FleetView, Horizon, Job, Need, NoticeKind, PriorityClasses, Shares,
+    Snapshot, WaitingJob,
+};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::time::Duration;
+
+/// How the jobs behave and how the run is measured.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Between a notice and SIGKILL.
+    pub grace_s: f64,
+    /// How long a job that saves on notice takes to checkpoint and stop.
+    pub notice_checkpoint_s: f64,
+    /// Seconds of every attempt that train nothing (start, rendezvous, load).
+    pub restart_overhead_s: f64,
+    /// After this much running a job's pace is known.
+    pub pace_after_s: f64,
+    pub half_life: Duration,
+    /// A forecast after a pass that leaves newly submitted jobs waiting,
+    /// as the coordinator's estimate loop does, at most this often (none
+    /// when `None`).
+    pub estimate_every_s: Option<f64>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            grace_s: 60.0,
+            notice_checkpoint_s: 20.0,
+            restart_overhead_s: 0.0,
+            pace_after_s: 60.0,
+            half_life: Duration::from_secs(7 * 86_400),
+            estimate_every_s: Some(60.0),
+        }
+    }
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    NotYet,
+    Waiting,
+    Running,
+    Stopping,
+    Done,
+}
+
+/// One job's life, as the simulation keeps it.
+#[derive(Debug, Clone)]
+pub struct SimJob {
+    pub trace: TraceJob,
+    phase: Phase,
+    /// Work kept (seconds of its duration) when its current attempt began.
+    kept_at_start: f64,
+    /// When the current attempt began.
+    started_at: f64,
+    /// Bumped at every start and stop: stale events are ignored.
+    epoch: u64,
+    /// When the notice came, for a stopping job.
+    noticed_at: f64,
+    pub first_start: Option<f64>,
+    pub end: Option<f64>,
+    pub preemptions: u32,
+    pub reclaims: u32,
+    /// GPU-seconds lost to preemptions (redone work, stops, restarts).
+    pub lost_gpu_s: f64,
+    /// GPU-seconds it held GPUs (running or stopping).
+    pub held_gpu_s: f64,
+    /// Submitted within its team's guarantee.
+    pub within_guarantee: bool,
+    /// Its first start estimate: (when made, the estimate), or why none.
+    pub estimate: Option<(f64, Result<f64, String>)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Submit,
+    End,
+    Stopped,
+    Tick,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    at: f64,
+    seq: u64,
+    kind: Kind,
+    job: usize,
+    epoch: u64,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    /// Earliest first (the heap is a max-heap).
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.at.total_cmp(&self.at).then(other.seq.cmp(&self.seq))
+    }
+}
+
+/// The run's result: every job's life, and what the policy cost.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub jobs: Vec<SimJob>,
+    pub gpus: u32,
+    /// From the first submission to the last, and the GPU-seconds held in it.
+    pub window: (f64, f64),
+    pub window_held_gpu_s: f64,
+    pub passes: u64,
+    pub forecast_passes: u64,
+    pub forecasts: u64,
+    pub wall: Duration,
+}
+
+/// FNV-1a: job ids are looked up at every pass; SipHash's defence against
+/// chosen keys is not needed for a trace's own ids.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type Ids = HashMap<String, usize, std::hash::BuildHasherDefault<Fnv>>;
+
+/// The virtual clock's origin.
+fn epoch() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).expect("a valid instant")
+}
+
+fn at(t: f64) -> DateTime<Utc> {
+    epoch() + chrono::Duration::milliseconds((t * 1000.0).round() as i64)
+}
+
+fn secs(d: DateTime<Utc>) -> f64 {
+    (d - epoch()).num_milliseconds() as f64 / 1000.0
+}
+
+pub struct Engine<'a> {
+    settings: &'a Settings,
+    run: &'a PolicyRun,
+    classes: PriorityClasses,
+    guarantees: HashMap<String, u32>,
+    jobs: Vec<SimJob>,
+    by_id: Ids,
+    snapshot: Snapshot,
+    events: BinaryHeap<Event>,
+    seq: u64,
+    now: f64,
+    /// Jobs submitted since the last forecast.
+    unestimated: Vec<usize>,
+    /// When the last forecast ran, and whether one is due after this
+    /// instant's pass.
+    last_forecast: f64,
+    forecast_due: bool,
+    tick_pending: bool,
+    /// GPUs each team holds, for the guarantee measure (also when the
+    /// policy runs without quotas).
+    held: HashMap<String, i64>,
+    window: (f64, f64),
+    window_held_gpu_s: f64,
+    passes: u64,
+    forecast_passes: u64,
+    forecasts: u64,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(
+        trace: &[TraceJob],
+        fleet: FleetView,
+        shares: Shares,
+        guarantees: HashMap<String, u32>,
+        run: &'a PolicyRun,
+        settings: &'a Settings,
+    ) -> Self {
+        let jobs: Vec<SimJob> = trace
+            .iter()
+            .map(|t| SimJob {
+                trace: t.clone(),
+                phase: Phase::NotYet,
+                kept_at_start: 0.0,
+                started_at: 0.0,
+                epoch: 0,
+                noticed_at: 0.0,
+                first_start: None,
+                end: None,
+                preemptions: 0,
+                reclaims: 0,
+                lost_gpu_s: 0.0,
+                held_gpu_s: 0.0,
+                within_guarantee: false,
+                estimate: None,
+            })
+            .collect();
+        let by_id = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.trace.id.clone(), i))
+            .collect();
+        let mut engine = Self {
+            settings,
+            run,
+            classes: PriorityClasses::default(),
+            guarantees,
+            by_id,
+            snapshot: Snapshot {
+                now: at(0.0),
+                fleet,
+                waiting: Vec::new(),
+                running: Vec::new(),
+                shares,
+                held: HashMap::new(),
+                claims: HashMap::new(),
+            },
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: 0.0,
+            unestimated: Vec::new(),
+            last_forecast: f64::NEG_INFINITY,
+            forecast_due: false,
+            tick_pending: false,
+            held: HashMap::new(),
+            window: (
+                trace
+                    .iter()
+                    .map(|t| t.submit_s)
+                    .fold(f64::INFINITY, f64::min),
+                trace.iter().map(|t| t.submit_s).fold(0.0, f64::max),
+            ),
+            window_held_gpu_s: 0.0,
+            passes: 0,
+            forecast_passes: 0,
+            forecasts: 0,
+            jobs,
+        };
+        for i in 0..engine.jobs.len() {
+            let t = engine.jobs[i].trace.submit_s;
+            engine.push(t, Kind::Submit, i);
+        }
+        engine
+    }
+
+    fn push(&mut self, at: f64, kind: Kind, job: usize) {
+        self.seq += 1;
+        let epoch = self.jobs.get(job).map_or(0, |j| j.epoch);
+        self.events.push(Event {
+            at,
+            seq: self.seq,
+            kind,
+            job,
+            epoch,
+        });
+    }
+
+    /// Runs to the last job's end (or until nothing can move).
+    pub fn run(mut self) -> Run {
+        let began = std::time::Instant::now();
+        while let Some(next) = self.events.peek().map(|e| e.at) {
+            if self.only_ticks_left() {
+                break;
+            }
+            self.advance(next);
+            while self.events.peek().is_some_and(|e| e.at <= next) {
+                let event = self.events.pop().expect("peeked");
+                self.handle(event);
+            }
+            self.decide();
+            if std::mem::take(&mut self.forecast_due) {
+                self.estimate();
+            }
+        }
+        Run {
+            gpus: self.snapshot.fleet.candidates.len() as u32,
+            window: self.window,
+            window_held_gpu_s: self.window_held_gpu_s,
+            jobs: self.jobs,
+            passes: self.passes,
+            forecast_passes: self.forecast_passes,
+            forecasts: self.forecasts,
+            wall: began.elapsed(),
+        }
+    }
+
+    /// Runs until virtual time `until_s` and returns the scheduler's world
+    /// then, as a forecast would see it (the cost benchmark's starting point).
+    pub fn snapshot_at(mut self, until_s: f64) -> Snapshot {
+        while let Some(next) = self.events.peek().map(|e| e.at) {
+            if next > until_s || self.only_ticks_left() {
+                break;
+            }
+            self.advance(next);
+            while self.events.peek().is_some_and(|e| e.at <= next) {
+                let event = self.events.pop().expect("peeked");
+                self.handle(event);
+            }
+            self.decide();
+        }
+        self.advance(until_s.max(self.now));
+        self.refresh();
+        self.snapshot
+    }
+
+    fn only_ticks_left(&self) -> bool {
+        self.events.iter().all(|e| e.kind == Kind::Tick)
+    }
+
+    /// Time passes: usage accrues, running jobs hold their GPUs.
+    fn advance(&mut self, to: f64) {
+        let dt = (to - self.now).max(0.0);
+        if dt > 0.0 {
+            let d = Duration::from_secs_f64(dt);
+            let held = self.snapshot.held.clone();
+            self.snapshot
+                .shares
+                .accrue(&held, d, self.settings.half_life);
+            let (from, until) = self.window;
+            let inside = (to.min(until) - self.now.max(from)).max(0.0);
+            for j in &mut self.jobs {
+                if matches!(j.phase, Phase::Running | Phase::Stopping) {
+                    j.held_gpu_s += dt * f64::from(j.trace.gpus);
+                    self.window_held_gpu_s += inside * f64::from(j.trace.gpus);
+                }
+            }
+        }
+        self.now = to;
+        self.snapshot.now = at(to);
+    }
+
+    fn handle(&mut self, e: Event) {
+        match e.kind {
+            Kind::Tick => {
+                self.tick_pending = false;
+                self.forecast_due = true;
+            }
+            Kind::Submit => self.submit(e.job),
+            _ if self.jobs[e.job].epoch != e.epoch => {} // stale
+            Kind::End => self.finish(e.job),
+            Kind::Stopped => self.stopped(e.job),
+        }
+    }
+
+    fn job(&self, i: usize) -> Job {
+        let t = &self.jobs[i].trace;
+        let class = self.classes.get(&t.class);
+        Job {
+            id: t.id.clone(),
+            team: t.team.clone(),
+            priority: class.map_or(0, |c| c.value),
+            class: t.class.clone(),
+            preempting: class.is_some_and(|c| c.preempting),
+            borrow: true,
+            create_time: at(t.submit_s),
+            request: GpuRequest {
+                selection: GpuSelection::Count { count: t.gpus },
+                queue: true,
+            },
+            need: Need {
+                memory: 1 << 30,
+                program_dir: None,
+            },
+            remaining: None,
+            grace: Duration::from_secs_f64(self.settings.grace_s),
+            stop_within: Duration::from_secs_f64(if t.saves_on_notice {
+                self.settings.notice_checkpoint_s.min(self.settings.grace_s)
+            } else {
+                self.settings.grace_s
+            }),
+            saves_on_notice: t.saves_on_notice,
+        }
+    }
+
+    fn submit(&mut self, i: usize) {
+        let team = self.jobs[i].trace.team.clone();
+        let held = self.held.get(&team).copied().unwrap_or(0);
+        let guarantee = i64::from(self.guarantees.get(&team).copied().unwrap_or(0));
+        self.jobs[i].within_guarantee = held + i64::from(self.jobs[i].trace.gpus) <= guarantee;
+        self.jobs[i].phase = Phase::Waiting;
+        let job = self.job(i);
+        self.snapshot.waiting.push(WaitingJob {
+            job,
+            restarting: false,
+            torn_down: true,
+            attempt: 0,
+            state_reason: String::new(),
+            avoid: HashSet::new(),
+            leader: None,
+        });
+        self.unestimated.push(i);
+        if let (Some(every), false) = (self.settings.estimate_every_s, self.tick_pending) {
+            self.tick_pending = true;
+            let at = self.now.max(self.last_forecast + every);
+            self.push(at, Kind::Tick, usize::MAX);
+        }
+    }
+
+    /// Work kept so far by job `i` (of its duration), were it to stop now
+    /// with a checkpoint.
+    fn worked(&self, i: usize) -> f64 {
+        let j = &self.jobs[i];
+        let ran = (self.now - j.started_at - self.settings.restart_overhead_s).max(0.0);
+        (j.kept_at_start + ran).min(j.trace.duration_s)
+    }
+
+    /// The work of its newest periodic checkpoint.
+    fn checkpointed(&self, i: usize) -> f64 {
+        let j = &self.jobs[i];
+        let every = j.trace.checkpoint_every_s;
+        let ran = (self.now - j.started_at - self.settings.restart_overhead_s).max(0.0);
+        j.kept_at_start + (ran / every).floor() * every
+    }
+
+    fn finish(&mut self, i: usize) {
+        let j = &mut self.jobs[i];
+        j.phase = Phase::Done;
+        j.end = Some(self.now);
+        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.trace.gpus);
+        let id = j.trace.id.clone();
+        self.snapshot.end(&id);
+    }
+
+    /// A noticed job is gone: back in the queue with what it kept.
+    fn stopped(&mut self, i: usize) {
+        let saves = self.jobs[i].trace.saves_on_notice;
+        let kept = if saves {
+            // Its work at the notice: it checkpointed then.
+            let now = self.now;
+            self.now = self.jobs[i].noticed_at;
+            let w = self.worked(i);
+            self.now = now;
+            w
+        } else {
+            self.checkpointed(i)
+        };
+        let gpus = f64::from(self.jobs[i].trace.gpus);
+        let lost = if saves {
+            (self.now - self.jobs[i].noticed_at) * gpus
+        } else {
+            (self.worked(i) - kept).max(0.0) * gpus + self.settings.restart_overhead_s * gpus
+        };
+        let j = &mut self.jobs[i];
+        j.lost_gpu_s += lost
+            + if saves {
+                self.settings.restart_overhead_s * gpus
+            } else {
+                0.0
+            };
+        j.kept_at_start = kept;
+        j.phase = Phase::Waiting;
+        j.epoch += 1;
+        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.trace.gpus);
+        let (id, left) = (j.trace.id.clone(), j.trace.duration_s - kept);
+        self.snapshot
+            .requeue(&id, Some(Duration::from_secs_f64(left.max(0.0))));
+    }
+
+    /// What the scheduler knows of each job now.
+    fn refresh(&mut self) {
+        let by_id = &self.by_id;
+        for r in &mut self.snapshot.running {
+            let i = by_id[&r.job.id];
+            let j = &self.jobs[i];
+            let ran = self.now - j.started_at;
+            let left = j.trace.duration_s
+                - (j.kept_at_start + (ran - self.settings.restart_overhead_s).max(0.0));
+            let remaining = if ran >= self.settings.pace_after_s {
+                Some(left.max(0.0))
+            } else {
+                j.trace
+                    .expected_duration_s
+                    .map(|e| (e - j.kept_at_start - ran).max(60.0))
+            };
+            r.ends_at = remaining.map(|r| at(self.now + r));
+            let every = j.trace.checkpoint_every_s;
+            let done = (ran - self.settings.restart_overhead_s).max(0.0);
+            let last = (done / every).floor() * every;
+            r.checkpoint_time =
+                (last > 0.0).then(|| at(j.started_at + self.settings.restart_overhead_s + last));
+        }
+        for w in &mut self.snapshot.waiting {
+            let j = &self.jobs[by_id[&w.job.id]];
+            w.job.remaining = if j.first_start.is_some() {
+                Some(Duration::from_secs_f64(
+                    (j.trace.duration_s - j.kept_at_start).max(0.0),
+                ))
+            } else {
+                j.trace.expected_duration_s.map(Duration::from_secs_f64)
+            };
+        }
+    }
+
+    /// One pass, its decisions applied.
+    fn decide(&mut self) {
+        if self.snapshot.waiting.is_empty() {
+            return;
+        }
+        self.refresh();
+        let d = pass(&mut self.snapshot, &self.run.policy);
+        self.passes += 1;
+        for p in &d.placements {
+            let i = self.by_id[&p.id];
+            let overhead = self.settings.restart_overhead_s;
+            let j = &mut self.jobs[i];
+            j.phase = Phase::Running;
+            j.started_at = self.now;
+            j.first_start.get_or_insert(self.now);
+            j.epoch += 1;
+            *self.held.entry(j.trace.team.clone()).or_default() += i64::from(j.trace.gpus);
+            let end = self.now + overhead + (j.trace.duration_s - j.kept_at_start);
+            self.push(end, Kind::End, i);
+        }
+        for p in &d.preemptions {
+            let i = self.by_id[&p.victim];
+            let j = &mut self.jobs[i];
+            j.phase = Phase::Stopping;
+            j.noticed_at = self.now;
+            j.preemptions += 1;
+            if p.kind == NoticeKind::Reclaim {
+                j.reclaims += 1;
+            }
+            j.epoch += 1;
+            let stop = if j.trace.saves_on_notice {
+                self.settings.notice_checkpoint_s.min(self.settings.grace_s)
+            } else {
+                self.settings.grace_s
+            };
+            self.push(self.now + stop, Kind::Stopped, i);
+        }
+        self.snapshot.apply(&d);
+    }
+
+    /// A forecast over a copy of now; the first estimate of each job
+    /// submitted since the last tick that still waits.
+    fn estimate(&mut self) {
+        let waiting: Vec<usize> = self
+            .unestimated
+            .drain(..)
+            .filter(|&i| self.jobs[i].phase == Phase::Waiting && self.jobs[i].first_start.is_none())
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        self.last_forecast = self.now;
+        self.refresh();
+        let f = forecast(
+            self.snapshot.clone(),
+            &self.run.policy,
+            self.settings.half_life,
+            Horizon::default(),
+        );
+        self.forecasts += 1;
+        self.forecast_passes += f.passes as u64;
+        for i in waiting {
+            let made = match f.starts.get(&self.jobs[i].trace.id) {
+                Some(Estimate::At(t)) => Ok(secs(*t)),
+                Some(Estimate::Unknown(why)) => Err(why.clone()),
+                None => Err("not in the forecast".to_string()),
+            };
+            self.jobs[i].estimate = Some((self.now, made));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::PolicyRun;
+
+    fn job(id: &str, submit: f64, gpus: u32, hours: f64, class: &str) -> TraceJob {
+        TraceJob {
+            id: id.into(),
+            submit_s: submit,
+            team: "a".into(),
+            gpus,
+            duration_s: hours * 3600.0,
+            class: class.into(),
+            checkpoint_every_s: 1800.0,
+            expected_duration_s: Some(hours * 3600.0),
+            saves_on_notice: true,
+        }
+    }
+
+    fn simulate(trace: &[TraceJob], policy: &str) -> Run {
+        let run = PolicyRun::parse(policy, Duration::from_secs(600)).unwrap();
+        let settings = Settings::default();
+        let fleet = crate::fleet::FleetSpec::parse("1x8").unwrap();
+        Engine::new(
+            trace,
+            fleet.view(),
+            Shares::default(),
+            HashMap::new(),
+            &run,
+            &settings,
+        )
+        .run()
+    }
+
+    #[test]
+    fn an_urgent_job_preempts_under_sharing_and_waits_under_fifo() {
+        let trace = [
+            job("long", 0.0, 8, 10.0, "normal"),
+            job("urgent", 3600.0, 4, 1.0, "urgent"),
+        ];
+        let fifo = simulate(&trace, "fifo-backfill");
+        let urgent = &fifo.jobs[1];
+        assert_eq!(urgent.first_start, Some(36_000.0), "after the long one");
+        let sharing = simulate(&trace, "sharing");
+        let (long, urgent) = (&sharing.jobs[0], &sharing.jobs[1]);
+        // Its victim checkpoints in 20 s, then it runs.
+        assert_eq!(urgent.first_start, Some(3620.0));
+        assert_eq!(long.preemptions, 1);
+        // The long one lost only its 20 s stop; it ends 1 h (the urgent
+        // one) and 20 s later than alone.
+        assert!(
+            (long.lost_gpu_s - 20.0 * 8.0).abs() < 1e-6,
+            "{}",
+            long.lost_gpu_s
+        );
+        assert_eq!(long.end, Some(36_000.0 + 3600.0 + 20.0));
+        // Estimates: the urgent one's, made at the first tick (1 h), was
+        // its actual start.
+        let (made, estimate) = urgent.estimate.clone().unwrap();
+        assert_eq!(made, 3600.0);
+        assert_eq!(estimate, Ok(3620.0));
+    }
+
+    #[test]
+    fn a_job_that_does_not_save_on_notice_loses_its_work_since_its_checkpoint() {
+        let mut long = job("long", 0.0, 8, 10.0, "normal");
+        long.saves_on_notice = false;
+        // Noticed 50 minutes in: its last checkpoint was at 30 minutes;
+        // it runs on through its 60 s grace and is killed.
+        let trace = [long, job("urgent", 3000.0, 8, 1.0, "urgent")];
+        let run = simulate(&trace, "sharing");
+        let long = &run.jobs[0];
+        assert_eq!(run.jobs[1].first_start, Some(3060.0));
+        let lost = (3060.0 - 1800.0) * 8.0;
+        assert!((long.lost_gpu_s - lost).abs() < 1e-6, "{}", long.lost_gpu_s);
+        assert_eq!(long.end, Some(3060.0 + 3600.0 + (36_000.0 - 1800.0)));
+    }
+}
