@@ -147,6 +147,9 @@ pub fn render(r: &v1::TrainingReport) -> String {
         }
         out += &rows.render();
     }
+    if let Some(p) = &r.preemptions {
+        out += &crate::render::preemptions::text(p);
+    }
     if let Some(c) = &r.cost {
         out += &crate::render::cost::text(c);
     }
@@ -255,6 +258,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
                 "efficiency": e.efficiency,
             })).collect::<Vec<_>>(),
         },
+        "preemptions": r.preemptions.as_ref().map(crate::render::preemptions::json),
         "cost": r.cost.as_ref().map(crate::render::cost::json),
     })
 }
@@ -363,6 +367,40 @@ mod tests {
             text.contains("2      trn-2 *   2000.0     2.00x     100.0%"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn preemptions_are_listed_only_when_there_were_some() {
+        let mut r = sample();
+        r.preemptions = Some(v1::PreemptionSummary::default());
+        assert!(!render(&r).contains("preempted"));
+        r.preemptions = Some(v1::PreemptionSummary {
+            count: 1,
+            gpu_seconds_lost: 0.25,
+            records: vec![v1::PreemptionRecord {
+                time: Some(prost_types::Timestamp {
+                    seconds: 1_800_000_000,
+                    nanos: 0,
+                }),
+                attempt: 1,
+                by: "trn-u".into(),
+                kind: "preempt".into(),
+                priority_class: "urgent".into(),
+                resume_step: Some(40),
+                gpu_seconds_lost: 0.25,
+                checkpointed: true,
+            }],
+        });
+        let text = render(&r);
+        assert!(
+            text.contains("preempted 1 time(s), 0.2 GPU-seconds lost"),
+            "{text}"
+        );
+        assert!(text.contains("preempt (urgent)"), "{text}");
+        assert!(text.contains("step 40"), "{text}");
+        let v = to_json(&r);
+        assert_eq!(v["preemptions"]["records"][0]["resume_step"], 40);
+        assert_eq!(v["preemptions"]["records"][0]["by"], "trn-u");
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod cost;
 pub mod doctor;
 pub mod eta;
 pub mod json;
+pub mod preemptions;
 pub mod program;
 pub mod progress;
 pub mod table;

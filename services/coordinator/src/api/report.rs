@@ -36,6 +36,28 @@ pub fn to_proto(report: Report, with_metrics: bool) -> v1::TrainingReport {
         },
         scaling: Some(scaling(report.scaling)),
         cost: Some(super::report_cost::to_proto(report.cost)),
+        preemptions: Some(preemptions(report.preemptions)),
+    }
+}
+
+fn preemptions(p: crate::report::preemptions::Preemptions) -> v1::PreemptionSummary {
+    v1::PreemptionSummary {
+        count: p.count as u32,
+        gpu_seconds_lost: p.gpu_seconds_lost,
+        records: p
+            .rows
+            .into_iter()
+            .map(|r| v1::PreemptionRecord {
+                time: Some(super::convert::timestamp(r.time)),
+                attempt: r.attempt,
+                by: r.by,
+                kind: r.kind,
+                priority_class: r.priority_class,
+                resume_step: r.resume_step,
+                gpu_seconds_lost: r.gpu_seconds_lost,
+                checkpointed: r.checkpointed,
+            })
+            .collect(),
     }
 }
 

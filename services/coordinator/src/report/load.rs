@@ -73,6 +73,7 @@ pub async fn build_report(
     }
     Ok(Some(Report {
         cost,
+        preemptions: super::preemptions::preemptions(&events),
         training_id: training.id.clone(),
         state: training.state,
         is_final: training.state.is_final(),

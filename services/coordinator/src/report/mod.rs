@@ -8,6 +8,7 @@
 //! - [`gpu`]: GPU utilization and memory per rank from telemetry history.
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
 //! - [`cost`]: GPU-hours per attempt, the idle part, and their price.
+//! - [`preemptions`]: the notices that stopped it and the work they cost.
 //! - [`estimate`]: speed-up at 2, 4 and 8 GPUs from measured compute and communication.
 //! - [`stats`]: mean and percentiles.
 //! - [`load`]: reads the database and builds a [`Report`].
@@ -21,6 +22,7 @@ pub mod files;
 pub mod gpu;
 pub mod load;
 pub mod metrics;
+pub mod preemptions;
 pub mod program;
 pub mod quality;
 pub mod scaling;
@@ -47,6 +49,7 @@ pub struct Report {
     pub is_final: bool,
     pub summary: Summary,
     pub scaling: Scaling,
+    pub preemptions: preemptions::Preemptions,
     /// Written as its own file (`cost_analysis.json`).
     #[serde(skip)]
     pub cost: cost::CostAnalysis,
