@@ -124,7 +124,8 @@ def save_checkpoint(step: int, write_fn: Callable[[Path], None],
     `write_fn(tmp)` writes any files into `tmp`, a hidden directory beside
     the final one. Its files are fsynced, then it is renamed to
     `step-<N>` (8 digits), so a `step-<N>` directory is always complete.
-    With `keep`, all but the newest `keep` checkpoints are removed. Other
+    A `step-<N>` an earlier attempt left (this one resumed from before
+    it) is replaced. With `keep`, all but the newest `keep` checkpoints are removed. Other
     ranks write nothing and get None.
     """
     if not is_main():
@@ -144,8 +145,15 @@ def save_checkpoint(step: int, write_fn: Callable[[Path], None],
         write_fn(tmp)
         _fsync_tree(tmp)
         if final.exists():
-            raise FileExistsError(f"checkpoint {final} exists already")
-        os.rename(tmp, final)
+            # Left by an earlier attempt that got this far before it was
+            # stopped; this attempt resumed from before it and redid the
+            # work, so its own state is the one that continues.
+            stale = root / f".{final.name}.stale-{os.getpid()}"
+            os.rename(final, stale)
+            os.rename(tmp, final)
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

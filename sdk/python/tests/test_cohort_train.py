@@ -60,6 +60,13 @@ def test_a_checkpoint_is_complete_by_rename_and_old_ones_go(rank0):
     assert ct.step_of(rank0 / ".step-00000030.tmp-1") is None
 
 
+def test_a_step_an_earlier_attempt_left_is_replaced(rank0):
+    ct.save_checkpoint(10, lambda d: (d / "state.bin").write_bytes(b"old"))
+    path = ct.save_checkpoint(10, lambda d: (d / "state.bin").write_bytes(b"new"))
+    assert (path / "state.bin").read_bytes() == b"new"
+    assert sorted(p.name for p in rank0.iterdir()) == ["step-00000010"]
+
+
 def test_a_failed_write_leaves_no_checkpoint(rank0):
     def fail(d):
         (d / "half").write_text("x")

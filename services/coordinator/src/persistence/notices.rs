@@ -70,6 +70,25 @@ fn notice(row: NoticeRow) -> Result<Notice, DatabaseError> {
     })
 }
 
+/// The columns of a [`NoticeRow`], in its order.
+const NOTICE_COLUMNS: (
+    training_notices::training_id,
+    training_notices::attempt,
+    training_notices::kind,
+    training_notices::noticed_by,
+    training_notices::reason,
+    training_notices::notice_time,
+    training_notices::deadline,
+) = (
+    training_notices::training_id,
+    training_notices::attempt,
+    training_notices::kind,
+    training_notices::noticed_by,
+    training_notices::reason,
+    training_notices::notice_time,
+    training_notices::deadline,
+);
+
 impl Persistence {
     /// Gives `notice` (its audit row in the same transaction), setting the
     /// training's reason to `stopping_reason` while it stops. False when
@@ -120,15 +139,7 @@ impl Persistence {
     pub async fn notices(&self) -> Result<Vec<Notice>, DatabaseError> {
         self.read("notices", |c| {
             training_notices::table
-                .select((
-                    training_notices::training_id,
-                    training_notices::attempt,
-                    training_notices::kind,
-                    training_notices::noticed_by,
-                    training_notices::reason,
-                    training_notices::notice_time,
-                    training_notices::deadline,
-                ))
+                .select(NOTICE_COLUMNS)
                 .load::<NoticeRow>(c)?
                 .into_iter()
                 .map(notice)
@@ -143,15 +154,7 @@ impl Persistence {
         self.read("notice_of", move |c| {
             training_notices::table
                 .filter(training_notices::training_id.eq(&id))
-                .select((
-                    training_notices::training_id,
-                    training_notices::attempt,
-                    training_notices::kind,
-                    training_notices::noticed_by,
-                    training_notices::reason,
-                    training_notices::notice_time,
-                    training_notices::deadline,
-                ))
+                .select(NOTICE_COLUMNS)
                 .first::<NoticeRow>(c)
                 .optional()?
                 .map(notice)
@@ -169,15 +172,7 @@ impl Persistence {
             let row: Option<NoticeRow> = training_notices::table
                 .filter(training_notices::training_id.eq(&end.training_id))
                 .filter(training_notices::attempt.eq(end.attempt))
-                .select((
-                    training_notices::training_id,
-                    training_notices::attempt,
-                    training_notices::kind,
-                    training_notices::noticed_by,
-                    training_notices::reason,
-                    training_notices::notice_time,
-                    training_notices::deadline,
-                ))
+                .select(NOTICE_COLUMNS)
                 .first(c)
                 .optional()?;
             let Some(n) = row.map(notice).transpose()? else {
