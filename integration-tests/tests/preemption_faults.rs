@@ -141,7 +141,7 @@ async fn a_program_that_ignores_its_notice_is_killed_at_the_grace_and_resumes_fr
         .iter()
         .find(|e| e["method"] == "scheduler/Preempt" && e["target"] == victim.as_str())
         .and_then(|e| e["time"].as_str())
-        .and_then(|t| chrono_seconds(t))
+        .and_then(chrono_seconds)
         .expect("the notice, audited");
     assert!(
         requeued - noticed >= 2,

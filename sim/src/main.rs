@@ -236,7 +236,6 @@ fn main() -> anyhow::Result<()> {
                 pace_after_s: pace_after_s.max(0.0),
                 half_life: Duration::from_secs_f64(half_life_s.max(1.0)),
                 estimate_every_s: (estimate_every_s > 0.0).then_some(estimate_every_s),
-                ..engine::Settings::default()
             };
             if let Some(dir) = &jobs_out {
                 std::fs::create_dir_all(dir)
