@@ -298,20 +298,7 @@ impl<'a> Engine<'a> {
     /// Runs to the last job's end (or until nothing can move).
     pub fn run(mut self) -> Run {
         let began = std::time::Instant::now();
-        while let Some(next) = self.events.peek().map(|e| e.at) {
-            if self.only_ticks_left() {
-                break;
-            }
-            self.advance(next);
-            while self.events.peek().is_some_and(|e| e.at <= next) {
-                let event = self.events.pop().expect("peeked");
-                self.handle(event);
-            }
-            self.decide();
-            if std::mem::take(&mut self.forecast_due) {
-                self.estimate();
-            }
-        }
+        self.run_until(f64::INFINITY);
         Run {
             gpus: self.snapshot.fleet.candidates.len() as u32,
             window: self.window,
@@ -327,6 +314,15 @@ impl<'a> Engine<'a> {
     /// Runs until virtual time `until_s` and returns the scheduler's world
     /// then, as a forecast would see it (the cost benchmark's starting point).
     pub fn snapshot_at(mut self, until_s: f64) -> Snapshot {
+        self.run_until(until_s);
+        self.advance(until_s.max(self.now));
+        self.refresh();
+        self.snapshot
+    }
+
+    /// Handles every event up to virtual time `until_s`, a pass (and a
+    /// forecast when one is due) after each instant's events.
+    fn run_until(&mut self, until_s: f64) {
         while let Some(next) = self.events.peek().map(|e| e.at) {
             if next > until_s || self.only_ticks_left() {
                 break;
@@ -337,10 +333,10 @@ impl<'a> Engine<'a> {
                 self.handle(event);
             }
             self.decide();
+            if std::mem::take(&mut self.forecast_due) {
+                self.estimate();
+            }
         }
-        self.advance(until_s.max(self.now));
-        self.refresh();
-        self.snapshot
     }
 
     fn only_ticks_left(&self) -> bool {
