@@ -90,7 +90,13 @@ pub struct SimJob {
     pub within_guarantee: bool,
     /// Its first start estimate: (when made, the estimate), or why none.
     pub estimate: Option<(f64, Result<f64, String>)>,
+    /// The estimates it carried later while it waited for its first start
+    /// (when made, the estimate), at most one per [`RESAMPLE_S`].
+    pub later: Vec<(f64, f64)>,
 }
+
+/// How often a waiting job's later estimates are kept.
+pub const RESAMPLE_S: f64 = 600.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
@@ -233,6 +239,7 @@ impl<'a> Engine<'a> {
                 held_gpu_s: 0.0,
                 within_guarantee: false,
                 estimate: None,
+                later: Vec::new(),
             })
             .collect();
         let by_id = jobs
@@ -596,6 +603,19 @@ impl<'a> Engine<'a> {
             };
             self.jobs[i].estimate = Some((self.now, made));
         }
+        for w in &self.snapshot.waiting {
+            let j = &mut self.jobs[self.by_id[&w.job.id]];
+            let Some(Estimate::At(t)) = f.starts.get(&w.job.id) else {
+                continue;
+            };
+            let last = j.later.last().map_or(
+                j.estimate.as_ref().map_or(f64::NEG_INFINITY, |e| e.0),
+                |l| l.0,
+            );
+            if j.first_start.is_none() && self.now - last >= RESAMPLE_S {
+                j.later.push((self.now, secs(*t)));
+            }
+        }
     }
 }
 
@@ -660,6 +680,40 @@ mod tests {
         let (made, estimate) = urgent.estimate.clone().unwrap();
         assert_eq!(made, 3600.0);
         assert_eq!(estimate, Ok(3620.0));
+    }
+
+    #[test]
+    fn a_waiting_job_keeps_a_later_estimate_every_ten_minutes_until_it_starts() {
+        // "waits" waits 5 h behind "long"; newcomers every 5 minutes make
+        // forecasts, each of which sees it still waiting.
+        let mut trace = vec![
+            job("long", 0.0, 8, 5.0, "normal"),
+            job("waits", 60.0, 8, 1.0, "normal"),
+        ];
+        for k in 0..80 {
+            trace.push(job(
+                &format!("n{k}"),
+                300.0 * f64::from(k + 1),
+                8,
+                1.0,
+                "low",
+            ));
+        }
+        let run = simulate(&trace, "fifo-backfill");
+        let waits = &run.jobs[1];
+        assert_eq!(waits.first_start, Some(18_000.0));
+        let (made, estimate) = waits.estimate.clone().unwrap();
+        assert_eq!((made, estimate), (60.0, Ok(18_000.0)));
+        assert!(!waits.later.is_empty());
+        let mut last = made;
+        for &(at, estimate) in &waits.later {
+            assert!(at - last >= RESAMPLE_S, "{at} after {last}");
+            assert!(at < 18_000.0, "only while it waits: {at}");
+            assert_eq!(estimate, 18_000.0, "nobody overtakes it");
+            last = at;
+        }
+        // Every 10 minutes from its first estimate to its start: 29 looks.
+        assert_eq!(waits.later.len(), 29);
     }
 
     #[test]

@@ -25,6 +25,8 @@ struct JobLine<'a> {
     estimate_made_s: Option<f64>,
     estimated_start_s: Option<f64>,
     estimate_reason: Option<&'a str>,
+    /// The estimates it carried later, while it waited: [made, estimate].
+    later_estimates: &'a [(f64, f64)],
 }
 
 /// `DIR/<policy>.jsonl`, the policy's `:` written `+`.
@@ -53,6 +55,7 @@ pub fn write(file: &Path, run: &Run) -> std::io::Result<()> {
             estimate_made_s: made,
             estimated_start_s: estimate.and_then(|e| e.as_ref().ok().copied()),
             estimate_reason: estimate.and_then(|e| e.as_ref().err().map(String::as_str)),
+            later_estimates: &j.later,
         };
         serde_json::to_writer(&mut out, &line)?;
         out.write_all(b"\n")?;

@@ -76,6 +76,10 @@ pub struct EstimateError {
     /// Over those that then waited at least `min_wait_s` (the hard part:
     /// whoever newcomers may overtake).
     pub waited: ErrorShare,
+    /// The estimates those jobs carried later while they waited (one every
+    /// ten minutes of a wait, each judged against the wait it had left):
+    /// what a user looking at a random moment sees.
+    pub later: ErrorShare,
     pub min_wait_s: f64,
 }
 
@@ -200,7 +204,7 @@ fn busy_while_submitting(run: &Run) -> f64 {
 }
 
 fn estimate_error(run: &Run) -> EstimateError {
-    let (mut all, mut waited) = (Vec::new(), Vec::new());
+    let (mut all, mut waited, mut later) = (Vec::new(), Vec::new(), Vec::new());
     let (mut estimated, mut without) = (0, 0);
     for j in &run.jobs {
         let Some((made, estimate)) = &j.estimate else {
@@ -218,6 +222,12 @@ fn estimate_error(run: &Run) -> EstimateError {
                 all.push(error);
                 if wait >= MIN_WAIT_S {
                     waited.push(error);
+                    later.extend(
+                        j.later
+                            .iter()
+                            .filter(|(made, _)| start > *made)
+                            .map(|(made, at)| (at - start).abs() / (start - made)),
+                    );
                 }
             }
             (Ok(_), None) => estimated += 1,
@@ -229,6 +239,7 @@ fn estimate_error(run: &Run) -> EstimateError {
         without,
         all: ErrorShare::of(all),
         waited: ErrorShare::of(waited),
+        later: ErrorShare::of(later),
         min_wait_s: MIN_WAIT_S,
     }
 }
@@ -313,19 +324,22 @@ pub fn table(outcomes: &[Outcome]) -> String {
         let p = o.guarantee_wait_s;
         format!("{} / {} / {}", span(p.p50), span(p.p95), span(p.p99))
     });
-    let share = |e: &ErrorShare| {
+    let share = |e: &ErrorShare, what: &str| {
         format!(
-            "{:.1} % / {:.1} % ({} jobs)",
+            "{:.1} % / {:.1} % ({} {what})",
             e.median * 100.0,
             e.p90 * 100.0,
             e.judged
         )
     };
     row("estimate error p50/p90, all".into(), &|o| {
-        share(&o.estimates.all)
+        share(&o.estimates.all, "jobs")
     });
     row("  those waiting >= 5m".into(), &|o| {
-        share(&o.estimates.waited)
+        share(&o.estimates.waited, "jobs")
+    });
+    row("  their later estimates".into(), &|o| {
+        share(&o.estimates.later, "looks")
     });
     row("estimated (without one)".into(), &|o| {
         format!("{} ({})", o.estimates.estimated, o.estimates.without)
