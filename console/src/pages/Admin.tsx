@@ -48,31 +48,37 @@ export function AdminPage() {
       <section aria-labelledby="quotas">
         <h2 id="quotas">Quotas</h2>
         {quotas.error && <p className="error">{quotas.error}</p>}
-        {quotas.value?.length === 0 && <p className="muted">No team has a quota or trainings yet.</p>}
-        <table className="table">
+        {quotas.value?.length === 0 && (
+          <p className="muted">
+            {authOff
+              ? "Token auth is off on this coordinator: trainings belong to no team, and no team has a quota."
+              : "No team has a quota, a token, or a training queued or running."}
+          </p>
+        )}
+        {(quotas.value?.length ?? 0) > 0 && <table className="table">
           <thead><tr><th>team</th><th>GPUs in use / guaranteed</th><th>borrow limit</th><th>borrowed</th><th>lent</th><th>weight</th><th>GPU-hours (decayed)</th><th>highest class</th><th>queued / max</th></tr></thead>
           <tbody>
             {(quotas.value ?? []).map((q) => (
               <tr key={q.team}>
-                <td>{q.team}</td><td>{q.gpusInUse} / {q.gpus ?? "∞"}</td><td>{q.borrowLimit ?? "none"}</td><td>{q.gpusBorrowed}</td><td>{q.gpusLent}</td>
+                <td>{q.team || <span className="muted">(no team)</span>}</td><td>{q.gpusInUse} / {q.gpus ?? "∞"}</td><td>{q.borrowLimit ?? "none"}</td><td>{q.gpusBorrowed}</td><td>{q.gpusLent}</td>
                 <td>{q.weight ?? 1}</td><td>{q.decayedGpuHours.toFixed(1)}</td><td>{q.maxPriorityClass ?? "any"}</td><td>{q.queued} / {q.maxQueued ?? "∞"}</td>
               </tr>
             ))}
           </tbody>
-        </table>
+        </table>}
       </section>
       <section aria-labelledby="audit">
         <h2 id="audit">Audit log</h2>
         {audit.error && <p className="error">{audit.error}</p>}
         {audit.value?.length === 0 && <p className="muted">Nothing audited yet.</p>}
-        <table className="table">
+        {(audit.value?.length ?? 0) > 0 && <table className="table">
           <thead><tr><th>time</th><th>actor</th><th>method</th><th>target</th><th>outcome</th><th>detail</th></tr></thead>
           <tbody>
             {(audit.value ?? []).map((e) => (
               <tr key={String(e.id)}><td className="small">{when(e.time)}</td><td>{e.actor} ({e.actorTeam || e.actorKind})</td><td className="mono small">{e.method}</td><td>{e.target}</td><td>{e.code}</td><td className="small">{e.detail}</td></tr>
             ))}
           </tbody>
-        </table>
+        </table>}
       </section>
     </main>
   );
