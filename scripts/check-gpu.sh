@@ -30,7 +30,8 @@
 #       by `bash scripts/check-gpu.sh build`), with the python3 on PATH
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-BIN=target/release
+REL=target/release
+BIN="$PWD/$REL"  # absolute: the agent starts ranks from its own work dir
 BINARIES=(cohort-coordinator cohort-agent cohort cohort-rank)
 BUNDLE_MAX_MIB=48
 
@@ -54,9 +55,9 @@ bundle() {
   build
   local stage out=.gpu-bundle/cohort-gpu.tar.xz
   stage=$(mktemp -d)
-  mkdir -p "$stage/$BIN" "$stage/scripts" "$stage/bench/rank" .gpu-bundle
+  mkdir -p "$stage/$REL" "$stage/scripts" "$stage/bench/rank" .gpu-bundle
   for b in "${BINARIES[@]}" cuda-tests; do
-    strip -o "$stage/$BIN/$b" "$BIN/$b"
+    strip -o "$stage/$REL/$b" "$BIN/$b"
   done
   cp scripts/check-gpu.sh "$stage/scripts/"
   cp bench/rank/*.py "$stage/bench/rank/"
