@@ -21,7 +21,7 @@ use cohort_coordinator::policy::{
     Snapshot, WaitingJob,
 };
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::time::Duration;
 
 /// How the jobs behave and how the run is measured.
@@ -422,15 +422,7 @@ impl<'a> Engine<'a> {
         self.jobs[i].within_guarantee = held + i64::from(self.jobs[i].trace.gpus) <= guarantee;
         self.jobs[i].phase = Phase::Waiting;
         let job = self.job(i);
-        self.snapshot.waiting.push(WaitingJob {
-            job,
-            restarting: false,
-            torn_down: true,
-            attempt: 0,
-            state_reason: String::new(),
-            avoid: HashSet::new(),
-            leader: None,
-        });
+        self.snapshot.waiting.push(WaitingJob::submitted(job));
         self.unestimated.push(i);
         if let (Some(every), false) = (self.settings.estimate_every_s, self.tick_pending) {
             self.tick_pending = true;

@@ -254,9 +254,27 @@ fn span(s: f64) -> String {
     }
 }
 
+/// A figure's name and its value under each policy.
+type Rows = Vec<(String, Vec<String>)>;
+
 /// The policies side by side, one row per figure.
 pub fn table(outcomes: &[Outcome]) -> String {
-    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let policies: Vec<&str> = outcomes.iter().map(|o| o.policy.as_str()).collect();
+    layout(&policies, figures(outcomes))
+}
+
+/// Every key of `map` in any outcome, sorted.
+fn keys<V>(outcomes: &[Outcome], map: impl Fn(&Outcome) -> &BTreeMap<String, V>) -> Vec<String> {
+    outcomes
+        .iter()
+        .flat_map(|o| map(o).keys().cloned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn figures(outcomes: &[Outcome]) -> Rows {
+    let mut rows: Rows = Vec::new();
     let mut row = |name: String, f: &dyn Fn(&Outcome) -> String| {
         rows.push((name, outcomes.iter().map(f).collect()));
     };
@@ -270,12 +288,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
     row("utilization while submitting".into(), &|o| {
         format!("{:.1} %", o.utilization_while_submitting * 100.0)
     });
-    let classes: Vec<String> = outcomes
-        .iter()
-        .flat_map(|o| o.wait_s.keys().cloned())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let classes = keys(outcomes, |o| &o.wait_s);
     for class in &classes {
         let c = class.clone();
         row(format!("wait {class} p50/p95/p99"), &move |o| {
@@ -294,12 +307,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 .unwrap_or_else(|| "-".into())
         });
     }
-    let teams: Vec<String> = outcomes
-        .iter()
-        .flat_map(|o| o.wait_s_by_team.keys().cloned())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let teams = keys(outcomes, |o| &o.wait_s_by_team);
     for team in &teams {
         let t = team.clone();
         row(format!("wait {team} p50/p95"), &move |o| {
@@ -348,19 +356,24 @@ pub fn table(outcomes: &[Outcome]) -> String {
         format!("{} ({})", o.passes, o.forecast_passes)
     });
     row("took".into(), &|o| format!("{:.2} s", o.took_s));
+    rows
+}
+
+/// `rows` under a header of `policies`, each column as wide as its widest.
+fn layout(policies: &[&str], rows: Rows) -> String {
     let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    let cols: Vec<usize> = (0..outcomes.len())
+    let cols: Vec<usize> = (0..policies.len())
         .map(|i| {
             rows.iter()
                 .map(|(_, v)| v[i].len())
-                .chain(std::iter::once(outcomes[i].policy.len()))
+                .chain(std::iter::once(policies[i].len()))
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let mut out = format!("{:width$}", "");
-    for (o, w) in outcomes.iter().zip(&cols) {
-        out.push_str(&format!("  {:>w$}", o.policy));
+    for (policy, w) in policies.iter().zip(&cols) {
+        out.push_str(&format!("  {policy:>w$}"));
     }
     out.push('\n');
     for (name, values) in rows {

@@ -45,6 +45,7 @@ pub struct NoticeEnd {
     pub event: Preempted,
 }
 
+/// A `training_notices` row, its columns in the table's order.
 type NoticeRow = (
     String,
     i32,
@@ -69,25 +70,6 @@ fn notice(row: NoticeRow) -> Result<Notice, DatabaseError> {
         deadline: from_db_time(deadline),
     })
 }
-
-/// The columns of a [`NoticeRow`], in its order.
-const NOTICE_COLUMNS: (
-    training_notices::training_id,
-    training_notices::attempt,
-    training_notices::kind,
-    training_notices::noticed_by,
-    training_notices::reason,
-    training_notices::notice_time,
-    training_notices::deadline,
-) = (
-    training_notices::training_id,
-    training_notices::attempt,
-    training_notices::kind,
-    training_notices::noticed_by,
-    training_notices::reason,
-    training_notices::notice_time,
-    training_notices::deadline,
-);
 
 impl Persistence {
     /// Gives `notice` (its audit row in the same transaction), setting the
@@ -139,7 +121,7 @@ impl Persistence {
     pub async fn notices(&self) -> Result<Vec<Notice>, DatabaseError> {
         self.read("notices", |c| {
             training_notices::table
-                .select(NOTICE_COLUMNS)
+                .select(training_notices::all_columns)
                 .load::<NoticeRow>(c)?
                 .into_iter()
                 .map(notice)
@@ -154,7 +136,7 @@ impl Persistence {
         self.read("notice_of", move |c| {
             training_notices::table
                 .filter(training_notices::training_id.eq(&id))
-                .select(NOTICE_COLUMNS)
+                .select(training_notices::all_columns)
                 .first::<NoticeRow>(c)
                 .optional()?
                 .map(notice)
@@ -172,7 +154,7 @@ impl Persistence {
             let row: Option<NoticeRow> = training_notices::table
                 .filter(training_notices::training_id.eq(&end.training_id))
                 .filter(training_notices::attempt.eq(end.attempt))
-                .select(NOTICE_COLUMNS)
+                .select(training_notices::all_columns)
                 .first(c)
                 .optional()?;
             let Some(n) = row.map(notice).transpose()? else {

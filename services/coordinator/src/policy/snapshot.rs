@@ -72,6 +72,21 @@ pub struct WaitingJob {
     pub leader: Option<String>,
 }
 
+impl WaitingJob {
+    /// `job` just submitted: never placed, nothing to tear down or avoid.
+    pub fn submitted(job: Job) -> Self {
+        Self {
+            job,
+            restarting: false,
+            torn_down: true,
+            attempt: 0,
+            state_reason: String::new(),
+            avoid: HashSet::new(),
+            leader: None,
+        }
+    }
+}
+
 /// Why a running training is stopping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stopping {
@@ -167,13 +182,8 @@ impl Snapshot {
         };
         gone.job.remaining = remaining;
         self.waiting.push(WaitingJob {
-            job: gone.job,
-            restarting: false,
-            torn_down: true,
             attempt: 1,
-            state_reason: String::new(),
-            avoid: HashSet::new(),
-            leader: None,
+            ..WaitingJob::submitted(gone.job)
         });
     }
 }

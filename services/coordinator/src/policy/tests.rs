@@ -5,7 +5,7 @@
 use super::*;
 use crate::model::{GpuRequest, GpuSelection};
 use chrono::{DateTime, Duration as Span, Utc};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 const GIB: u64 = 1 << 30;
@@ -39,15 +39,7 @@ fn job(id: &str, team: &str, gpus: u32, priority: i32, preempting: bool) -> Job 
 }
 
 fn waiting(job: Job) -> WaitingJob {
-    WaitingJob {
-        job,
-        restarting: false,
-        torn_down: true,
-        attempt: 0,
-        state_reason: String::new(),
-        avoid: HashSet::new(),
-        leader: None,
-    }
+    WaitingJob::submitted(job)
 }
 
 /// A snapshot of `hosts` x `gpus` GPUs with `running` placed first
