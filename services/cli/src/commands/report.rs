@@ -41,6 +41,22 @@ fn pct(share: Option<f64>) -> String {
 /// The report for people: the summary, a table per rank, the scaling table.
 pub fn render(r: &v1::TrainingReport) -> String {
     let s = r.summary.clone().unwrap_or_default();
+    let mut out = summary(r, &s);
+    out += "\n";
+    out += &ranks(&s.ranks);
+    out += &scaling(&r.scaling.clone().unwrap_or_default());
+    if let Some(p) = &r.preemptions {
+        out += &crate::render::preemptions::text(p);
+    }
+    if let Some(c) = &r.cost {
+        out += &crate::render::cost::text(c);
+    }
+    out
+}
+
+/// The head: state, steps, times, throughput, and the quality or the
+/// program's metrics.
+fn summary(r: &v1::TrainingReport, s: &v1::PerformanceSummary) -> String {
     let mut out = format!(
         "training {}  {}{}\n",
         r.training_id,
@@ -78,8 +94,12 @@ pub fn render(r: &v1::TrainingReport) -> String {
         out += &crate::render::program::metrics_table(&s.program_metrics);
         out += "\n";
     }
-    out += "\n";
-    let mut ranks = Table::new(&[
+    out
+}
+
+/// A row per rank: its step, its shares, its memory and its GPUs.
+fn ranks(ranks: &[v1::RankPerformance]) -> String {
+    let mut table = Table::new(&[
         "RANK",
         "STEP MS",
         "COMPUTE",
@@ -92,8 +112,8 @@ pub fn render(r: &v1::TrainingReport) -> String {
         "GPU MEM MEAN",
         "GPU MEM MAX",
     ]);
-    for rank in &s.ranks {
-        ranks.row(vec![
+    for rank in ranks {
+        table.row(vec![
             rank.rank.to_string(),
             opt_num(rank.mean_step_time_ms, 2, ""),
             pct(rank.compute_share),
@@ -111,9 +131,12 @@ pub fn render(r: &v1::TrainingReport) -> String {
             gpu_bytes(rank.gpu_samples, rank.gpu_memory_used_max_bytes),
         ]);
     }
-    out += &ranks.render();
-    let scaling = r.scaling.clone().unwrap_or_default();
-    out += "\n\nscaling (same config";
+    table.render()
+}
+
+/// The same config's runs at each size, and the model's estimates.
+fn scaling(scaling: &v1::ScalingReport) -> String {
+    let mut out = "\n\nscaling (same config".to_string();
     if scaling.baseline_training_id.is_empty() {
         out += ")\n";
     } else {
@@ -146,12 +169,6 @@ pub fn render(r: &v1::TrainingReport) -> String {
             ]);
         }
         out += &rows.render();
-    }
-    if let Some(p) = &r.preemptions {
-        out += &crate::render::preemptions::text(p);
-    }
-    if let Some(c) = &r.cost {
-        out += &crate::render::cost::text(c);
     }
     out
 }
