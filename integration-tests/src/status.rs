@@ -1,5 +1,6 @@
 //! Checking gRPC errors: code plus the google.rpc.ErrorInfo reason.
 
+use cohort_proto::error::Reason;
 use std::fmt::Debug;
 use tonic::{Code, Status};
 
@@ -9,7 +10,7 @@ pub fn expect_error<T: Debug>(
     what: &str,
     result: Result<T, Status>,
     code: Code,
-    reason: &str,
+    reason: Reason,
 ) -> Status {
     let status = match result {
         Ok(value) => panic!("{what}: expected {code:?}/{reason}, got Ok({value:?})"),
@@ -22,7 +23,7 @@ pub fn expect_error<T: Debug>(
         cohort_proto::error::reason_of(&status)
     );
     assert_eq!(
-        cohort_proto::error::reason_of(&status).as_deref(),
+        cohort_proto::error::reason_of(&status),
         Some(reason),
         "{what}: wrong or missing ErrorInfo reason in {status:?}"
     );

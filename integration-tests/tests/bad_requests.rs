@@ -5,7 +5,7 @@ use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
-use cohort_proto::error::{bad_fields, reason};
+use cohort_proto::error::{bad_fields, Reason};
 use cohort_proto::v1;
 use std::time::Duration;
 use tonic::Code;
@@ -58,7 +58,7 @@ async fn config_errors_write_nothing(backend: Backend) {
         "missing config",
         client.create_training(missing).await,
         Code::InvalidArgument,
-        reason::INVALID_CONFIG,
+        Reason::InvalidConfig,
     );
     assert_eq!(bad_fields(&status), vec!["config".to_string()]);
     assert_count(&cluster, 0, "a missing config").await;
@@ -76,7 +76,7 @@ async fn config_errors_write_nothing(backend: Backend) {
         "negative batch",
         client.create_training(negative).await,
         Code::InvalidArgument,
-        reason::INVALID_CONFIG,
+        Reason::InvalidConfig,
     );
     assert_eq!(
         bad_fields(&status),
@@ -90,7 +90,7 @@ async fn config_errors_write_nothing(backend: Backend) {
         "missing model",
         client.create_training(no_model).await,
         Code::InvalidArgument,
-        reason::INVALID_CONFIG,
+        Reason::InvalidConfig,
     );
     assert!(
         bad_fields(&status)
@@ -109,7 +109,7 @@ async fn config_errors_write_nothing(backend: Backend) {
         "a count of 0 GPUs",
         client.create_training(zero_gpus).await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        Reason::InvalidArgument,
     );
 
     let mut long_id = create_request(&job, 1, true);
@@ -118,7 +118,7 @@ async fn config_errors_write_nothing(backend: Backend) {
         "a 129-character request_id",
         client.create_training(long_id).await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        Reason::InvalidArgument,
     );
     assert_count(&cluster, 0, "every bad request").await;
 
@@ -130,7 +130,7 @@ async fn config_errors_write_nothing(backend: Backend) {
             })
             .await,
         Code::NotFound,
-        reason::TRAINING_NOT_FOUND,
+        Reason::TrainingNotFound,
     );
 }
 
@@ -221,7 +221,7 @@ async fn reused_request_id_with_another_request_conflicts() {
         "a reused request_id with another request",
         client.create_training(conflicting).await,
         Code::AlreadyExists,
-        reason::REQUEST_ID_CONFLICT,
+        Reason::RequestIdConflict,
     );
     assert_count(&cluster, 1, "a conflicting request_id").await;
 }
@@ -246,7 +246,7 @@ async fn gpu_errors_write_nothing(backend: Backend) {
         "an unknown GPU id",
         client.create_training(unknown).await,
         Code::NotFound,
-        reason::GPU_NOT_FOUND,
+        Reason::GpuNotFound,
     );
     assert!(
         status.message().contains("GPU-does-not-exist"),
@@ -259,7 +259,7 @@ async fn gpu_errors_write_nothing(backend: Backend) {
         "3 GPUs of 2 with queueing off",
         client.create_training(too_many).await,
         Code::FailedPrecondition,
-        reason::INSUFFICIENT_GPUS,
+        Reason::InsufficientGpus,
     );
     assert_count(&cluster, 0, "too many GPUs").await;
 
@@ -310,14 +310,14 @@ async fn gpu_errors_write_nothing(backend: Backend) {
         "a busy GPU with queueing off",
         client.create_training(busy).await,
         Code::FailedPrecondition,
-        reason::GPU_BUSY,
+        Reason::GpuBusy,
     );
     let too_many = create_request(&job, 2, false);
     expect_error(
         "2 GPUs of 1 free with queueing off",
         client.create_training(too_many).await,
         Code::FailedPrecondition,
-        reason::INSUFFICIENT_GPUS,
+        Reason::InsufficientGpus,
     );
     assert_count(&cluster, 1, "GPU errors").await;
 

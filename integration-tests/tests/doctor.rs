@@ -10,7 +10,7 @@ use cohort_integration_tests::bins::binaries;
 use cohort_integration_tests::secure::{authed, SecureCoordinator, SecureOptions};
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use serde_json::Value;
@@ -218,13 +218,13 @@ async fn doctor_through_the_coordinator(backend: Backend) {
             })
             .await,
         Code::NotFound,
-        reason::AGENT_NOT_FOUND,
+        Reason::AgentNotFound,
     );
     expect_error(
         "no agent named",
         client.run_doctor(v1::RunDoctorRequest::default()).await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        Reason::InvalidArgument,
     );
     expect_error(
         "a timeout out of range",
@@ -238,7 +238,7 @@ async fn doctor_through_the_coordinator(backend: Backend) {
             })
             .await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        Reason::InvalidArgument,
     );
     // The timeout holds: a doctor cannot finish two libtorch processes in a
     // millisecond, and the coordinator answers DEADLINE_EXCEEDED.
@@ -256,7 +256,7 @@ async fn doctor_through_the_coordinator(backend: Backend) {
             .await
             .map(|r| r.into_inner().ok),
         Code::DeadlineExceeded,
-        reason::DOCTOR_TIMEOUT,
+        Reason::DoctorTimeout,
     );
     assert!(started.elapsed() < Duration::from_secs(10));
     let again = client
@@ -325,7 +325,7 @@ async fn only_a_cluster_admin_runs_the_doctor_and_it_is_audited() {
         "an editor",
         client.run_doctor(authed(request(), &editor)).await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let report = client
         .run_doctor(authed(request(), &root))

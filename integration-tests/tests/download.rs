@@ -93,8 +93,8 @@ async fn a_checkpoint_on_an_agents_disk_comes_out_through_the_agent() {
     };
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert_eq!(
-        cohort_proto::error::reason_of(&err).as_deref(),
-        Some("CHECKPOINT_UNREACHABLE")
+        cohort_proto::error::reason_of(&err),
+        Some(cohort_proto::error::Reason::CheckpointUnreachable)
     );
     assert!(
         err.message().contains("checkpoint.storage"),

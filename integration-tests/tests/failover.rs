@@ -9,7 +9,7 @@ use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::{watch_request, watch_until};
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
-use cohort_proto::error::{leader_of, reason, reason_of};
+use cohort_proto::error::{leader_of, reason_of, Reason};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
@@ -184,7 +184,7 @@ async fn standbys_serve_reads_and_forward_or_point_changes_to_the_leader() {
         .await
         .expect_err("a standby creates nothing");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
-    assert_eq!(reason_of(&refused).as_deref(), Some(reason::NOT_LEADER));
+    assert_eq!(reason_of(&refused), Some(Reason::NotLeader));
     assert_eq!(leader_of(&refused).as_deref(), Some(leader.as_str()));
     assert_eq!(cluster.db().training_count(), 1);
 

@@ -8,7 +8,7 @@ use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::secure::{authed, SecureCoordinator, SecureOptions};
 use cohort_integration_tests::SaeJob;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::admin_service_client::AdminServiceClient;
 use cohort_proto::v1::training::State;
@@ -214,7 +214,7 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
     let held = eventually("held back by the guarantee", WAIT, || async {
         let t = teams.get(&teams.vision, &within.id).await;
         t.state_reason
-            .starts_with(reason::QUOTA_EXCEEDED)
+            .starts_with(Reason::QuotaExceeded.as_str())
             .then_some(t.clone())
             .ok_or(t.state_reason.clone())
     })

@@ -9,7 +9,7 @@ use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use std::time::Duration;
@@ -116,7 +116,7 @@ async fn a_cordoned_agent_takes_no_new_ranks_until_uncordoned() {
             })
             .await,
         Code::NotFound,
-        reason::AGENT_NOT_FOUND,
+        Reason::AgentNotFound,
     );
     expect_error(
         "a reason too long",
@@ -127,7 +127,7 @@ async fn a_cordoned_agent_takes_no_new_ranks_until_uncordoned() {
             })
             .await,
         Code::InvalidArgument,
-        reason::INVALID_ARGUMENT,
+        Reason::InvalidArgument,
     );
     assert_eq!(cluster.agent_named("agent-0").await.cordon_reason, "");
 }
@@ -299,7 +299,7 @@ async fn a_hardware_xid_quarantines_its_gpu_until_an_admin_releases_it() {
         })
         .await,
         Code::FailedPrecondition,
-        reason::ILLEGAL_TRANSITION,
+        Reason::IllegalTransition,
     );
     expect_error(
         "an unknown GPU",
@@ -308,7 +308,7 @@ async fn a_hardware_xid_quarantines_its_gpu_until_an_admin_releases_it() {
         })
         .await,
         Code::NotFound,
-        reason::GPU_NOT_FOUND,
+        Reason::GpuNotFound,
     );
     cluster.cancel(&id, "test over").await;
 }

@@ -81,7 +81,7 @@ async fn a_trainings_nccl_variables_reach_its_ranks() {
         "an NCCL variable outside the allowlist",
         client.create_training(bad).await,
         Code::InvalidArgument,
-        "INVALID_CONFIG",
+        cohort_proto::error::Reason::InvalidConfig,
     );
     assert!(
         cohort_proto::error::bad_fields(&status)

@@ -220,8 +220,8 @@ async fn a_working_dir_outside_every_program_root_never_runs() {
         .expect_err("no agent may run it");
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
-        cohort_proto::error::reason_of(&refused).as_deref(),
-        Some("PROGRAM_OUTSIDE_ROOTS")
+        cohort_proto::error::reason_of(&refused),
+        Some(cohort_proto::error::Reason::ProgramOutsideRoots)
     );
 
     // A contract variable in [program.env]: refused, naming the key.

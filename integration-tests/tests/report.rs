@@ -324,6 +324,6 @@ async fn one_and_two_rank_runs(backend: Backend) {
         "an unknown training",
         err,
         Code::NotFound,
-        "TRAINING_NOT_FOUND",
+        cohort_proto::error::Reason::TrainingNotFound,
     );
 }

@@ -10,7 +10,7 @@ use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::secure::{authed, Pki, SecureCoordinator, SecureOptions};
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
 use cohort_proto::v1::{
     gpu_service_client::GpuServiceClient, telemetry_service_client::TelemetryServiceClient,
@@ -150,7 +150,11 @@ async fn tls_agent_certificates_and_rotation() {
     let anonymous = c.cli(None, &["-o", "json", "gpus"]).await;
     assert_eq!(anonymous.status.code(), Some(9), "{anonymous:?}");
     let err: serde_json::Value = serde_json::from_slice(&anonymous.stderr).unwrap();
-    assert_eq!(err["error"]["reason"], reason::UNAUTHENTICATED, "{err}");
+    assert_eq!(
+        err["error"]["reason"],
+        Reason::Unauthenticated.as_str(),
+        "{err}"
+    );
 
     // An agent with its certificate registers under its name.
     let good = pki.agent("agent-0", "agent-0");
@@ -426,7 +430,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             .list_trainings(v1::ListTrainingsRequest::default())
             .await,
         Code::Unauthenticated,
-        reason::UNAUTHENTICATED,
+        Reason::Unauthenticated,
     );
     expect_error(
         "a made-up token",
@@ -437,7 +441,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::Unauthenticated,
-        reason::UNAUTHENTICATED,
+        Reason::Unauthenticated,
     );
 
     // A viewer reads but cannot create; an editor creates (no agent: QUEUED).
@@ -450,7 +454,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let vision_job = trainings
         .create_training(authed(create_request(&job, 1, true), &token("vision/dev")))
@@ -490,7 +494,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let refused = trainings
         .cancel_training(authed(
@@ -512,7 +516,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         "nlp cancelling vision's training",
         refused,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     // A missing id reads the same to a team-scoped caller (nothing leaks).
     expect_error(
@@ -526,7 +530,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let all = trainings
         .list_trainings(authed(v1::ListTrainingsRequest::default(), &root))
@@ -563,7 +567,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     // A team admin cannot revoke a token above its role, even of its team.
     let boss = c
@@ -595,7 +599,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let still = c.cli_ok(Some(&boss), &["-o", "json", "whoami"]).await;
     assert!(still.contains("\"boss\""), "{still}");
@@ -618,7 +622,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     expect_error(
         "an editor listing tokens",
@@ -629,7 +633,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     expect_error(
         "a team admin setting quotas",
@@ -645,7 +649,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             ))
             .await,
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
 
     // The queue cap: vision may have 1 QUEUED; the next is QUEUE_FULL.
@@ -660,7 +664,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
             .create_training(authed(create_request(&job, 1, true), &token("vision/dev")))
             .await,
         Code::ResourceExhausted,
-        reason::QUEUE_FULL,
+        Reason::QueueFull,
     );
     let quotas = c.cli_ok(Some(&root), &["admin", "quota", "list"]).await;
     assert!(
@@ -903,7 +907,8 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
     let held = state(second.id.clone(), vision.clone()).await.unwrap();
     assert_eq!(held.state(), v1::training::State::Queued);
     assert!(
-        held.state_reason.starts_with(reason::QUOTA_EXCEEDED),
+        held.state_reason
+            .starts_with(Reason::QuotaExceeded.as_str()),
         "{}",
         held.state_reason
     );
@@ -944,7 +949,7 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
         "nlp watching vision's training",
         denied.map(|_| ()),
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let by_vision = v1::GpuMetricsFilter {
         training_id: first.id.clone(),
@@ -963,7 +968,7 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
         "nlp's telemetry of vision's training",
         denied.map(|_| ()),
         Code::PermissionDenied,
-        reason::PERMISSION_DENIED,
+        Reason::PermissionDenied,
     );
     let mut live = TelemetryServiceClient::new(c.channel().await)
         .watch_gpu_metrics(authed(v1::WatchGpuMetricsRequest::default(), &nlp))
@@ -1070,7 +1075,7 @@ async fn data_outside_the_roots_is_refused() {
         .wait_state(&id, v1::training::State::Failed, Duration::from_secs(60))
         .await;
     assert!(
-        t.state_reason.contains(reason::DATA_OUTSIDE_ROOTS),
+        t.state_reason.contains(Reason::DataOutsideRoots.as_str()),
         "{}",
         t.state_reason
     );
@@ -1104,7 +1109,7 @@ async fn data_outside_the_roots_is_refused() {
         .wait_state(&id, v1::training::State::Failed, Duration::from_secs(60))
         .await;
     assert!(
-        t.state_reason.contains(reason::DATA_OUTSIDE_ROOTS),
+        t.state_reason.contains(Reason::DataOutsideRoots.as_str()),
         "{}",
         t.state_reason
     );
@@ -1250,7 +1255,9 @@ async fn two_teams_on_one_agent_reach_only_their_own() {
     let id = submit_as(&c, &vision, &config("reach.toml", &nlp_dir, 50)).await;
     let refused = wait_for(&c, &vision, &id, v1::training::State::Failed).await;
     assert!(
-        refused.state_reason.contains(reason::DATA_OUTSIDE_ROOTS)
+        refused
+            .state_reason
+            .contains(Reason::DataOutsideRoots.as_str())
             && refused.state_reason.contains(&at(&nlp_dir)),
         "{}",
         refused.state_reason

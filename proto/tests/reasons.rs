@@ -1,8 +1,8 @@
-//! The stable ErrorInfo reasons are defined once (`cohort_proto::error::reason`);
+//! The stable ErrorInfo reasons are defined once (`cohort_proto::error::Reason`);
 //! the two places users read them — docs/api.md's error table and the error
 //! model in common.proto — must list exactly those.
 
-use cohort_proto::error::reason::ALL;
+use cohort_proto::error::Reason;
 use std::collections::BTreeSet;
 
 fn read(relative: &str) -> String {
@@ -11,7 +11,7 @@ fn read(relative: &str) -> String {
 }
 
 fn defined() -> BTreeSet<String> {
-    ALL.iter().map(|r| r.to_string()).collect()
+    Reason::ALL.iter().map(|r| r.as_str().to_string()).collect()
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn docs_api_error_table_lists_every_reason_and_no_other() {
                 .to_string()
         })
         .collect();
-    assert_eq!(table, defined(), "docs/api.md's error table vs reason::ALL");
+    assert_eq!(table, defined(), "docs/api.md's error table vs Reason::ALL");
 }
 
 #[test]
@@ -46,6 +46,6 @@ fn common_proto_error_model_lists_every_reason_and_no_other() {
     assert_eq!(
         listed,
         defined(),
-        "common.proto's error model vs reason::ALL"
+        "common.proto's error model vs Reason::ALL"
     );
 }

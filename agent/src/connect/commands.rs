@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use tracing::Instrument as _;
 
 use cohort_observe::propagation;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::coordinator_message::Message as In;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -119,7 +119,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
         tracing::warn!(training = %cmd.training_id, error = %message, "training refused: data outside the roots");
         return keys
             .iter()
-            .map(|k| convert::start_refused(k, reason::DATA_OUTSIDE_ROOTS, message.clone()))
+            .map(|k| convert::start_refused(k, Reason::DataOutsideRoots, message.clone()))
             .collect();
     }
     let mut rank_env = rank_env;

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 
 use crate::probe::{GpuInfo, GpuProcess, GpuSample};
@@ -87,16 +88,20 @@ pub fn rank_event(event: &RankEvent) -> v1::RankEvent {
 
 /// A rank that could not be started.
 pub fn start_failed(key: &RankKey, message: String) -> v1::RankEvent {
-    start_refused(key, "", message)
+    start_failed_with(key, None, message)
 }
 
 /// A start refused for the training's own fault, with its stable reason.
-pub fn start_refused(key: &RankKey, reason: &str, message: String) -> v1::RankEvent {
+pub fn start_refused(key: &RankKey, reason: Reason, message: String) -> v1::RankEvent {
+    start_failed_with(key, Some(reason), message)
+}
+
+fn start_failed_with(key: &RankKey, reason: Option<Reason>, message: String) -> v1::RankEvent {
     rank_event_of(
         key,
         v1::rank_event::Kind::StartFailed(v1::RankStartFailed {
             message,
-            reason: reason.to_string(),
+            reason: reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
         }),
     )
 }

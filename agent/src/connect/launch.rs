@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_spec::checkpoint::CHECKPOINTS_DIR;
 use cohort_spec::launch;
 use cohort_spec::location::Location;
@@ -66,7 +66,7 @@ impl Plan {
 /// fault and must not be retried) and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Refusal {
-    pub reason: Option<&'static str>,
+    pub reason: Option<Reason>,
     pub message: String,
 }
 
@@ -78,7 +78,7 @@ impl Refusal {
         }
     }
 
-    fn refused(reason: &'static str, message: String) -> Self {
+    fn refused(reason: Reason, message: String) -> Self {
         Self {
             reason: Some(reason),
             message,
@@ -125,7 +125,7 @@ fn checkpoint_dir(
             let (env, prefixes) = team;
             prefixes.check(bucket, key).map_err(|e| {
                 Refusal::refused(
-                    reason::DATA_OUTSIDE_ROOTS,
+                    Reason::DataOutsideRoots,
                     format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"),
                 )
             })?;
@@ -142,7 +142,7 @@ fn checkpoint_dir(
         .check(&dir.display().to_string(), run_dir)
         .map_err(|e| {
             Refusal::refused(
-                reason::DATA_OUTSIDE_ROOTS,
+                Reason::DataOutsideRoots,
                 format!("DATA_OUTSIDE_ROOTS: checkpoint.storage: {e}"),
             )
         })?;
@@ -193,7 +193,7 @@ pub(super) fn program(
 ) -> Result<Plan, Refusal> {
     let working_dir = program_roots
         .check(team, &p.program.working_dir)
-        .map_err(|e| Refusal::refused(reason::PROGRAM_OUTSIDE_ROOTS, e))?;
+        .map_err(|e| Refusal::refused(Reason::ProgramOutsideRoots, e))?;
     let (dir, remote) = checkpoint_dir(p, training_id, run_dir, roots, (&team_env, prefixes))?;
     let home = run_dir.join("home");
     let tmp = run_dir.join("tmp");

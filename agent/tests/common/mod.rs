@@ -206,7 +206,7 @@ impl AgentService for Standby {
     ) -> Result<Response<Self::ConnectStream>, Status> {
         Err(cohort_proto::error::status(
             tonic::Code::Unavailable,
-            cohort_proto::error::reason::NOT_LEADER,
+            cohort_proto::error::Reason::NotLeader,
             "a standby",
             [("leader".to_string(), self.leader.clone())],
         ))

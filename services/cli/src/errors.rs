@@ -4,7 +4,7 @@
 //! stable contract of `cohort.v1`, see `common.proto`) and `BadRequest` field
 //! violations; the status code decides the exit code.
 
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_spec::ConfigError;
 use serde_json::{json, Value};
 use tonic::{Code, Status};
@@ -151,7 +151,7 @@ impl CliError {
                 }
             }
             CliError::Config(ConfigError::Invalid { field, reason }) => {
-                error["reason"] = reason::INVALID_CONFIG.into();
+                error["reason"] = Reason::InvalidConfig.as_str().into();
                 error["field_violations"] = json!([{ "field": field, "description": reason }]);
             }
             _ => {}
@@ -234,7 +234,7 @@ pub fn describe_status(status: &Status) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    let reason = status.get_details_error_info().map(|info| info.reason);
+    let reason = cohort_proto::error::reason_of(status);
     let detail = if violations.is_empty() {
         message.to_string()
     } else {
@@ -247,39 +247,37 @@ pub fn describe_status(status: &Status) -> String {
             format!("{what}: {detail}")
         }
     };
-    match reason.as_deref() {
-        Some(reason::INVALID_CONFIG) => with("the config is invalid"),
-        Some(reason::INVALID_ARGUMENT) => with("the request is invalid"),
-        Some(reason::INVALID_PAGE_TOKEN) => {
+    match reason {
+        Some(Reason::InvalidConfig) => with("the config is invalid"),
+        Some(Reason::InvalidArgument) => with("the request is invalid"),
+        Some(Reason::InvalidPageToken) => {
             with("the page token is not valid (start again without --page-token)")
         }
-        Some(reason::TRAINING_NOT_FOUND) => with("no such training"),
-        Some(reason::GPU_NOT_FOUND) => with("no such GPU (see `cohort gpus` for GPU ids)"),
-        Some(reason::GPU_BUSY) => with("a requested GPU is held by another training"),
-        Some(reason::GPU_UNHEALTHY) => with("a requested GPU is offline or unhealthy"),
-        Some(reason::INSUFFICIENT_GPUS) => {
+        Some(Reason::TrainingNotFound) => with("no such training"),
+        Some(Reason::GpuNotFound) => with("no such GPU (see `cohort gpus` for GPU ids)"),
+        Some(Reason::GpuBusy) => with("a requested GPU is held by another training"),
+        Some(Reason::GpuUnhealthy) => with("a requested GPU is offline or unhealthy"),
+        Some(Reason::InsufficientGpus) => {
             with("not enough free GPUs (without --no-queue the training waits in the queue)")
         }
-        Some(reason::NO_AGENTS) => {
+        Some(Reason::NoAgents) => {
             with("no agent is connected (without --no-queue the training waits in the queue)")
         }
-        Some(reason::INSUFFICIENT_MEMORY) => with("a GPU has too little memory for this training"),
-        Some(reason::ILLEGAL_TRANSITION) => with("not allowed in the training's current state"),
-        Some(reason::REQUEST_ID_CONFLICT) => {
+        Some(Reason::InsufficientMemory) => with("a GPU has too little memory for this training"),
+        Some(Reason::IllegalTransition) => with("not allowed in the training's current state"),
+        Some(Reason::RequestIdConflict) => {
             with("this request id was already used for a different request")
         }
-        Some(reason::UNAUTHENTICATED) => {
+        Some(Reason::Unauthenticated) => {
             with("not authenticated (give a token with --token or COHORT_TOKEN)")
         }
-        Some(reason::PERMISSION_DENIED) => with("permission denied"),
-        Some(reason::PRIORITY_CLASS_NOT_ALLOWED) => {
-            with("the team may not use this priority class")
-        }
-        Some(reason::TOKEN_EXISTS) => with("the team already has a token of that name"),
-        Some(reason::TOKEN_NOT_FOUND) => with("no such token"),
-        Some(reason::QUEUE_FULL) => with("the team's queue is full"),
-        Some(reason::QUOTA_EXCEEDED) => with("the team's GPU quota is exceeded"),
-        Some(reason::INTERNAL) => with("the coordinator failed"),
+        Some(Reason::PermissionDenied) => with("permission denied"),
+        Some(Reason::PriorityClassNotAllowed) => with("the team may not use this priority class"),
+        Some(Reason::TokenExists) => with("the team already has a token of that name"),
+        Some(Reason::TokenNotFound) => with("no such token"),
+        Some(Reason::QueueFull) => with("the team's queue is full"),
+        Some(Reason::QuotaExceeded) => with("the team's GPU quota is exceeded"),
+        Some(Reason::Internal) => with("the coordinator failed"),
         _ => with(code_phrase(status.code())),
     }
 }
@@ -331,7 +329,7 @@ mod tests {
     #[test]
     fn config_violation_names_the_field_without_prefix() {
         let s = bad_field(
-            reason::INVALID_CONFIG,
+            Reason::InvalidConfig,
             "config.optim.batch_size",
             "must be in 1..=16777216",
         );
@@ -347,7 +345,7 @@ mod tests {
     fn reasons_become_human_words_and_exit_codes() {
         let s = status(
             Code::NotFound,
-            reason::TRAINING_NOT_FOUND,
+            Reason::TrainingNotFound,
             "training t-42 not found",
             [],
         );
@@ -357,7 +355,7 @@ mod tests {
 
         let s = status(
             Code::FailedPrecondition,
-            reason::GPU_BUSY,
+            Reason::GpuBusy,
             "GPU SIM-1 is held by training t-1",
             [("gpu".to_string(), "SIM-1".to_string())],
         );
@@ -400,7 +398,7 @@ mod tests {
 
     #[test]
     fn errors_as_json_carry_code_reason_and_fields() {
-        let s = bad_field(reason::INVALID_CONFIG, "config.optim.steps", "must be > 0");
+        let s = bad_field(Reason::InvalidConfig, "config.optim.steps", "must be > 0");
         let v = CliError::from(s).to_json();
         assert_eq!(v["error"]["grpc_code"], "INVALID_ARGUMENT");
         assert_eq!(v["error"]["reason"], "INVALID_CONFIG");

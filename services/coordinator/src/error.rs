@@ -1,13 +1,14 @@
 //! Why a call fails: the one closed set of failures every handler, the
-//! auth layer and the leader gate answer with. It lives below `api/` so
-//! that any of them can name a failure; `api/error.rs` holds the one table
-//! that turns each into the `tonic::Status` a client gets (code, stable
-//! reason, details).
+//! auth layer and the leader gate answer with, plus any domain error that
+//! says its own code, reason and metadata ([`ServiceError`]: the database's
+//! business outcomes, a training that cannot be placed, a checkpoint that
+//! cannot be exported). It lives below `api/` and imports no domain module,
+//! so that any of them can name a failure; `api/error.rs` holds the one
+//! table that turns each into the `tonic::Status` a client gets (code,
+//! stable reason, details).
 
-use crate::export::ExportError;
 use crate::model::InvalidGpuRequest;
-use crate::persistence::DatabaseError;
-use crate::policy::placement::Unplaceable;
+use cohort_proto::error::{Reason, ServiceError};
 use cohort_spec::ConfigError;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ pub enum ApiError {
     /// (`reason` is INVALID_ARGUMENT unless the field has its own).
     #[error("{field}: {description}")]
     Field {
-        reason: &'static str,
+        reason: Reason,
         field: String,
         description: String,
     },
@@ -36,19 +37,9 @@ pub enum ApiError {
     TokenNotFound { team: String, name: String },
     #[error("team {team} already has a token named {name}")]
     TokenExists { team: String, name: String },
-    /// The training cannot be placed now and queueing is off.
-    #[error("cannot place the training now and queueing is off: {0}")]
-    Unplaceable(#[from] Unplaceable),
-    /// What the database said.
-    #[error(transparent)]
-    Database(DatabaseError),
-    /// A checkpoint that cannot be exported.
-    #[error("{error}")]
-    Export {
-        training_id: String,
-        step: i64,
-        error: ExportError,
-    },
+    /// A domain error that says its own code, reason and metadata.
+    #[error("{0}")]
+    Service(Box<dyn ServiceError + Send + Sync>),
     /// No credentials, or ones that no longer authenticate.
     #[error("{0}")]
     Unauthenticated(String),
@@ -131,16 +122,12 @@ pub enum ApiError {
 impl ApiError {
     /// INVALID_ARGUMENT for request field `field`.
     pub fn field(field: impl Into<String>, description: impl Into<String>) -> Self {
-        Self::field_with(
-            cohort_proto::error::reason::INVALID_ARGUMENT,
-            field,
-            description,
-        )
+        Self::field_with(Reason::InvalidArgument, field, description)
     }
 
     /// INVALID_ARGUMENT for request field `field`, with its own reason.
     pub fn field_with(
-        reason: &'static str,
+        reason: Reason,
         field: impl Into<String>,
         description: impl Into<String>,
     ) -> Self {
@@ -150,16 +137,26 @@ impl ApiError {
             description: description.into(),
         }
     }
-}
 
-impl From<DatabaseError> for ApiError {
-    fn from(err: DatabaseError) -> Self {
-        match err {
-            DatabaseError::TrainingNotFound(id) => ApiError::TrainingNotFound(id),
-            err => ApiError::Database(err),
-        }
+    /// A domain error, as it says it is shown.
+    pub fn service(err: impl ServiceError + Send + Sync + 'static) -> Self {
+        ApiError::Service(Box::new(err))
     }
 }
+
+/// `?` on a domain result in a handler: each [`ServiceError`] the handlers
+/// meet gets its `From<…> for ApiError` beside its own type, in one line
+/// (`crate::error::from_service_errors!(DatabaseError, LogicalError);`).
+macro_rules! from_service_errors {
+    ($($ty:path),* $(,)?) => {$(
+        impl From<$ty> for $crate::error::ApiError {
+            fn from(err: $ty) -> Self {
+                $crate::error::ApiError::service(err)
+            }
+        }
+    )*};
+}
+pub(crate) use from_service_errors;
 
 fn agent_name_message(issuer: &str, certificate: &str, allowed: &[String]) -> String {
     if allowed.is_empty() {

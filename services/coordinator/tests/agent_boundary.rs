@@ -250,8 +250,8 @@ async fn a_gpu_is_bound_to_the_first_agent_that_registered_it() {
     let refused = register_refused(server.channel.clone(), "host-b", "GPU-real-0").await;
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     assert_eq!(
-        cohort_proto::error::reason_of(&refused).as_deref(),
-        Some(cohort_proto::error::reason::GPU_CLAIMED)
+        cohort_proto::error::reason_of(&refused),
+        Some(cohort_proto::error::Reason::GpuClaimed)
     );
     assert!(refused.message().contains("host-a"), "{refused:?}");
     let agents = db.db.list_agents().await.unwrap();

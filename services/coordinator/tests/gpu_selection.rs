@@ -350,8 +350,8 @@ async fn estimate_memory_itemises_and_rejects_bad_configs() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert_eq!(
-        cohort_proto::error::reason_of(&err).as_deref(),
-        Some("INVALID_CONFIG")
+        cohort_proto::error::reason_of(&err),
+        Some(cohort_proto::error::Reason::InvalidConfig)
     );
     assert_eq!(
         cohort_proto::error::bad_fields(&err),

@@ -8,7 +8,7 @@ mod common;
 use cohort_coordinator::model::{AuditEntry, EventPayload, GpuSelection, JobState};
 use cohort_coordinator::persistence::audit::AuditQuery;
 use cohort_coordinator::persistence::quotas::TeamQuota;
-use cohort_coordinator::persistence::{Created, DatabaseError, NewTraining};
+use cohort_coordinator::persistence::{Created, DatabaseError, LogicalError, NewTraining};
 use common::new_training;
 use std::collections::HashSet;
 
@@ -97,7 +97,7 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
         let queued = vision.iter().filter(|o| o.is_ok()).count();
         let full = vision
             .iter()
-            .filter(|o| matches!(o, Err(DatabaseError::QueueFull { team, queued: 5 }) if team == "vision"))
+            .filter(|o| matches!(o, Err(DatabaseError::Logical(LogicalError::QueueFull { team, queued: 5 })) if team == "vision"))
             .count();
         assert_eq!((queued, full), (5, 15), "{}: {vision:?}", t.name);
         // One request_id, one training, created once.
@@ -116,7 +116,7 @@ async fn a_burst_of_creates_is_committed_together_with_one_outcome_each() {
         }
         for o in of("conflict") {
             assert!(
-                matches!(o, Err(DatabaseError::RequestIdConflict { existing, .. }) if *existing == stored.training.id),
+                matches!(o, Err(DatabaseError::Logical(LogicalError::RequestIdConflict { existing, .. })) if *existing == stored.training.id),
                 "{}: {o:?}",
                 t.name
             );
@@ -226,7 +226,7 @@ async fn burst(db: &cohort_coordinator::persistence::Persistence, team: &str, n:
         match task.await.unwrap() {
             Ok(c) if c.created => created += 1,
             Ok(_) => {}
-            Err(DatabaseError::QueueFull { .. }) => {}
+            Err(DatabaseError::Logical(LogicalError::QueueFull { .. })) => {}
             Err(e) => panic!("{e}"),
         }
     }

@@ -8,7 +8,7 @@ mod common;
 
 use cohort_coordinator::context::Context;
 use cohort_coordinator::history::{History, HistorySettings, SystemClock};
-use cohort_proto::error::{bad_fields, reason, reason_of};
+use cohort_proto::error::{bad_fields, reason_of, Reason};
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
@@ -264,7 +264,7 @@ async fn exercise(db: common::TestDb) {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{name}");
-    assert_eq!(reason_of(&err).as_deref(), Some(reason::INVALID_ARGUMENT));
+    assert_eq!(reason_of(&err), Some(Reason::InvalidArgument));
     assert_eq!(bad_fields(&err), vec!["end_time".to_string()]);
     let mut tiny = query(base, base + 10_000, 0);
     tiny.step = Some(prost_types::Duration {
@@ -276,11 +276,7 @@ async fn exercise(db: common::TestDb) {
     let mut forged = query(base, base + 10_000, 1);
     forged.page_token = "not-a-token".into();
     let err = telemetry.query_gpu_metrics(forged).await.unwrap_err();
-    assert_eq!(
-        reason_of(&err).as_deref(),
-        Some(reason::INVALID_PAGE_TOKEN),
-        "{name}"
-    );
+    assert_eq!(reason_of(&err), Some(Reason::InvalidPageToken), "{name}");
 
     drop(tx);
     server.stop().await;

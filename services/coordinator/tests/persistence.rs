@@ -5,7 +5,9 @@ mod common;
 use chrono::Utc;
 use cohort_coordinator::model::{EventPayload, GpuSelection, JobState, RankState};
 use cohort_coordinator::persistence::events::append_event_in;
-use cohort_coordinator::persistence::{DatabaseError, ListTrainings, Persistence, TrainingCursor};
+use cohort_coordinator::persistence::{
+    DatabaseError, ListTrainings, LogicalError, Persistence, TrainingCursor,
+};
 use cohort_spec::progress::{Progress, ProgressLine};
 
 use common::new_training;
@@ -75,7 +77,7 @@ async fn create_is_idempotent_by_request_id() {
         let mut other = new_training(Some("req-a"));
         other.gpu_request.selection = GpuSelection::Count { count: 4 };
         match t.db.create_training(other).await {
-            Err(DatabaseError::RequestIdConflict { existing, .. }) => {
+            Err(DatabaseError::Logical(LogicalError::RequestIdConflict { existing, .. })) => {
                 assert_eq!(existing, first.training.id)
             }
             other => panic!("{}: expected a conflict, got {other:?}", t.name),
@@ -173,7 +175,7 @@ async fn illegal_transitions_are_refused_and_write_nothing() {
             .transition(&id, JobState::Succeeded, "skip ahead")
             .await
         {
-            Err(DatabaseError::IllegalTransition { from, to, .. }) => {
+            Err(DatabaseError::Logical(LogicalError::IllegalTransition { from, to, .. })) => {
                 assert_eq!((from, to), (JobState::Queued, JobState::Succeeded))
             }
             other => panic!("{}: expected an illegal transition, got {other:?}", t.name),
@@ -189,14 +191,20 @@ async fn illegal_transitions_are_refused_and_write_nothing() {
         for to in JobState::ALL {
             let err = t.db.transition(&id, to, "again").await.unwrap_err();
             assert!(
-                matches!(err, DatabaseError::IllegalTransition { .. }),
+                matches!(
+                    err,
+                    DatabaseError::Logical(LogicalError::IllegalTransition { .. })
+                ),
                 "{err}"
             );
         }
         assert_eq!(t.db.transitions(&id).await.unwrap().len(), 2, "{}", t.name);
 
         let missing = t.db.transition("trn-missing", JobState::Running, "x").await;
-        assert!(matches!(missing, Err(DatabaseError::TrainingNotFound(_))));
+        assert!(matches!(
+            missing,
+            Err(DatabaseError::Logical(LogicalError::TrainingNotFound(_)))
+        ));
     }
 }
 
@@ -257,7 +265,10 @@ async fn rank_events_get_dense_sequence_numbers() {
         let missing =
             t.db.append_event("trn-missing", 1, EventPayload::Rank(line))
                 .await;
-        assert!(matches!(missing, Err(DatabaseError::TrainingNotFound(_))));
+        assert!(matches!(
+            missing,
+            Err(DatabaseError::Logical(LogicalError::TrainingNotFound(_)))
+        ));
     }
 }
 
@@ -513,10 +524,10 @@ async fn a_batch_of_placements_places_each_whole_or_not_at_all() {
         assert!(
             matches!(
                 &out[1],
-                Err(DatabaseError::IllegalTransition {
+                Err(DatabaseError::Logical(LogicalError::IllegalTransition {
                     from: JobState::Cancelled,
                     ..
-                })
+                }))
             ),
             "{}: {:?}",
             t.name,

@@ -4,7 +4,7 @@
 mod common;
 
 use cohort_coordinator::context::Context;
-use cohort_proto::error::{bad_fields, reason, reason_of};
+use cohort_proto::error::{bad_fields, reason_of, Reason};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
 use tokio_stream::StreamExt;
@@ -158,7 +158,7 @@ async fn training_rpcs_over_persistence() {
         missing.config = None;
         let err = client.create_training(missing).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{name}");
-        assert_eq!(reason_of(&err).as_deref(), Some(reason::INVALID_CONFIG));
+        assert_eq!(reason_of(&err), Some(Reason::InvalidConfig));
         let mut negative = create_request("bad-2");
         negative
             .config
@@ -208,7 +208,7 @@ async fn training_rpcs_over_persistence() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::NotFound);
-        assert_eq!(reason_of(&err).as_deref(), Some(reason::TRAINING_NOT_FOUND));
+        assert_eq!(reason_of(&err), Some(Reason::TrainingNotFound));
 
         // Paging with tokens.
         client
@@ -421,7 +421,7 @@ async fn without_agents_a_refused_create_and_a_queued_training_give_one_reason()
     });
     let status = client.create_training(refused).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-    assert_eq!(reason_of(&status).as_deref(), Some(reason::NO_AGENTS));
+    assert_eq!(reason_of(&status), Some(Reason::NoAgents));
     let queued = client
         .create_training(create_request(""))
         .await

@@ -5,7 +5,7 @@
 // don't break the build.
 #![allow(clippy::needless_update)]
 
-use cohort_proto::error::{reason, status};
+use cohort_proto::error::{status, Reason};
 use cohort_proto::v1::{
     self, agent_service_server::AgentService, gpu_service_server::GpuService,
     telemetry_service_server::TelemetryService, training::State, training_event::Event,
@@ -120,7 +120,7 @@ impl TrainingService for Fake {
         let gpus = req.gpus.unwrap_or_default();
         if req.request_id == "bad-config" {
             return Err(cohort_proto::error::bad_field(
-                reason::INVALID_CONFIG,
+                Reason::InvalidConfig,
                 "config.model.d_in",
                 "must be in 1..=65536",
             ));
@@ -128,7 +128,7 @@ impl TrainingService for Fake {
         if gpus.queue == Some(false) {
             return Err(status(
                 Code::FailedPrecondition,
-                reason::INSUFFICIENT_GPUS,
+                Reason::InsufficientGpus,
                 "2 GPUs requested, 1 free",
                 [],
             ));
@@ -149,7 +149,7 @@ impl TrainingService for Fake {
             "t-early" => Ok(Response::new(training("t-early", State::Running))),
             other => Err(status(
                 Code::NotFound,
-                reason::TRAINING_NOT_FOUND,
+                Reason::TrainingNotFound,
                 format!("no training {other}"),
                 [],
             )),
@@ -166,7 +166,7 @@ impl TrainingService for Fake {
             _ => {
                 return Err(status(
                     Code::InvalidArgument,
-                    reason::INVALID_PAGE_TOKEN,
+                    Reason::InvalidPageToken,
                     "bad token",
                     [],
                 ))
@@ -288,7 +288,7 @@ impl TrainingService for Fake {
             _ => {
                 return Err(status(
                     Code::NotFound,
-                    reason::CHECKPOINT_NOT_FOUND,
+                    Reason::CheckpointNotFound,
                     "no complete checkpoint",
                     [],
                 ))
@@ -306,7 +306,7 @@ impl TrainingService for Fake {
         if req.training_id != "t-1" {
             return Err(status(
                 Code::NotFound,
-                reason::TRAINING_NOT_FOUND,
+                Reason::TrainingNotFound,
                 "no such training",
                 [],
             ));
@@ -414,7 +414,7 @@ impl GpuService for Fake {
             .map(|id| v1::GpuSelectionProblem {
                 message: format!("no agent has GPU {id}"),
                 gpu_id: id,
-                reason: reason::GPU_NOT_FOUND.into(),
+                reason: Reason::GpuNotFound.as_str().into(),
                 ..Default::default()
             })
             .collect();

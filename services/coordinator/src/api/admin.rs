@@ -14,7 +14,7 @@ use crate::model::{valid_team, AuditEntry, Principal, Role};
 use crate::persistence::audit::{AuditQuery, AuditRecord};
 use crate::persistence::quotas::TeamQuota;
 use crate::persistence::tokens::{Revoked, TokenRecord};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::admin_service_server::AdminService;
 use tonic::{Request, Response, Status};
@@ -337,7 +337,7 @@ impl AdminService for AdminApi {
             .map(|id| {
                 id.parse::<i64>().map_err(|_| {
                     ApiError::field_with(
-                        reason::INVALID_PAGE_TOKEN,
+                        Reason::InvalidPageToken,
                         "page_token",
                         "not a token this server issued",
                     )
@@ -380,13 +380,11 @@ impl AdminService for AdminApi {
             return Err(ApiError::field("name", "required").into());
         }
         if self.ctx.fleet.agents().iter().any(|a| a.name == name) {
-            return Err(
-                ApiError::from(crate::persistence::DatabaseError::AgentBusy {
-                    name,
-                    why: "is connected".into(),
-                })
-                .into(),
-            );
+            return Err(ApiError::from(crate::persistence::LogicalError::AgentBusy {
+                name,
+                why: "is connected".into(),
+            })
+            .into());
         }
         let method = format!("{SERVICE}/ForgetAgent");
         let audit = AuditEntry::ok(&who, &method, &name, "").with("OK", "agent forgotten");

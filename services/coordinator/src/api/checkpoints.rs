@@ -7,10 +7,10 @@ use super::page_token::page_size;
 use super::BoxStream;
 use crate::context::Context;
 use crate::export::source::{Holder, Layout, Source, CHUNK};
-use crate::export::{saelens, ExportError};
+use crate::export::{saelens, ExportError, ExportFailure};
 use crate::model::Principal;
 use crate::persistence::CheckpointRecord;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_spec::checkpoint::{Manifest, MANIFEST_FILE as MANIFEST, STATE_FILE as STATE};
 use tokio_stream::wrappers::ReceiverStream;
@@ -71,7 +71,7 @@ pub async fn list(
             false,
             token.parse().map_err(|_| {
                 ApiError::field_with(
-                    reason::INVALID_PAGE_TOKEN,
+                    Reason::InvalidPageToken,
                     "page_token",
                     "not a token this server issued",
                 )
@@ -111,11 +111,11 @@ pub async fn list(
 }
 
 fn export_status(training_id: &str, step: i64, error: ExportError) -> Status {
-    ApiError::Export {
+    ApiError::from(ExportFailure {
         training_id: training_id.to_string(),
         step,
         error,
-    }
+    })
     .into()
 }
 

@@ -8,7 +8,7 @@ use super::error::ApiError;
 use crate::context::Context;
 use crate::model::Principal;
 use crate::selection::{self, Candidate, MemoryEstimate};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_server::GpuService;
 use cohort_spec::Workload;
@@ -297,7 +297,7 @@ impl GpuService for GpuApi {
         let config = request
             .into_inner()
             .config
-            .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
+            .ok_or_else(|| ApiError::field_with(Reason::InvalidConfig, "config", "required"))?;
         let config = parse_config(config)?;
         Ok(Response::new(estimate_proto(&estimate_of(&config))))
     }

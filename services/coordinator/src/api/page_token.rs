@@ -5,7 +5,7 @@
 use crate::api::error::ApiError;
 use crate::persistence::TrainingCursor;
 use chrono::DateTime;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use tonic::Status;
 
 /// Items per page of a listing when the request leaves `page_size` 0.
@@ -78,7 +78,7 @@ pub fn encode_key(kind: &str, key: &str) -> String {
 /// INVALID_ARGUMENT (INVALID_PAGE_TOKEN) for a token this server did not issue.
 fn not_ours() -> Status {
     ApiError::field_with(
-        reason::INVALID_PAGE_TOKEN,
+        Reason::InvalidPageToken,
         "page_token",
         "not a token this server issued",
     )

@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor, page_size};
 use crate::context::Context;
 use crate::model::{AuditEntry, EventPayload, JobState, StoredEvent};
-use crate::persistence::{DatabaseError, ListTrainings, NewTraining, TrainingCursor};
+use crate::persistence::{DatabaseError, ListTrainings, LogicalError, NewTraining, TrainingCursor};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
 use std::collections::{HashMap, HashSet};
@@ -296,10 +296,10 @@ impl TrainingService for TrainingApi {
         let training = match self.ctx.jobs.cancel(&req.id, &reason, Some(audit)).await {
             Ok(t) => t,
             // Cancelling a cancelled training is a no-op, not an error.
-            Err(DatabaseError::IllegalTransition {
+            Err(DatabaseError::Logical(LogicalError::IllegalTransition {
                 from: JobState::Cancelled,
                 ..
-            }) => db
+            })) => db
                 .get_training(&req.id)
                 .await
                 .map_err(ApiError::from)?

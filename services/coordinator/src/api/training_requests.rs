@@ -5,7 +5,7 @@ use super::error::ApiError;
 use crate::model::{AuditEntry, GpuRequest, JobState, Principal};
 use crate::persistence::NewTraining;
 use crate::policy::PriorityClasses;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_spec::Workload;
 use std::collections::{BTreeMap, HashMap};
@@ -99,7 +99,7 @@ pub fn validate_create(
     }
     let config = req
         .config
-        .ok_or_else(|| ApiError::field_with(reason::INVALID_CONFIG, "config", "required"))?;
+        .ok_or_else(|| ApiError::field_with(Reason::InvalidConfig, "config", "required"))?;
     let config = Workload::try_from(config).map_err(ApiError::from)?;
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
     let labels = checked_labels("labels", req.labels)?;

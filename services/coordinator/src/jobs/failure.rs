@@ -11,7 +11,7 @@
 use super::Jobs;
 use crate::model::{JobState, RankState, Training};
 use crate::persistence::DatabaseError;
-use cohort_proto::error::reason as error_reason;
+use cohort_proto::error::Reason;
 use cohort_spec::exit::{classify, ExitClass};
 use cohort_spec::{TrainingConfig, Workload};
 
@@ -58,11 +58,11 @@ impl Failure {
     pub fn start_failed(rank: i32, reason: &str, message: &str) -> Self {
         // The training's own fault on every host: no restart helps.
         let refused = [
-            error_reason::DATA_OUTSIDE_ROOTS,
-            error_reason::PROGRAM_OUTSIDE_ROOTS,
-            error_reason::INVALID_CONFIG,
+            Reason::DataOutsideRoots,
+            Reason::ProgramOutsideRoots,
+            Reason::InvalidConfig,
         ];
-        if refused.contains(&reason) {
+        if reason.parse().is_ok_and(|r: Reason| refused.contains(&r)) {
             return Self {
                 rank,
                 class: ExitClass::UserError,

@@ -37,7 +37,7 @@ pub use tracker::StragglerChange;
 use crate::fleet::{Fleet, Hold};
 use crate::model::{GpuRequest, JobState, RunningRank, Training};
 use crate::persistence::waiting::WaitingTraining;
-use crate::persistence::{DatabaseError, Persistence};
+use crate::persistence::{DatabaseError, LogicalError, Persistence};
 use crate::policy::{placement, FleetView, Policy, PriorityClasses};
 use runtime::{Outcome, Runtime};
 use std::ops::RangeInclusive;
@@ -359,7 +359,7 @@ impl Jobs {
         reason: &str,
     ) -> Result<(), DatabaseError> {
         match self.db.transition(training_id, to, reason).await {
-            Ok(_) | Err(DatabaseError::IllegalTransition { .. }) => {}
+            Ok(_) | Err(DatabaseError::Logical(LogicalError::IllegalTransition { .. })) => {}
             Err(e) => return Err(e),
         }
         self.fleet.release(training_id);

@@ -163,7 +163,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cohort_proto::error::reason;
+    use cohort_proto::error::Reason;
 
     #[test]
     fn standbys_serve_reads_health_and_reflection_only() {
@@ -192,9 +192,9 @@ mod tests {
             Some("http://b:1"),
         );
         assert_eq!(s.code(), tonic::Code::Unavailable);
-        assert_eq!(reason_of(&s).as_deref(), Some(reason::NOT_LEADER));
+        assert_eq!(reason_of(&s), Some(Reason::NotLeader));
         assert!(s.message().contains("http://b:1"), "{}", s.message());
         let none = not_leader("/cohort.v1.TrainingService/CreateTraining", None);
-        assert_eq!(reason_of(&none).as_deref(), Some(reason::NOT_LEADER));
+        assert_eq!(reason_of(&none), Some(Reason::NotLeader));
     }
 }

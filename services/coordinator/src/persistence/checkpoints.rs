@@ -64,7 +64,7 @@ impl Persistence {
         line: ProgressLine,
     ) -> Result<Recorded, DatabaseError> {
         let ProgressLine::Checkpoint { step, path, best } = line.clone() else {
-            return Err(DatabaseError::Logical("not a checkpoint line".into()));
+            return Err(DatabaseError::Invariant("not a checkpoint line".into()));
         };
         let (id, agent) = (training_id.to_string(), agent_id.to_string());
         self.transaction("record_checkpoint", move |c| {

@@ -14,7 +14,7 @@
 use super::queue_counts::QueueCounts;
 use super::rows::{now, request_key, to_db_time, TrainingRow};
 use super::schema::{team_quotas, trainings};
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{AuditEntry, GpuRequest, JobState, Training};
 use cohort_spec::Workload;
 use diesel::prelude::*;
@@ -51,7 +51,7 @@ pub struct NewTraining {
     pub labels: std::collections::BTreeMap<String, String>,
     /// The audit row of the create, written in its transaction.
     pub audit: Option<AuditEntry>,
-    /// Refuse ([`DatabaseError::QueueFull`]) when the team already has its
+    /// Refuse ([`LogicalError::QueueFull`]) when the team already has its
     /// cap of QUEUED trainings: its own (`team_quotas.max_queued`), else
     /// this default; `None`: no cap.
     pub max_queued: Option<i64>,
@@ -163,10 +163,10 @@ fn replay(
         && row.max_restarts == new.max_restarts
         && row.display_name == new.display_name;
     if !same {
-        return Err(DatabaseError::RequestIdConflict {
+        return Err(DatabaseError::Logical(LogicalError::RequestIdConflict {
             request_id: new.request_id.clone().unwrap_or_default(),
             existing: row.id.clone(),
-        });
+        }));
     }
     Ok(Created {
         training: row.clone().try_into()?,
@@ -257,10 +257,10 @@ pub(super) fn create_batch_in(
                     }
                 };
                 if queue.queued >= queue.cap {
-                    outcomes.push(Err(DatabaseError::QueueFull {
+                    outcomes.push(Err(DatabaseError::Logical(LogicalError::QueueFull {
                         team: new.team.clone(),
                         queued: queue.queued,
-                    }));
+                    })));
                     continue;
                 }
                 queue.queued += 1;
@@ -399,7 +399,7 @@ async fn create_one(db: &Persistence, new: NewTraining) -> Result<Created, Datab
             .await?
             .outcomes
             .pop()
-            .ok_or_else(|| DatabaseError::Logical("a create without an outcome".into()))?
+            .ok_or_else(|| DatabaseError::Invariant("a create without an outcome".into()))?
         }
     };
     match run().await {
@@ -412,7 +412,7 @@ impl Persistence {
     /// Creates a QUEUED training with its first transition and event, or, when
     /// `request_id` names an existing training with the same config and GPU
     /// request, returns that one (`created: false`). The same request_id with
-    /// a different request is [`DatabaseError::RequestIdConflict`].
+    /// a different request is [`LogicalError::RequestIdConflict`].
     /// Concurrent creates are committed together (see the module).
     pub async fn create_training(&self, new: NewTraining) -> Result<Created, DatabaseError> {
         self.creates

@@ -1,6 +1,11 @@
-//! What can go wrong in the persistence layer.
+//! What can go wrong in the persistence layer: technical failures (the
+//! database, a conflict, corrupt data, a deposed leader), and one
+//! [`DatabaseError::Logical`] kind for the business outcomes a request
+//! causes ([`LogicalError`], in `logical.rs`).
 
-use crate::model::JobState;
+pub use super::logical::LogicalError;
+use cohort_proto::error::{Metadata, Reason, ServiceError};
+use tonic::Code;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatabaseError {
@@ -12,46 +17,17 @@ pub enum DatabaseError {
     Migration(String),
     #[error("database query failed: {0}")]
     Query(#[from] diesel::result::Error),
-    #[error("training {0} not found")]
-    TrainingNotFound(String),
-    #[error("training {id} cannot go from {from} to {to}")]
-    IllegalTransition {
-        id: String,
-        from: JobState,
-        to: JobState,
-    },
-    #[error(
-        "request_id {request_id:?} was already used for a different request (training {existing})"
-    )]
-    RequestIdConflict {
-        request_id: String,
-        existing: String,
-    },
-    /// An agent registered a GPU bound to another agent (`owner`, by name).
-    #[error("GPU {uuid} is bound to agent {owner}")]
-    GpuClaimed { uuid: String, owner: String },
-    /// No GPU of that uuid was ever registered.
-    #[error("no GPU {0} was ever registered")]
-    GpuNotFound(String),
-    /// ReleaseGpu of a GPU that is not quarantined.
-    #[error("GPU {0} is not quarantined")]
-    NotQuarantined(String),
-    /// No agent of that name.
-    #[error("no agent named {0}")]
-    AgentNotFound(String),
-    /// The agent is connected or holds ranks of a placed training.
-    #[error("agent {name} {why}")]
-    AgentBusy { name: String, why: String },
-    /// The team has as many QUEUED trainings as it may.
-    #[error("team {team} already has {queued} queued trainings, its cap")]
-    QueueFull { team: String, queued: i64 },
+    /// A business outcome the request caused: refused, with what the
+    /// client needs to act on it. Never retried.
+    #[error(transparent)]
+    Logical(#[from] LogicalError),
     /// The row changed under a conditional update; the operation is retried.
     #[error("concurrent update of {0}")]
     Conflict(String),
-    /// The request names a row that is not there, or breaks an invariant:
-    /// running it again cannot help, so it is never retried.
+    /// A broken invariant of the stored data or the code: running it
+    /// again cannot help, so it is never retried.
     #[error("{0}")]
-    Logical(String),
+    Invariant(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     /// A write on a standby coordinator (it does not lead).
@@ -142,9 +118,61 @@ impl DatabaseError {
     }
 }
 
+crate::error::from_service_errors!(DatabaseError, LogicalError);
+
+impl ServiceError for DatabaseError {
+    fn code(&self) -> Code {
+        match self {
+            DatabaseError::Logical(e) => e.code(),
+            DatabaseError::NotLeader | DatabaseError::Deposed { .. } => Code::Unavailable,
+            e if e.is_unavailable() => Code::Unavailable,
+            _ => Code::Internal,
+        }
+    }
+
+    fn reason(&self) -> Reason {
+        match self {
+            DatabaseError::Logical(e) => e.reason(),
+            DatabaseError::NotLeader | DatabaseError::Deposed { .. } => Reason::NotLeader,
+            _ => Reason::Internal,
+        }
+    }
+
+    fn metadata(&self) -> Metadata {
+        match self {
+            DatabaseError::Logical(e) => e.metadata(),
+            _ => Metadata::new(),
+        }
+    }
+
+    /// A business outcome in its own words; a server-side failure says no
+    /// more than whether to retry.
+    fn client_message(&self) -> String {
+        match self {
+            DatabaseError::Logical(e) => e.to_string(),
+            DatabaseError::NotLeader | DatabaseError::Deposed { .. } => {
+                format!("{self}: retry on the leader")
+            }
+            e if e.is_unavailable() => "the database is unavailable".into(),
+            _ => "internal database error".into(),
+        }
+    }
+
+    fn log(&self) {
+        match self {
+            DatabaseError::Logical(e) => e.log(),
+            DatabaseError::NotLeader | DatabaseError::Deposed { .. } => {
+                tracing::warn!(error = %self, "a change reached a coordinator that does not lead")
+            }
+            e if e.is_unavailable() => tracing::error!(error = %e, "database unavailable"),
+            e => tracing::error!(error = %e, "database operation failed"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::DatabaseError;
+    use super::{DatabaseError, LogicalError};
     use diesel::result::{DatabaseErrorKind, Error};
 
     fn query(kind: DatabaseErrorKind, message: &str) -> DatabaseError {
@@ -175,10 +203,10 @@ mod tests {
         // One create's own failures are not shared: its batch is written one by one.
         let own = [
             query(DatabaseErrorKind::UniqueViolation, "duplicate key"),
-            DatabaseError::QueueFull {
+            DatabaseError::Logical(LogicalError::QueueFull {
                 team: "nlp".into(),
                 queued: 5,
-            },
+            }),
             DatabaseError::Corrupt("bad json".into()),
             DatabaseError::Task("task panicked".into()),
         ];

@@ -4,7 +4,7 @@
 
 use super::rows::{now, to_db_time, EventRow};
 use super::schema::{training_events, trainings};
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
 use cohort_spec::progress::ProgressLine;
@@ -27,7 +27,9 @@ pub fn append_event_in(
         .set(trainings::last_event_seq.eq(trainings::last_event_seq + 1))
         .execute(conn)?;
     if updated == 0 {
-        return Err(DatabaseError::TrainingNotFound(training_id.to_string()));
+        return Err(DatabaseError::Logical(LogicalError::TrainingNotFound(
+            training_id.to_string(),
+        )));
     }
     let seq: i64 = this.select(trainings::last_event_seq).first(conn)?;
     let row = EventRow {

@@ -1,12 +1,12 @@
 //! Agents and their GPUs: written when an agent registers (one transaction:
 //! the agent row and exactly the GPUs it reported) and when it goes away.
 //! A GPU is bound to the first agent that registered it: another agent
-//! reporting its UUID is refused ([`DatabaseError::GpuClaimed`]) and nothing
+//! reporting its UUID is refused ([`LogicalError::GpuClaimed`]) and nothing
 //! is written, until a cluster-admin forgets the first agent.
 
 use super::rows::{now, to_db_time};
 use super::schema::{agents, gpus};
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{AgentRecord, DoctorReport, GpuRecord};
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -100,7 +100,10 @@ fn register_in(conn: &mut DbConnection, reg: &AgentRegistration) -> Result<Strin
         .first(conn)
         .optional()?;
     if let Some((uuid, owner)) = claimed {
-        return Err(DatabaseError::GpuClaimed { uuid, owner });
+        return Err(DatabaseError::Logical(LogicalError::GpuClaimed {
+            uuid,
+            owner,
+        }));
     }
     diesel::delete(
         gpus::table
@@ -220,20 +223,22 @@ impl Persistence {
                 .first(c)
                 .optional()?;
             let Some((id, connected)) = found else {
-                return Err(DatabaseError::AgentNotFound(name.clone()));
+                return Err(DatabaseError::Logical(LogicalError::AgentNotFound(
+                    name.clone(),
+                )));
             };
             if connected {
-                return Err(DatabaseError::AgentBusy {
+                return Err(DatabaseError::Logical(LogicalError::AgentBusy {
                     name: name.clone(),
                     why: "is connected".into(),
-                });
+                }));
             }
             let busy = super::maintenance::placed_ranks_in(c, &id)?;
             if busy > 0 {
-                return Err(DatabaseError::AgentBusy {
+                return Err(DatabaseError::Logical(LogicalError::AgentBusy {
                     name: name.clone(),
                     why: format!("holds {busy} rank(s) of placed trainings"),
-                });
+                }));
             }
             diesel::delete(gpus::table.filter(gpus::agent_id.eq(&id))).execute(c)?;
             diesel::delete(agents::table.find(&id)).execute(c)?;

@@ -83,7 +83,7 @@ impl Fence {
 pub(super) fn pg(conn: &mut DbConnection) -> Result<&mut diesel::PgConnection, DatabaseError> {
     match conn {
         DbConnection::Pg(c) => Ok(c),
-        DbConnection::Sqlite(_) => Err(DatabaseError::Logical(
+        DbConnection::Sqlite(_) => Err(DatabaseError::Invariant(
             "the leader lease needs PostgreSQL; a coordinator on SQLite leads alone".into(),
         )),
     }

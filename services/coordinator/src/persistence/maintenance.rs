@@ -4,7 +4,7 @@
 
 use super::rows::{now, to_db_time};
 use super::schema::{agents, gpus, ranks, trainings};
-use super::{DatabaseError, Persistence};
+use super::{DatabaseError, LogicalError, Persistence};
 use crate::model::{AuditEntry, JobState};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::prelude::*;
@@ -88,7 +88,9 @@ impl Persistence {
                 .first(c)
                 .optional()?;
             let Some(id) = id else {
-                return Err(DatabaseError::AgentNotFound(name.clone()));
+                return Err(DatabaseError::Logical(LogicalError::AgentNotFound(
+                    name.clone(),
+                )));
             };
             diesel::update(agents::table.find(&id))
                 .set((
@@ -149,8 +151,12 @@ impl Persistence {
                 .first(c)
                 .optional()?;
             match row {
-                None => Err(DatabaseError::GpuNotFound(uuid.clone())),
-                Some((_, None)) => Err(DatabaseError::NotQuarantined(uuid.clone())),
+                None => Err(DatabaseError::Logical(LogicalError::GpuNotFound(
+                    uuid.clone(),
+                ))),
+                Some((_, None)) => Err(DatabaseError::Logical(LogicalError::NotQuarantined(
+                    uuid.clone(),
+                ))),
                 Some((agent_id, Some(_))) => {
                     diesel::update(gpus::table.find(&uuid))
                         .set(gpus::quarantine_reason.eq(None::<String>))

@@ -6,7 +6,7 @@ use super::ranks::RankRow;
 use super::rows::{from_db_time, now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
 use super::schema::{ranks, state_transitions, training_events, trainings};
 use super::trainings::transition_in;
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{
     EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training,
 };
@@ -67,7 +67,9 @@ fn place_batch_in(
     let mut out: Vec<Result<(JobState, Training), DatabaseError>> = batch
         .iter()
         .map(|new| match current.remove(&new.training_id) {
-            None => Err(DatabaseError::TrainingNotFound(new.training_id.clone())),
+            None => Err(DatabaseError::Logical(LogicalError::TrainingNotFound(
+                new.training_id.clone(),
+            ))),
             Some(t) => scheduled(t, new, at),
         })
         .collect();
@@ -176,11 +178,11 @@ fn scheduled(
 ) -> Result<(JobState, Training), DatabaseError> {
     let from = current.state;
     if !from.can_transition_to(JobState::Scheduled) {
-        return Err(DatabaseError::IllegalTransition {
+        return Err(DatabaseError::Logical(LogicalError::IllegalTransition {
             id: current.id,
             from,
             to: JobState::Scheduled,
-        });
+        }));
     }
     let placement = &new.placement;
     let world = placement.slots.len() as i32;

@@ -4,7 +4,7 @@
 use super::rows::{now, to_db_time};
 use super::schema::{ranks, trainings};
 use super::trainings::{load_training, transition_in};
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{JobState, RankRecord, RankSlot, RankState, Training};
 use diesel::prelude::*;
 
@@ -121,7 +121,7 @@ fn set_rank_in(
             .execute(conn)?,
     };
     if n == 0 {
-        return Err(DatabaseError::Logical(format!(
+        return Err(DatabaseError::Invariant(format!(
             "no rank {rank} of attempt {attempt} of training {training_id}"
         )));
     }
@@ -232,8 +232,9 @@ impl Persistence {
                 Some(pid),
                 (None, None, None),
             )?;
-            let training = load_training(c, &id)?
-                .ok_or_else(|| DatabaseError::TrainingNotFound(id.clone()))?;
+            let training = load_training(c, &id)?.ok_or_else(|| {
+                DatabaseError::Logical(LogicalError::TrainingNotFound(id.clone()))
+            })?;
             if training.attempt != attempt || training.state != JobState::Scheduled {
                 return Ok(None);
             }

@@ -5,7 +5,7 @@
 use super::events::append_event_in;
 use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
 use super::schema::{state_transitions, training_labels, trainings};
-use super::{DatabaseError, DbConnection, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{AuditEntry, EventPayload, JobState, StateChange, StateTransition, Training};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -91,15 +91,16 @@ pub fn transition_in(
     to: JobState,
     reason: &str,
 ) -> Result<Training, DatabaseError> {
-    let current = load_training(conn, training_id)?
-        .ok_or_else(|| DatabaseError::TrainingNotFound(training_id.to_string()))?;
+    let current = load_training(conn, training_id)?.ok_or_else(|| {
+        DatabaseError::Logical(LogicalError::TrainingNotFound(training_id.to_string()))
+    })?;
     let from = current.state;
     if !from.can_transition_to(to) {
-        return Err(DatabaseError::IllegalTransition {
+        return Err(DatabaseError::Logical(LogicalError::IllegalTransition {
             id: training_id.to_string(),
             from,
             to,
-        });
+        }));
     }
     let at = now();
     let this = trainings::table
@@ -132,8 +133,9 @@ pub fn transition_in(
         reason: reason.to_string(),
     };
     insert_transition(conn, training_id, current.attempt, &change, at)?;
-    load_training(conn, training_id)?
-        .ok_or_else(|| DatabaseError::TrainingNotFound(training_id.to_string()))
+    load_training(conn, training_id)?.ok_or_else(|| {
+        DatabaseError::Logical(LogicalError::TrainingNotFound(training_id.to_string()))
+    })
 }
 
 fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training>, DatabaseError> {
@@ -189,7 +191,7 @@ impl Persistence {
     }
 
     /// Moves a training to `to`, recording the transition and its event
-    /// atomically. An illegal transition is [`DatabaseError::IllegalTransition`]
+    /// atomically. An illegal transition is [`LogicalError::IllegalTransition`]
     /// and writes nothing.
     pub async fn transition(
         &self,

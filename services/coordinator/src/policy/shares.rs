@@ -120,7 +120,7 @@ impl Shares {
             } else {
                 Admission::Over(format!(
                     "{}: team {team} has no guaranteed GPUs and this training does not borrow",
-                    cohort_proto::error::reason::QUOTA_EXCEEDED
+                    cohort_proto::error::Reason::QuotaExceeded
                 ))
             };
         };
@@ -143,7 +143,7 @@ impl Shares {
         };
         Admission::Over(format!(
             "{}: team {team} holds {held} of {why}; this training needs {need}",
-            cohort_proto::error::reason::QUOTA_EXCEEDED
+            cohort_proto::error::Reason::QuotaExceeded
         ))
     }
 

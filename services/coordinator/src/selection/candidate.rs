@@ -3,7 +3,7 @@
 use super::gib;
 use crate::fleet::Hold;
 use crate::model::{GpuRecord, GpuSample};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 
 /// Throttle reasons that mean the GPU is being slowed by a fault, not by policy.
 const FAULT_THROTTLES: [&str; 4] = [
@@ -54,13 +54,13 @@ pub enum Unsuitable {
 
 impl Unsuitable {
     /// The stable error-model reason (common.proto).
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
             Unsuitable::Offline | Unsuitable::Cordoned(_) | Unsuitable::Unhealthy(_) => {
-                reason::GPU_UNHEALTHY
+                Reason::GpuUnhealthy
             }
-            Unsuitable::HeldBy(_) | Unsuitable::UsedBy { .. } => reason::GPU_BUSY,
-            Unsuitable::TooLittleMemory { .. } => reason::INSUFFICIENT_MEMORY,
+            Unsuitable::HeldBy(_) | Unsuitable::UsedBy { .. } => Reason::GpuBusy,
+            Unsuitable::TooLittleMemory { .. } => Reason::InsufficientMemory,
         }
     }
 

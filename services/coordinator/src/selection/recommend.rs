@@ -302,7 +302,7 @@ mod tests {
         let why: Vec<(String, &str, String)> = r
             .rejected
             .iter()
-            .map(|(c, w)| (c.uuid.clone(), w.reason(), w.message()))
+            .map(|(c, w)| (c.uuid.clone(), w.reason().as_str(), w.message()))
             .collect();
         assert_eq!(
             why,

@@ -3,7 +3,7 @@
 //! duplicates.
 
 use super::candidate::Candidate;
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use std::collections::HashMap;
 
 /// One problem with one chosen GPU.
@@ -12,7 +12,7 @@ pub struct Problem {
     /// The id as given.
     pub gpu_id: String,
     /// A stable reason of the error model.
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
 }
 
@@ -30,7 +30,7 @@ pub fn validate(fleet: &[Candidate], chosen: &[String], need: u64) -> Vec<Proble
         };
         if let Some(first) = first_rank.get(id.as_str()) {
             problems.push(problem(
-                reason::INVALID_ARGUMENT,
+                Reason::InvalidArgument,
                 format!("listed twice: for rank {first} and rank {rank}"),
             ));
             continue;
@@ -38,7 +38,7 @@ pub fn validate(fleet: &[Candidate], chosen: &[String], need: u64) -> Vec<Proble
         first_rank.insert(id, rank);
         let Some(gpu) = by_id.get(id.as_str()) else {
             problems.push(problem(
-                reason::GPU_NOT_FOUND,
+                Reason::GpuNotFound,
                 "no connected agent has this GPU".into(),
             ));
             continue;
@@ -106,7 +106,7 @@ mod tests {
         );
         let got: Vec<(&str, &str, &str)> = problems
             .iter()
-            .map(|p| (p.gpu_id.as_str(), p.reason, p.message.as_str()))
+            .map(|p| (p.gpu_id.as_str(), p.reason.as_str(), p.message.as_str()))
             .collect();
         assert_eq!(
             got,

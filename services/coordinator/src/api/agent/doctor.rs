@@ -40,7 +40,7 @@ pub async fn run(
         return Err(if known {
             ApiError::DoctorAgentOffline(name)
         } else {
-            crate::persistence::DatabaseError::AgentNotFound(name).into()
+            crate::persistence::LogicalError::AgentNotFound(name).into()
         });
     };
     let (request_id, answer) = ctx.fleet.doctors.start(&agent.id).map_err(|e| match e {

@@ -121,7 +121,7 @@ pub async fn apply(
         .db
         .agent_named(&name)
         .await?
-        .ok_or_else(|| crate::persistence::DatabaseError::AgentNotFound(name.clone()))?;
+        .ok_or_else(|| crate::persistence::LogicalError::AgentNotFound(name.clone()))?;
     Ok(agent_message(ctx, record))
 }
 

@@ -25,7 +25,7 @@ use crate::context::Context;
 use crate::model::Principal;
 use crate::persistence::gpu_metrics::{BucketWindow, GpuBucket, MetricsSelection};
 use chrono::{DateTime, Utc};
-use cohort_proto::error::reason;
+use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use std::collections::BTreeMap;
 use tonic::Status;
@@ -116,7 +116,7 @@ fn encode_token(plan: &Plan, next: i64) -> String {
 /// (next bucket, end ms) of a token issued for the query with `fingerprint`.
 fn decode_token(token: &str, fingerprint: u64) -> Result<(i64, i64), Status> {
     let bad = |why: &str| -> Status {
-        ApiError::field_with(reason::INVALID_PAGE_TOKEN, "page_token", why).into()
+        ApiError::field_with(Reason::InvalidPageToken, "page_token", why).into()
     };
     let text = unhex(token)
         .and_then(|b| String::from_utf8(b).ok())
@@ -219,7 +219,7 @@ impl Plan {
         }
         if first < 0 || first >= total {
             return Err(ApiError::field_with(
-                reason::INVALID_PAGE_TOKEN,
+                Reason::InvalidPageToken,
                 "page_token",
                 "the token points outside the range",
             )

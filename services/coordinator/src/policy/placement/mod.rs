@@ -12,8 +12,9 @@
 use crate::fleet::{AgentProgramRoots, Fleet, FreeGpu, Hold};
 use crate::model::{GpuRequest, GpuSelection, RankSlot};
 use crate::selection::{choose_in, host_groups, recommend, Candidate, Unsuitable};
-use cohort_proto::error::reason;
+use cohort_proto::error::{metadata, Metadata, Reason, ServiceError};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use tonic::Code;
 
 /// What placement sees of the fleet: taken once per scheduling pass, then
 /// kept up to date by [`FleetView::take`] as the pass places trainings (so a
@@ -343,16 +344,16 @@ pub enum Unplaceable {
 impl Unplaceable {
     /// The stable reason: the ErrorInfo reason of a refused CreateTraining
     /// and the prefix of a waiting training's pending reason.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Unplaceable::NoAgents => reason::NO_AGENTS,
+            Unplaceable::NoAgents => Reason::NoAgents,
             Unplaceable::InsufficientGpus { .. } | Unplaceable::NotSuitable(_) => {
-                reason::INSUFFICIENT_GPUS
+                Reason::InsufficientGpus
             }
-            Unplaceable::Busy(_) => reason::GPU_BUSY,
-            Unplaceable::Unknown(_) => reason::GPU_NOT_FOUND,
-            Unplaceable::WaitingForHealthy(_) => reason::GPU_UNHEALTHY,
-            Unplaceable::OutsideProgramRoots(_) => reason::PROGRAM_OUTSIDE_ROOTS,
+            Unplaceable::Busy(_) => Reason::GpuBusy,
+            Unplaceable::Unknown(_) => Reason::GpuNotFound,
+            Unplaceable::WaitingForHealthy(_) => Reason::GpuUnhealthy,
+            Unplaceable::OutsideProgramRoots(_) => Reason::ProgramOutsideRoots,
         }
     }
 }
@@ -382,6 +383,42 @@ impl std::fmt::Display for Unplaceable {
 }
 
 impl std::error::Error for Unplaceable {}
+
+crate::error::from_service_errors!(Unplaceable);
+
+/// A refused CreateTraining when queueing is off.
+impl ServiceError for Unplaceable {
+    fn code(&self) -> Code {
+        match self {
+            Unplaceable::Unknown(_) => Code::NotFound,
+            _ => Code::FailedPrecondition,
+        }
+    }
+
+    fn reason(&self) -> Reason {
+        Unplaceable::reason(self)
+    }
+
+    /// What a client needs to act on it.
+    fn metadata(&self) -> Metadata {
+        let (key, value) = match self {
+            Unplaceable::NoAgents => ("agents", "0".into()),
+            Unplaceable::InsufficientGpus { wanted, free } => {
+                ("missing", wanted.saturating_sub(*free).to_string())
+            }
+            Unplaceable::Busy(ids) | Unplaceable::Unknown(ids) => ("gpu_ids", ids.join(",")),
+            Unplaceable::NotSuitable(why) | Unplaceable::WaitingForHealthy(why) => {
+                ("why", why.clone())
+            }
+            Unplaceable::OutsideProgramRoots(dir) => ("working_dir", dir.clone()),
+        };
+        metadata([(key, value)])
+    }
+
+    fn client_message(&self) -> String {
+        format!("cannot place the training now and queueing is off: {self}")
+    }
+}
 
 /// A chosen GPU, borrowed from a candidate or a free GPU.
 struct Gpu<'a> {

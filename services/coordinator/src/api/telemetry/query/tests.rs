@@ -194,14 +194,14 @@ fn pages_cover_the_range_and_tokens_are_bound_to_their_query() {
     let mut other = req.clone();
     other.step = secs(2);
     let err = Plan::from_request(&other, now()).unwrap_err();
-    assert_eq!(reason_of(&err).as_deref(), Some(reason::INVALID_PAGE_TOKEN));
+    assert_eq!(reason_of(&err), Some(Reason::InvalidPageToken));
     assert!(err.message().contains("different"));
     for garbage in ["zz", "abc", &hex(b"m1:0:1:2"), &hex(b"x")] {
         let mut r = req.clone();
         r.page_token = garbage.to_string();
         let err = Plan::from_request(&r, now()).unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{garbage}");
-        assert_eq!(reason_of(&err).as_deref(), Some(reason::INVALID_PAGE_TOKEN));
+        assert_eq!(reason_of(&err), Some(Reason::InvalidPageToken));
     }
     let mut outside = req.clone();
     outside.page_token = encode_token(&plan, 25);
