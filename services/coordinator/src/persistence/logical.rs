@@ -10,6 +10,13 @@ use tonic::Code;
 pub enum LogicalError {
     #[error("training {0} not found")]
     TrainingNotFound(String),
+    /// An event for a rank the training's attempt does not have.
+    #[error("no rank {rank} of attempt {attempt} of training {training_id}")]
+    RankNotFound {
+        training_id: String,
+        attempt: i32,
+        rank: i32,
+    },
     #[error("training {id} is {from}: it cannot become {to}")]
     IllegalTransition {
         id: String,
@@ -47,6 +54,7 @@ impl ServiceError for LogicalError {
     fn code(&self) -> Code {
         match self {
             LogicalError::TrainingNotFound(_)
+            | LogicalError::RankNotFound { .. }
             | LogicalError::GpuNotFound(_)
             | LogicalError::AgentNotFound(_) => Code::NotFound,
             LogicalError::IllegalTransition { .. }
@@ -61,6 +69,7 @@ impl ServiceError for LogicalError {
     fn reason(&self) -> Reason {
         match self {
             LogicalError::TrainingNotFound(_) => Reason::TrainingNotFound,
+            LogicalError::RankNotFound { .. } => Reason::InvalidArgument,
             LogicalError::IllegalTransition { .. } | LogicalError::NotQuarantined(_) => {
                 Reason::IllegalTransition
             }
@@ -76,6 +85,15 @@ impl ServiceError for LogicalError {
     fn metadata(&self) -> Metadata {
         match self {
             LogicalError::TrainingNotFound(id) => metadata([("training_id", id.clone())]),
+            LogicalError::RankNotFound {
+                training_id,
+                attempt,
+                rank,
+            } => metadata([
+                ("training_id", training_id.clone()),
+                ("attempt", attempt.to_string()),
+                ("rank", rank.to_string()),
+            ]),
             LogicalError::IllegalTransition { id, from, to } => metadata([
                 ("training_id", id.clone()),
                 ("state", from.to_string()),

@@ -121,9 +121,12 @@ fn set_rank_in(
             .execute(conn)?,
     };
     if n == 0 {
-        return Err(DatabaseError::Invariant(format!(
-            "no rank {rank} of attempt {attempt} of training {training_id}"
-        )));
+        return Err(LogicalError::RankNotFound {
+            training_id: training_id.to_string(),
+            attempt,
+            rank,
+        }
+        .into());
     }
     Ok(())
 }
