@@ -1,7 +1,7 @@
 //! The `cohort-agent` binary's own behaviour: flags, exit codes, messages.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_cohort-agent");
 
@@ -44,11 +44,14 @@ fn without_nvml_and_without_simulation_it_exits_with_a_clear_message() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(20), "agent hung");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    cohort_testkit::eventually_blocking(
+        "the agent to exit",
+        Duration::from_secs(20),
+        || match child.try_wait().unwrap() {
+            Some(_) => Ok(()),
+            None => Err("it runs on".into()),
+        },
+    );
     let out = child.wait_with_output().unwrap();
     if out.status.success() {
         eprintln!("NVML is present on this machine: the real probe answered; skipping the no-driver check");

@@ -173,14 +173,16 @@ async fn registers_streams_runs_commands_and_reconnects() {
 async fn waits_for_a_late_coordinator_and_stops_ranks_on_shutdown() {
     let work = tempfile::tempdir().unwrap();
     let program = script(work.path(), RANK_SCRIPT);
-    // Reserve a port, free it, and start the agent before anything listens there.
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Start the agent before the coordinator is up: its first attempt is
+    // accepted and hung up on, so it has failed once before anything serves.
+    let early = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = early.local_addr().unwrap();
     let (agent, stop) = start_agent(format!("http://{addr}"), work.path(), program);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (attempt, _) = tokio::time::timeout(WAIT, early.accept())
+        .await
+        .expect("the agent tries to connect")
+        .unwrap();
+    drop((attempt, early));
 
     let mut sessions = serve(TcpListener::bind(addr).await.unwrap()).await;
     let mut session = next_session(&mut sessions).await;
@@ -200,9 +202,14 @@ async fn waits_for_a_late_coordinator_and_stops_ranks_on_shutdown() {
     // Shutting the agent down stops its ranks.
     stop.send(true).unwrap();
     tokio::time::timeout(WAIT, agent).await.unwrap().unwrap();
-    let start = std::time::Instant::now();
-    while !is_dead(pid) && start.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(is_dead(pid), "rank {pid} stopped with the agent");
+    cohort_testkit::eventually(
+        "the rank to stop with the agent",
+        Duration::from_secs(5),
+        || async {
+            is_dead(pid)
+                .then_some(())
+                .ok_or(format!("rank {pid} still runs"))
+        },
+    )
+    .await;
 }

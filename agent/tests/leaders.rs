@@ -147,14 +147,11 @@ async fn a_published_member_set_is_dialled_and_kept_for_the_next_run() {
         }))
         .await;
     let kept = work.path().join("coordinators");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::fs::read_to_string(&kept).await.unwrap_or_default() != format!("{b_url}\n") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the member set is not kept"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    cohort_testkit::eventually("the member set to be kept", WAIT, || async {
+        let text = tokio::fs::read_to_string(&kept).await.unwrap_or_default();
+        (text == format!("{b_url}\n")).then_some(()).ok_or(text)
+    })
+    .await;
     // a goes away (its next session is dropped at once): b is dialled.
     drop(first);
     drop(next_session(&mut a_sessions).await);

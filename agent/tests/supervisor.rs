@@ -4,6 +4,7 @@
 // Tests may block: they are not the async runtime's production paths.
 #![allow(clippy::disallowed_methods)]
 
+use cohort_testkit::{eventually, eventually_blocking};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -102,28 +103,22 @@ fn is_dead(pid: i32) -> bool {
     }
 }
 
-fn wait_dead(pid: i32) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
-        if is_dead(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
+/// Waits up to 5 s for `pid` to die; panics naming `what` if it lives on.
+fn wait_dead(pid: i32, what: &str) {
+    eventually_blocking(what, Duration::from_secs(5), || {
+        is_dead(pid)
+            .then_some(())
+            .ok_or(format!("{pid} still runs"))
+    })
 }
 
 async fn read_pid_file(path: &Path) -> i32 {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
-        }
-        assert!(start.elapsed() < WAIT, "{} never written", path.display());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("a pid in {}", path.display());
+    eventually(&what, WAIT, || async {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        text.trim().parse().map_err(|e| format!("{text:?}: {e}"))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -265,7 +260,7 @@ async fn ignored_sigterm_escalates_to_sigkill_of_the_whole_group() {
         "grace was honoured"
     );
     assert!(is_dead(pid), "the rank was reaped");
-    assert!(wait_dead(child), "the forked child died with the group");
+    wait_dead(child, "the forked child died with the group");
 
     let kinds = events_until_exit(&mut rx, &key).await;
     let exit = exit_of(&kinds);
@@ -293,7 +288,7 @@ async fn sigterm_stops_a_cooperative_rank_within_the_grace() {
     let started = Instant::now();
     assert_eq!(sup.stop(&key).await.unwrap(), StopOutcome::Terminated);
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(wait_dead(child));
+    wait_dead(child, "the child to die");
     let kinds = events_until_exit(&mut rx, &key).await;
     let exit = exit_of(&kinds);
     assert_eq!(exit.signal, Some(libc::SIGTERM));
@@ -315,10 +310,7 @@ async fn a_rank_that_exits_leaves_no_forked_process_behind() {
     let kinds = events_until_exit(&mut rx, &key).await;
     assert_eq!(exit_of(&kinds).class, ExitClass::Success);
     let child = read_pid_file(&run_dir.join("child.pid")).await;
-    assert!(
-        wait_dead(child),
-        "the orphaned child was killed with the group"
-    );
+    wait_dead(child, "the orphaned child was killed with the group");
 }
 
 #[tokio::test]
@@ -346,7 +338,7 @@ async fn stop_job_stops_only_that_job_and_drop_kills_the_rest() {
     assert_eq!(sup.running(), vec![RankKey::new("b", 0, 0)]);
 
     drop(sup);
-    assert!(wait_dead(b0), "dropping the supervisor killed the group");
+    wait_dead(b0, "dropping the supervisor killed the group");
     // The monitor still reports the end.
     let kinds = events_until_exit(&mut rx, &RankKey::new("b", 0, 0)).await;
     assert_eq!(exit_of(&kinds).signal, Some(libc::SIGKILL));
@@ -489,14 +481,13 @@ async fn a_program_that_ignores_its_notice_is_killed_at_the_grace() {
 }
 
 async fn read_pid_file_text(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if !text.is_empty() {
-                return text;
-            }
+    let what = format!("{} to be written", path.display());
+    eventually(&what, WAIT, || async {
+        match std::fs::read_to_string(path) {
+            Ok(text) if !text.is_empty() => Ok(text),
+            Ok(_) => Err("empty".to_string()),
+            Err(e) => Err(e.to_string()),
         }
-        assert!(start.elapsed() < WAIT, "{} never appeared", path.display());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }

@@ -53,24 +53,21 @@ fn with_context(command: In, traceparent: &str) -> In {
 }
 
 async fn agent_span(exporter: &InMemorySpanExporter, training: &str) -> SpanData {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let what = format!("an agent span for {training}");
+    cohort_testkit::eventually(&what, WAIT, || async {
         let spans = exporter.get_finished_spans().unwrap();
-        let found = spans.into_iter().find(|s| {
-            s.name == "agent.start_ranks"
-                && s.attributes
-                    .iter()
-                    .any(|kv| kv.key.as_str() == "training.id" && kv.value.as_str() == training)
-        });
-        if let Some(span) = found {
-            return span;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no agent span for {training}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let count = spans.len();
+        spans
+            .into_iter()
+            .find(|s| {
+                s.name == "agent.start_ranks"
+                    && s.attributes
+                        .iter()
+                        .any(|kv| kv.key.as_str() == "training.id" && kv.value.as_str() == training)
+            })
+            .ok_or(format!("none among {count} spans"))
+    })
+    .await
 }
 
 async fn started(session: &mut Session, training: &str, ranks: usize) {

@@ -4,15 +4,19 @@
 //!   serves it takes the socket (or, for one that must bind it itself, until
 //!   the moment before it starts);
 //! - [`pg`]: a private schema on the real PostgreSQL server per test;
-//! - [`s3`]: moto's standalone S3 server.
+//! - [`s3`]: moto's standalone S3 server;
+//! - [`wait`]: polling with a deadline ([`eventually`]) and watching that
+//!   something stays true ([`holds`]), instead of fixed sleeps.
 
 pub mod pg;
 pub mod port;
 pub mod s3;
+pub mod wait;
 
 pub use pg::PgSchema;
 pub use port::{free_port, PortLease};
 pub use s3::S3Server;
+pub use wait::{eventually, eventually_blocking, holds};
 
 /// The project venv's python (numpy, safetensors, pyarrow, boto3, moto:
 /// scripts/setup.sh); `COHORT_VENV` names another venv.

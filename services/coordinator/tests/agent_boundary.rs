@@ -96,11 +96,11 @@ impl TestAgent {
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    cohort_testkit::eventually(what, WAIT, || {
+        let done = done();
+        async move { done.then_some(()).ok_or("not yet".to_string()) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,17 +200,18 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
         Kind::Started(v1::RankStarted { pid: 4242 }),
     )
     .await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let now = get(&mut trainings).await;
-        if now.state == v1::training::State::Running as i32 {
-            assert_eq!(now.ranks[0].pid, 4242);
-            assert_eq!(now.restart_count, 0);
-            break;
+    let now = cohort_testkit::eventually("the training to run", WAIT, || {
+        let mut trainings = trainings.clone();
+        async move {
+            let now = get(&mut trainings).await;
+            (now.state == v1::training::State::Running as i32)
+                .then_some(now.clone())
+                .ok_or(format!("{now:?}"))
         }
-        assert!(tokio::time::Instant::now() < deadline, "{now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    assert_eq!(now.ranks[0].pid, 4242);
+    assert_eq!(now.restart_count, 0);
     assert_eq!(refusals.rank_events(), 3);
 
     drop((a, b));

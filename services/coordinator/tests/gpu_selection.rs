@@ -90,18 +90,19 @@ async fn wait_for<F>(client: &mut GpuServiceClient<Channel>, what: &str, ready: 
 where
     F: Fn(&[v1::Gpu]) -> bool,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let gpus = list(client).await;
-        if ready(&gpus) {
-            return gpus;
+    let ready = &ready;
+    cohort_testkit::eventually(what, WAIT, || {
+        let mut client = client.clone();
+        async move {
+            let gpus = list(&mut client).await;
+            if ready(&gpus) {
+                Ok(gpus)
+            } else {
+                Err(format!("last ListGpus: {gpus:#?}"))
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; last ListGpus: {gpus:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 fn uuid(g: &v1::Gpu) -> String {

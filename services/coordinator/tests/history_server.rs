@@ -79,15 +79,14 @@ fn register() -> v1::AgentMessage {
 }
 
 async fn wait_for_rows(history: &History, rows: u64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while history.stats().written_rows < rows {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "history wrote {:?}, expected {rows} rows",
-            history.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("history to write {rows} rows");
+    cohort_testkit::eventually(&what, Duration::from_secs(20), || async {
+        let stats = history.stats();
+        (stats.written_rows >= rows)
+            .then_some(())
+            .ok_or(format!("{stats:?}"))
+    })
+    .await;
 }
 
 fn query(start: i64, end: i64, step_s: i64) -> v1::QueryGpuMetricsRequest {

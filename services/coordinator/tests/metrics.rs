@@ -9,7 +9,7 @@ mod agent_proc;
 mod common;
 
 use cohort_coordinator::context::Context;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 
@@ -85,18 +85,16 @@ async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
     .unwrap();
     let _agent = agent_proc::Agent::start(&url, "scraped", &overrides, &dir.path().join("work"));
 
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let body = loop {
+    let wait = Duration::from_secs(30);
+    let body = cohort_testkit::eventually("the pinned GPU sample scraped", wait, || async {
         let (_, body) = scrape(metrics_addr).await;
         if value(&body, "DCGM_FI_DEV_GPU_TEMP{").is_some_and(|t| t == 77.0) {
-            break body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(
-            Instant::now() < deadline,
-            "no pinned GPU sample scraped:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let labels = r#"{gpu="0",UUID="GPU-SIM-scraped-0",device="nvidia0",modelName="#;
     for name in [
         "DCGM_FI_DEV_GPU_UTIL",

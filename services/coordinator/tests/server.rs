@@ -427,25 +427,23 @@ async fn without_agents_a_refused_create_and_a_queued_training_give_one_reason()
         .await
         .unwrap()
         .into_inner();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let t = client
-            .get_training(v1::GetTrainingRequest {
-                id: queued.id.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        if t.state_reason.starts_with("NO_AGENTS: ") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pending reason: {}",
+    let wait = std::time::Duration::from_secs(20);
+    cohort_testkit::eventually("the pending reason NO_AGENTS", wait, || {
+        let mut client = client.clone();
+        let id = queued.id.clone();
+        async move {
+            let t = client
+                .get_training(v1::GetTrainingRequest { id })
+                .await
+                .unwrap()
+                .into_inner();
             t.state_reason
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+                .starts_with("NO_AGENTS: ")
+                .then_some(())
+                .ok_or(format!("pending reason: {}", t.state_reason))
+        }
+    })
+    .await;
     server.stop().await;
 }
 

@@ -49,6 +49,8 @@ pub use creates::{Created, NewTraining};
 pub use error::{DatabaseError, LogicalError};
 pub use fleet::AgentRegistration;
 pub use measure::{OpMetrics, OpStats};
+/// How long after its last use a pooled connection is handed out untested.
+pub use pool::FRESH as POOL_FRESH_WINDOW;
 pub use trainings::{ListTrainings, TrainingCursor};
 
 use diesel::r2d2::Pool;
