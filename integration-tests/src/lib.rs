@@ -6,7 +6,6 @@
 //! - [`db`]: the test database (a SQLite file or a private PostgreSQL schema)
 //!   and direct reads of what the coordinator wrote.
 //! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
-//! - [`poll`]: waiting for a condition with a deadline (never a bare sleep).
 //! - [`s3`]: moto's S3 server on 127.0.0.1 and test shards uploaded to it.
 //! - [`proxy`]: a TCP proxy to cut (PostgreSQL gone, from the coordinator's side).
 //! - [`procs`]: child processes in their own process groups, and a scan of
@@ -20,7 +19,6 @@ pub mod db;
 pub mod faults;
 pub mod job;
 pub mod otlp;
-pub mod poll;
 pub mod procs;
 pub mod program;
 pub mod proxy;

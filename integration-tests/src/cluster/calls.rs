@@ -3,13 +3,13 @@
 //! its agents left.
 
 use super::Cluster;
-use crate::poll::eventually;
 use crate::procs;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_proto::v1::gpu_service_client::GpuServiceClient;
 use cohort_proto::v1::telemetry_service_client::TelemetryServiceClient;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::eventually;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;

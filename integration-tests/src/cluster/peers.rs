@@ -3,10 +3,10 @@
 //! (`coordinator-N`) and log; they elect a leader among themselves.
 
 use super::Cluster;
-use crate::poll::eventually;
 use crate::procs::{self, ChildProc};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::eventually;
 use cohort_testkit::PortLease;
 use nix::sys::signal::Signal;
 use std::process::ExitStatus;

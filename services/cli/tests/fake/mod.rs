@@ -331,7 +331,7 @@ impl TrainingService for Fake {
     }
 
     // `cohort train report` is tested against the real coordinator
-    // (integration-tests/tests/report.rs).
+    // (integration-tests/tests/it/report.rs).
     async fn get_training_report(
         &self,
         _req: Request<v1::GetTrainingReportRequest>,

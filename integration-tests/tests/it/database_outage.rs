@@ -6,13 +6,13 @@
 
 use cohort_integration_tests::db::postgres_server;
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::proxy::Proxy;
 use cohort_integration_tests::watch::{watch_request, watch_until};
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use std::time::{Duration, Instant};
 
 const OUTAGE: Duration = Duration::from_secs(30);

@@ -2,11 +2,11 @@
 //! and write nothing; a retried request_id creates one training.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::error::{bad_fields, Reason};
 use cohort_proto::v1;
+use cohort_testkit::eventually;
 use std::time::Duration;
 use tonic::Code;
 

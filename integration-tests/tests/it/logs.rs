@@ -4,10 +4,10 @@
 
 use cohort_integration_tests::faults::{kill_agent_and_ranks, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use nix::sys::signal::Signal;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};

@@ -4,10 +4,10 @@
 //! with the field named, and nothing is created.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
+use cohort_testkit::eventually;
 use std::time::Duration;
 use tonic::Code;
 

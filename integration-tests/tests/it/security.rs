@@ -6,7 +6,6 @@
 
 use cohort_integration_tests::bins::{binaries, grpcurl};
 use cohort_integration_tests::job::{create_request, SaeJob};
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::secure::{authed, Pki, SecureCoordinator, SecureOptions};
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
@@ -16,6 +15,7 @@ use cohort_proto::v1::{
     gpu_service_client::GpuServiceClient, telemetry_service_client::TelemetryServiceClient,
     training_service_client::TrainingServiceClient,
 };
+use cohort_testkit::{eventually, holds};
 use std::time::Duration;
 use tonic::Code;
 
@@ -366,13 +366,17 @@ async fn tls_agent_certificates_and_rotation() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let log = c.agent_log("agent-0");
-    assert_eq!(
-        registrations(&log),
-        2,
-        "agent-0 came back with a certificate of the replaced CA: {log}"
-    );
+    holds(
+        "agent-0 stays out with a certificate of the replaced CA",
+        Duration::from_secs(3),
+        || async {
+            let log = c.agent_log("agent-0");
+            (registrations(&log) == 2)
+                .then_some(())
+                .ok_or(format!("it registered again: {log}"))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1190,20 +1194,20 @@ async fn wait_for(
     id: &str,
     state: v1::training::State,
 ) -> v1::Training {
-    let mut last = None;
-    for _ in 0..600 {
+    let what = format!("{id} to reach {state:?}");
+    eventually(&what, Duration::from_secs(60), || async {
         let got = TrainingServiceClient::new(c.channel().await)
             .get_training(authed(v1::GetTrainingRequest { id: id.into() }, token))
             .await
             .expect("GetTraining")
             .into_inner();
         if got.state() == state {
-            return got;
+            Ok(got)
+        } else {
+            Err(format!("{got:#?}\n{}", c.log()))
         }
-        last = Some(got);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{id} never reached {state:?}: {last:#?}\n{}", c.log());
+    })
+    .await
 }
 
 /// Two teams on one agent: each team's data root is its own (a path under

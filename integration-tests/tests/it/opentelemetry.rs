@@ -6,9 +6,9 @@
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::otlp::{attribute, OtlpReceiver, ReceivedMetric, ReceivedSpan};
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberDataPoint};
 use std::time::Duration;
 

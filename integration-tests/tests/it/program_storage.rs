@@ -3,9 +3,9 @@
 //! file system.
 
 use cohort_integration_tests::faults::signal;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::program::*;
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use nix::sys::signal::Signal;
 use std::time::Duration;
 

@@ -3,12 +3,12 @@
 //! cancelled while it waits, ends CANCELLED without ever being placed.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::watch_to_end;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use std::time::Duration;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);

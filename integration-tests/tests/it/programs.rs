@@ -6,11 +6,11 @@
 //! directory outside every program root never run.
 
 use cohort_integration_tests::faults::signal;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::procs::marked_processes;
 use cohort_integration_tests::program::*;
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
+use cohort_testkit::{eventually, holds};
 use nix::sys::signal::Signal;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -206,9 +206,18 @@ async fn a_working_dir_outside_every_program_root_never_runs() {
         "{}",
         waiting.state_reason
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(cluster.get_training(&id).await.state(), State::Queued);
-    assert!(marked_processes(&cluster.mark, "python").is_empty());
+    holds(
+        "a program outside every root waits and never runs",
+        Duration::from_secs(3),
+        || async {
+            let state = cluster.get_training(&id).await.state();
+            let running = marked_processes(&cluster.mark, "python");
+            (state == State::Queued && running.is_empty())
+                .then_some(())
+                .ok_or(format!("{state:?}, processes {running:?}"))
+        },
+    )
+    .await;
 
     // Without queueing it is refused at once, naming the directory.
     request.gpus.as_mut().unwrap().queue = Some(false);

@@ -5,9 +5,9 @@
 //! training with that reason (oom_policy "fail").
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use std::path::PathBuf;
 use std::time::Duration;
 

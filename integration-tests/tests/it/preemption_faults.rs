@@ -6,13 +6,13 @@
 //! and a victim whose agent dies during its grace: each victim ends back
 //! in the queue exactly once, with no restart spent.
 
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::program::{program_options, steps_program};
 use cohort_integration_tests::watch::{watch_to_end, watch_until};
 use cohort_integration_tests::{Backend, Cluster};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);

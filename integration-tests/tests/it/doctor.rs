@@ -13,6 +13,7 @@ use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
+use cohort_testkit::eventually;
 use serde_json::Value;
 use std::time::Duration;
 use tonic::Code;
@@ -297,26 +298,24 @@ async fn only_a_cluster_admin_runs_the_doctor_and_it_is_audited() {
     c.start().await;
     c.start_agent("agent-a", "agent-a", 1, &[]);
     let mut client = AgentServiceClient::new(c.channel().await);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let agents = client
-            .list_agents(authed(v1::ListAgentsRequest::default(), &root))
-            .await
-            .expect("ListAgents")
-            .into_inner()
-            .agents;
-        if agents
-            .iter()
-            .any(|a| a.state == v1::AgentState::Connected as i32)
-        {
-            break;
+    eventually("the agent to connect", Duration::from_secs(30), || {
+        let mut client = client.clone();
+        let root = root.clone();
+        async move {
+            let agents = client
+                .list_agents(authed(v1::ListAgentsRequest::default(), &root))
+                .await
+                .expect("ListAgents")
+                .into_inner()
+                .agents;
+            agents
+                .iter()
+                .any(|a| a.state == v1::AgentState::Connected as i32)
+                .then_some(())
+                .ok_or(format!("{} agents, none connected", agents.len()))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never connected"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let request = || v1::RunDoctorRequest {
         agent: "agent-a".into(),
         timeout: None,

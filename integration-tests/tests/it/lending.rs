@@ -5,7 +5,6 @@
 //! a training that may not borrow waits within its team's guarantee.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::secure::{authed, SecureCoordinator, SecureOptions};
 use cohort_integration_tests::SaeJob;
 use cohort_proto::error::Reason;
@@ -13,6 +12,7 @@ use cohort_proto::v1;
 use cohort_proto::v1::admin_service_client::AdminServiceClient;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::{eventually, holds};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -201,11 +201,17 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
     assert_eq!((back.preemption_count, back.restart_count), (1, 0));
     assert!(!back.borrowing);
     // While nlp holds its GPU, vision fits only its guarantee: it waits.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        teams.get(&teams.vision, &borrower.id).await.state(),
-        State::Queued
-    );
+    holds(
+        "vision's borrower waits",
+        Duration::from_secs(3),
+        || async {
+            let state = teams.get(&teams.vision, &borrower.id).await.state();
+            (state == State::Queued)
+                .then_some(())
+                .ok_or(format!("{state:?}"))
+        },
+    )
+    .await;
 
     // A training that may not borrow waits within its guarantee.
     let mut within = create_request(&SaeJob::small(), 2, true);

@@ -8,12 +8,12 @@
 
 use cohort_integration_tests::faults::{is_gone, kill_agent, rank_pid, signal};
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::watch_until;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -203,13 +203,19 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
     // not outlive it (else two attempts of one training would run at once).
     let orphans = kill_agent(&cluster, &victim);
     assert_eq!(orphans.len(), 2, "the victim ran ranks 2 and 3");
-    while !orphans.iter().all(|&pid| is_gone(pid)) {
-        assert!(
-            killed.elapsed() < Duration::from_secs(2),
-            "ranks {orphans:?} outlived their SIGKILLed agent by 2 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(2).saturating_sub(killed.elapsed());
+    eventually(
+        "the ranks to die with their SIGKILLed agent",
+        within,
+        || async {
+            let alive: Vec<_> = orphans.iter().filter(|&&pid| !is_gone(pid)).collect();
+            alive
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("ranks {alive:?} outlive it"))
+        },
+    )
+    .await;
 
     eventually(
         "the lost agent to be detected",

@@ -8,6 +8,7 @@ use cohort_integration_tests::s3::check_export;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,20 +78,29 @@ async fn a_checkpoint_on_an_agents_disk_comes_out_through_the_agent() {
     // The agent and its disk gone: FAILED_PRECONDITION, CHECKPOINT_UNREACHABLE.
     kill_agent_and_ranks(&cluster, &cluster.agent_name(0));
     std::fs::remove_dir_all(cluster.agent_work_dir(0)).unwrap();
-    let mut client = cluster.training().await;
-    let err = loop {
-        let attempt = client
-            .download_checkpoint(v1::DownloadCheckpointRequest {
-                training_id: id.clone(),
-                ..Default::default()
-            })
-            .await;
-        match attempt {
-            Err(status) => break status,
-            // The coordinator has not noticed the agent's end yet.
-            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let client = cluster.training().await;
+    // Until the coordinator notices the agent's end, the download works.
+    let err = eventually(
+        "the download to be refused",
+        Duration::from_secs(30),
+        || {
+            let mut client = client.clone();
+            let id = id.clone();
+            async move {
+                let attempt = client
+                    .download_checkpoint(v1::DownloadCheckpointRequest {
+                        training_id: id,
+                        ..Default::default()
+                    })
+                    .await;
+                match attempt {
+                    Err(status) => Ok(status),
+                    Ok(_) => Err("it still streams".to_string()),
+                }
+            }
+        },
+    )
+    .await;
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert_eq!(
         cohort_proto::error::reason_of(&err),

@@ -6,11 +6,11 @@
 //! in the data dir.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
+use cohort_testkit::eventually;
 use std::time::Duration;
 use tonic::Code;
 

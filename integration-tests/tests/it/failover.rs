@@ -6,7 +6,6 @@
 //! thaws is deposed: it exits, and nothing it tries is written.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::{watch_request, watch_until};
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::error::{leader_of, reason_of, Reason};
@@ -14,6 +13,7 @@ use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
 use cohort_proto::v1::training_service_client::TrainingServiceClient;
+use cohort_testkit::eventually;
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;

@@ -2,12 +2,12 @@
 //! again, and the training is CANCELLED.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::watch_until;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use std::time::Duration;
 
 /// Starts a training on every GPU of `cluster` that would run for hours,

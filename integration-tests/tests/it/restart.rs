@@ -3,12 +3,12 @@
 //! reconnect, and watching resumes from the last event seen to SUCCEEDED.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::poll::eventually;
 use cohort_integration_tests::watch::{watch_everything, watch_request, watch_until};
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::v1;
 use cohort_proto::v1::training::State;
 use cohort_proto::v1::training_event::Event;
+use cohort_testkit::eventually;
 use std::time::Duration;
 use tokio_stream::StreamExt;
 
