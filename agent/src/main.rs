@@ -7,10 +7,10 @@ use cohort_observe::Observability;
 use tokio::sync::watch;
 
 use cohort_agent::cli::{host_name, Args, Command, DoctorArgs};
-use cohort_agent::connect::{Agent, AgentConfig, ClientTls};
 use cohort_agent::probe;
 use cohort_agent::supervisor::default_rank_program;
 use cohort_agent::telemetry;
+use cohort_agent::{Agent, AgentConfig, ClientTls};
 
 /// First reconnect delay; doubles per failure up to `BACKOFF_MAX`.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
@@ -112,7 +112,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "gpu found"
         );
     }
+    let config = agent_config(&args, &name).await?;
+    if !config.teams.confines_paths() {
+        tracing::warn!("no --data-root or --team-data-root: trainings may use any local path this agent can reach");
+    }
+    tracing::info!(teams = %config.teams.describe(), "what teams' ranks may reach");
+    tracing::info!(
+        agent = %name,
+        coordinator = %config.coordinator,
+        gpus = gpus.len(),
+        work_dir = %config.work_dir.display(),
+        "cohort-agent up"
+    );
 
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let agent = Agent::new(config, probe, gpus);
+    tokio::spawn(reconnect_on_sighup(agent.reloader()));
+    let agent = tokio::spawn(agent.run(stop_rx));
+    shutdown_signal().await;
+    tracing::info!("shutting down: stopping ranks");
+    let _ = stop_tx.send(true);
+    agent.await.context("the agent task failed")?;
+    Ok(())
+}
+
+/// The agent's configuration from its flags, after checking what they
+/// name: the rank program, Landlock for programs, the work directory.
+async fn agent_config(args: &Args, name: &str) -> anyhow::Result<AgentConfig> {
     let rank_program = match &args.rank_binary {
         Some(path) => path.clone(),
         None => default_rank_program().context("locating cohort-rank next to cohort-agent")?,
@@ -132,21 +158,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::info!(roots = ?args.program_roots, sandbox = ?args.program_sandbox, landlock_abi = abi, "programs run from these roots");
     }
     // Each rank's host memory is held to its limit where the host allows.
-    cohort_agent::supervisor::cgroup::init(&name);
+    cohort_agent::supervisor::cgroup::init(name);
     let work_dir = args.work_dir();
     tokio::fs::create_dir_all(&work_dir)
         .await
         .with_context(|| format!("creating the work directory {}", work_dir.display()))?;
 
     let doctor = args.doctor_setup(rank_program.clone(), None);
-    let config = AgentConfig {
+    Ok(AgentConfig {
         doctor,
         coordinator: args.coordinator.clone(),
-        agent_name: name.clone(),
+        agent_name: name.to_string(),
         host_name: host_name(),
         address: args.address.clone().unwrap_or_default(),
         interval: args.interval,
-        work_dir: work_dir.clone(),
+        work_dir,
         rank_program,
         program_roots: cohort_agent::program::ProgramRoots::resolve(
             &args.program_roots,
@@ -169,28 +195,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             key: args.tls_key.clone(),
             server_name: args.tls_server_name.clone(),
         },
-    };
-    if !config.teams.confines_paths() {
-        tracing::warn!("no --data-root or --team-data-root: trainings may use any local path this agent can reach");
-    }
-    tracing::info!(teams = %config.teams.describe(), "what teams' ranks may reach");
-    tracing::info!(
-        agent = %name,
-        coordinator = %config.coordinator,
-        gpus = gpus.len(),
-        work_dir = %work_dir.display(),
-        "cohort-agent up"
-    );
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let agent = Agent::new(config, probe, gpus);
-    tokio::spawn(reconnect_on_sighup(agent.reloader()));
-    let agent = tokio::spawn(agent.run(stop_rx));
-    shutdown_signal().await;
-    tracing::info!("shutting down: stopping ranks");
-    let _ = stop_tx.send(true);
-    agent.await.context("the agent task failed")?;
-    Ok(())
+    })
 }
 
 /// On SIGHUP the session reconnects, reading the TLS files afresh.

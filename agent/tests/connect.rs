@@ -82,7 +82,12 @@ async fn registers_streams_runs_commands_and_reconnects() {
     }
     let run_dir = work.path().join("trainings/job-1/run");
     let config = work.path().join("trainings/job-1/attempt-1/config.json");
-    assert_eq!(std::fs::read_to_string(&config).unwrap(), "{\"model\":{}}");
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert_eq!(
+        cohort_spec::Workload::from_json(&written).unwrap(),
+        test_workload(),
+        "the config as sent, typed: {written}"
+    );
     let env = std::fs::read_to_string(run_dir.join("rank-1.env")).unwrap();
     assert_eq!(
         env.trim(),

@@ -78,7 +78,7 @@ proptest! {
             run_dir,
             ..Default::default()
         };
-        let _ = super::commands::validate(&cmd, gpus);
+        let _ = super::convert::start_ranks(cmd, gpus);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the coordinator is away; their events wait in an [`Outbox`] and the next
 //! Register reports the ranks still alive.
 
+mod agent;
 mod backoff;
 mod commands;
 pub mod convert;
@@ -10,25 +11,19 @@ mod doctor;
 mod files;
 #[cfg(test)]
 mod fuzz;
-mod launch;
 mod outbox;
 mod session;
 mod targets;
 
+pub use agent::Agent;
 pub use backoff::Backoff;
 pub use outbox::{Outbox, OUTBOX_CAPACITY};
 pub use session::SessionError;
 pub use targets::Targets;
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
-
-use crate::probe::GpuInfo;
-use crate::supervisor::{RankEvent, RankEventKind, RankKey, Supervisor};
-use crate::telemetry::{self, SharedProbe};
+use tokio::sync::watch;
 
 /// The pause before dialling the next coordinator of the list (or the
 /// leader a standby named).
@@ -42,78 +37,11 @@ const ELECTION_RETRY: Duration = Duration::from_millis(500);
 /// Capacity of the supervisor's event channel.
 const EVENT_CHANNEL: usize = 1024;
 
-/// How the agent runs; built from the command line.
-#[derive(Debug, Clone)]
-pub struct AgentConfig {
-    /// The coordinators' URLs, comma-separated (a bootstrap list), e.g.
-    /// `http://127.0.0.1:50051`; see [`Targets`].
-    pub coordinator: String,
-    pub agent_name: String,
-    pub host_name: String,
-    /// The address other hosts' ranks reach this host by; empty: the host name.
-    pub address: String,
-    /// Heartbeat and telemetry interval unless the coordinator sets its own.
-    pub interval: Duration,
-    /// Where job configs and run directories go.
-    pub work_dir: PathBuf,
-    /// The `cohort-rank` executable.
-    pub rank_program: PathBuf,
-    /// `--program-root`: where teams' programs may run from (none: this
-    /// agent runs no program trainings).
-    pub program_roots: crate::program::ProgramRoots,
-    /// `--program-sandbox`: whether program ranks run under Landlock.
-    pub program_sandbox: crate::program::sandbox::SandboxMode,
-    /// SIGTERM-to-SIGKILL grace when a StopRanks names none.
-    pub stop_grace: Duration,
-    /// First reconnect delay; doubles up to `backoff_max`.
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// What each team's ranks may reach and the environment they get.
-    pub teams: crate::teams::TeamPolicy,
-    /// TLS to the coordinator (`https://` URLs).
-    pub tls: ClientTls,
-    /// What the host doctor checks with when the coordinator asks for it.
-    pub doctor: crate::doctor::DoctorSetup,
-}
-
-/// The agent's TLS files, read at every connection (so a rotated
-/// certificate is picked up on the next one; SIGHUP reconnects at once).
-#[derive(Debug, Clone, Default)]
-pub struct ClientTls {
-    /// PEM CA that signed the coordinator's certificate.
-    pub ca: Option<PathBuf>,
-    /// PEM client certificate and key (the agent's identity).
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-    /// The name to verify the coordinator's certificate against, when not
-    /// the URL's host.
-    pub server_name: Option<String>,
-}
-
 /// How the agent's run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shutdown {
     /// The shutdown signal was given.
     Requested,
-}
-
-/// The agent: probe, supervisor and the reconnecting session loop.
-pub struct Agent {
-    config: AgentConfig,
-    probe: SharedProbe,
-    gpus: Vec<GpuInfo>,
-    supervisor: Supervisor,
-    events: mpsc::Receiver<RankEvent>,
-    outbox: Outbox,
-    /// Which GPU and pid each running rank has (drives the simulated load).
-    placements: HashMap<RankKey, (u32, u32)>,
-    /// Notified on SIGHUP: the session ends and the next one reads the TLS
-    /// files afresh.
-    reload: std::sync::Arc<tokio::sync::Notify>,
-    /// Which coordinator to dial next, and the highest leader epoch seen.
-    targets: Targets,
-    /// A host doctor runs now (one at a time).
-    doctor_running: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Resolves once `shutdown` turns true (or its sender is gone).
@@ -122,29 +50,6 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 }
 
 impl Agent {
-    pub fn new(config: AgentConfig, probe: SharedProbe, gpus: Vec<GpuInfo>) -> Self {
-        let (tx, events) = mpsc::channel(EVENT_CHANNEL);
-        let supervisor = Supervisor::new(tx, config.stop_grace);
-        let targets = Targets::new(&config.coordinator);
-        Self {
-            targets,
-            config,
-            probe,
-            gpus,
-            supervisor,
-            events,
-            outbox: Outbox::default(),
-            placements: HashMap::new(),
-            reload: Default::default(),
-            doctor_running: Default::default(),
-        }
-    }
-
-    /// What to notify to reconnect with freshly read TLS files.
-    pub fn reloader(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        self.reload.clone()
-    }
-
     /// Takes a member set a coordinator published, and keeps it in the work
     /// dir when it changed (written aside, then renamed into place).
     pub(crate) async fn learn_members(&mut self, members: &[String]) {
@@ -255,42 +160,5 @@ impl Agent {
         if !outcomes.is_empty() {
             tracing::info!(ranks = outcomes.len(), "stopped every rank on shutdown");
         }
-    }
-
-    /// Notes what an event means for the GPUs, and converts it.
-    fn observe(&mut self, event: RankEvent) -> cohort_proto::v1::RankEvent {
-        match &event.kind {
-            RankEventKind::Started { pid } => {
-                self.placements
-                    .insert(event.key.clone(), (event.gpu_index, *pid));
-                self.reassign(event.gpu_index);
-            }
-            RankEventKind::Exited(_) => {
-                self.placements.remove(&event.key);
-                self.reassign(event.gpu_index);
-            }
-            RankEventKind::Progress(_) => {}
-        }
-        let event = convert::rank_event(&event);
-        self.outbox.number(event)
-    }
-
-    /// Tells the probe which pids now run on `gpu`.
-    /// The GPU indices running ranks now.
-    pub(crate) fn busy_gpus(&self) -> Vec<u32> {
-        let mut gpus: Vec<u32> = self.placements.values().map(|(gpu, _)| *gpu).collect();
-        gpus.sort_unstable();
-        gpus.dedup();
-        gpus
-    }
-
-    fn reassign(&self, gpu: u32) {
-        let pids: Vec<u32> = self
-            .placements
-            .values()
-            .filter(|(g, _)| *g == gpu)
-            .map(|(_, pid)| *pid)
-            .collect();
-        telemetry::assign(&self.probe, gpu, &pids);
     }
 }

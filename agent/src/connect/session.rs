@@ -171,7 +171,10 @@ pub(super) async fn run(
 /// Opens the channel (TLS for `https://`, with the files read now).
 /// HTTP/2 keep-alives notice a coordinator that vanished without closing
 /// the connection (a dead host, a partition).
-async fn dial(url: &str, tls: &super::ClientTls) -> Result<tonic::transport::Channel, String> {
+async fn dial(
+    url: &str,
+    tls: &crate::config::ClientTls,
+) -> Result<tonic::transport::Channel, String> {
     let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
         .map_err(|e| chain(&e))?
         .connect_timeout(CONNECT_TIMEOUT)
@@ -188,7 +191,9 @@ async fn dial(url: &str, tls: &super::ClientTls) -> Result<tonic::transport::Cha
 }
 
 /// The client TLS config from the agent's files, read afresh.
-async fn tls_config(tls: &super::ClientTls) -> Result<tonic::transport::ClientTlsConfig, String> {
+async fn tls_config(
+    tls: &crate::config::ClientTls,
+) -> Result<tonic::transport::ClientTlsConfig, String> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let read = |path: std::path::PathBuf| async move {
         tokio::fs::read(&path)

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
-use cohort_agent::connect::{Agent, AgentConfig};
 use cohort_agent::probe::{GpuProbe, SimulatedProbe};
 use cohort_agent::telemetry;
+use cohort_agent::{Agent, AgentConfig};
 use cohort_proto::v1;
 use cohort_proto::v1::agent_message::Message as Out;
 use cohort_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
@@ -324,11 +324,20 @@ pub fn start_agent(
     (task, stop_tx)
 }
 
+/// The small SAE config every test command carries (the fake ranks
+/// ignore it; the agent writes it as their `--config`).
+pub fn test_workload() -> cohort_spec::Workload {
+    cohort_spec::Workload::from_toml(
+        "[model]\nd_in = 4\n[optim]\nbatch_size = 8\nsteps = 1\n[data.synthetic]\nnum_samples = 4\n",
+    )
+    .unwrap()
+}
+
 pub fn start_ranks(training: &str, gpus: &[(i32, i32)], world_size: i32) -> In {
     In::StartRanks(v1::StartRanks {
         training_id: training.into(),
         attempt: 1,
-        config_json: "{\"model\":{}}".into(),
+        config: Some(v1::TrainingConfig::from(&test_workload())),
         world_size,
         master_addr: "127.0.0.1".into(),
         master_port: 29555,

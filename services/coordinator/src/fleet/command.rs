@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentCommand {
     /// Start this agent's share of an attempt's ranks.
-    StartRanks(StartRanks),
+    StartRanks(Box<StartRanks>),
     /// Stop the ranks of an attempt (SIGTERM, then SIGKILL after `grace`).
     StopRanks {
         training_id: String,
@@ -64,8 +64,8 @@ pub enum FileRef {
 pub struct StartRanks {
     pub training_id: String,
     pub attempt: i32,
-    /// The config as cohort-spec JSON (the rank's `--config`).
-    pub config_json: String,
+    /// The training's config (the rank's `--config`).
+    pub config: cohort_spec::Workload,
     pub world_size: i32,
     pub master_addr: String,
     pub master_port: u16,

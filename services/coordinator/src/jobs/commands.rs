@@ -25,17 +25,16 @@ pub(super) fn start_ranks(
             gpu_uuid: s.gpu_uuid.clone(),
         });
     }
-    let config_json = config.to_json();
     let host_memory_limit_bytes = super::needs::host_memory_limit(config);
     // Hosts in rank order: GROUP_RANK counts them as torchrun's node rank does.
     let mut agents: Vec<(&str, Vec<LocalRank>)> = by_agent.into_iter().collect();
     agents.sort_by_key(|(_, ranks)| ranks.iter().map(|r| r.rank).min());
     let group_world_size = agents.len() as i32;
     for (group_rank, (agent_id, ranks)) in agents.into_iter().enumerate() {
-        let message = AgentCommand::StartRanks(StartRanks {
+        let message = AgentCommand::StartRanks(Box::new(StartRanks {
             training_id: training.id.clone(),
             attempt: training.attempt,
-            config_json: config_json.clone(),
+            config: config.clone(),
             world_size: placement.slots.len() as i32,
             master_addr: placement.master_addr.clone(),
             master_port: placement.master_port,
@@ -47,7 +46,7 @@ pub(super) fn start_ranks(
             group_world_size,
             max_restarts: training.max_restarts,
             host_memory_limit_bytes,
-        });
+        }));
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());
         }

@@ -148,7 +148,7 @@ impl MemoryAgent {
     pub fn started(&mut self) -> StartRanks {
         loop {
             if let AgentCommand::StartRanks(s) = self.commands.try_recv().expect("a command") {
-                return s;
+                return *s;
             }
         }
     }
@@ -411,9 +411,7 @@ async fn a_diverged_run_restarts_at_a_tenth_of_the_rate_then_fails_as_diverged()
     h.jobs.schedule_pass().await.unwrap();
     let next = agent.started();
     assert_eq!(next.attempt, 2);
-    let sent: cohort_spec::TrainingConfig =
-        cohort_spec::TrainingConfig::from_json(&next.config_json).unwrap();
-    assert_eq!(sent.optim.learning_rate, 1e-4);
+    assert_eq!(next.config.sae().unwrap().optim.learning_rate, 1e-4);
     h.event(&agent, &t.id, 2, 0, started(101)).await;
     h.event(&agent, &t.id, 2, 0, exited(15)).await;
     let failed = h.training(&t.id).await;

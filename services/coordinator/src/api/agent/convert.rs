@@ -1,7 +1,7 @@
 //! The agent's messages into domain types, once, on receive; the
 //! coordinator's commands into messages, once, on send.
 
-use crate::fleet::{AgentCommand, FileChunk, FileRef};
+use crate::fleet::{AgentCommand, FileChunk, FileRef, StartRanks};
 use crate::model::{GpuProcess, GpuSample, RankReport, RankReportKind, RunningRank};
 use chrono::{DateTime, Utc};
 use cohort_proto::v1;
@@ -100,38 +100,7 @@ impl From<&v1::RunningRank> for RunningRank {
 impl From<AgentCommand> for v1::CoordinatorMessage {
     fn from(command: AgentCommand) -> Self {
         let message = match command {
-            AgentCommand::StartRanks(s) => Message::StartRanks(v1::StartRanks {
-                training_id: s.training_id,
-                attempt: s.attempt,
-                config_json: s.config_json,
-                world_size: s.world_size,
-                master_addr: s.master_addr,
-                master_port: u32::from(s.master_port),
-                ranks: s
-                    .ranks
-                    .into_iter()
-                    .map(|r| v1::LocalRankAssignment {
-                        rank: r.rank,
-                        local_rank: r.local_rank,
-                        local_world_size: r.local_world_size,
-                        gpu_index: r.gpu_index,
-                        gpu_uuid: r.gpu_uuid,
-                    })
-                    .collect(),
-                // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
-                run_dir: String::new(),
-                trace_context: s.trace_context,
-                published_checkpoints: s
-                    .published_checkpoints
-                    .into_iter()
-                    .map(|(attempt, step)| v1::PublishedCheckpoint { attempt, step })
-                    .collect(),
-                team: s.team,
-                group_rank: s.group_rank,
-                group_world_size: s.group_world_size,
-                max_restarts: s.max_restarts,
-                host_memory_limit_bytes: s.host_memory_limit_bytes,
-            }),
+            AgentCommand::StartRanks(s) => Message::StartRanks(v1::StartRanks::from(*s)),
             AgentCommand::StopRanks {
                 training_id,
                 attempt,
@@ -211,18 +180,58 @@ impl From<v1::FileChunk> for FileChunk {
     }
 }
 
+impl From<StartRanks> for v1::StartRanks {
+    fn from(s: StartRanks) -> Self {
+        v1::StartRanks {
+            training_id: s.training_id,
+            attempt: s.attempt,
+            config: Some(v1::TrainingConfig::from(&s.config)),
+            world_size: s.world_size,
+            master_addr: s.master_addr,
+            master_port: u32::from(s.master_port),
+            ranks: s
+                .ranks
+                .into_iter()
+                .map(|r| v1::LocalRankAssignment {
+                    rank: r.rank,
+                    local_rank: r.local_rank,
+                    local_world_size: r.local_world_size,
+                    gpu_index: r.gpu_index,
+                    gpu_uuid: r.gpu_uuid,
+                })
+                .collect(),
+            // the agent's default: <work-dir>/trainings/<id>/run, shared by attempts
+            run_dir: String::new(),
+            trace_context: s.trace_context,
+            published_checkpoints: s
+                .published_checkpoints
+                .into_iter()
+                .map(|(attempt, step)| v1::PublishedCheckpoint { attempt, step })
+                .collect(),
+            team: s.team,
+            group_rank: s.group_rank,
+            group_world_size: s.group_world_size,
+            max_restarts: s.max_restarts,
+            host_memory_limit_bytes: s.host_memory_limit_bytes,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{LocalRank, StartRanks};
+    use crate::fleet::LocalRank;
     use std::time::Duration;
 
     #[test]
     fn commands_become_the_messages_agents_read() {
-        let start = AgentCommand::StartRanks(StartRanks {
+        let start = AgentCommand::StartRanks(Box::new(StartRanks {
             training_id: "t".into(),
             attempt: 2,
-            config_json: "{}".into(),
+            config: cohort_spec::Workload::from_toml(
+                "[model]\nd_in = 4\n[optim]\nbatch_size = 8\nsteps = 1\n[data.synthetic]\nnum_samples = 4\n",
+            )
+            .unwrap(),
             world_size: 2,
             master_addr: "10.0.0.1".into(),
             master_port: 29500,
@@ -240,7 +249,7 @@ mod tests {
             group_world_size: 2,
             max_restarts: 3,
             host_memory_limit_bytes: 5 << 30,
-        });
+        }));
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
         };
@@ -260,6 +269,8 @@ mod tests {
             .collect();
         assert_eq!(published, vec![(1, 40), (1, 20)]);
         assert_eq!(m.team, "vision");
+        let sent = cohort_spec::Workload::try_from(m.config.unwrap()).unwrap();
+        assert_eq!(sent.sae().unwrap().model.d_in, 4, "the config, typed");
         let stop = AgentCommand::StopRanks {
             training_id: "t".into(),
             attempt: 2,

@@ -1,9 +1,16 @@
-//! Agent domain types -> `cohort.v1` messages.
+//! The agent's protobuf edge: agent domain types -> `cohort.v1` messages
+//! here, the coordinator's commands -> domain types in [`commands`] (once,
+//! checked, on receive).
+
+mod commands;
+
+pub use commands::{notice_ranks, start_ranks, stop_ranks, Rejected};
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cohort_proto::error::Reason;
 use cohort_proto::v1;
+
+use crate::launch::Refusal;
 
 use crate::probe::{GpuInfo, GpuProcess, GpuSample};
 use crate::supervisor::{RankEvent, RankEventKind, RankExit, RankKey};
@@ -86,22 +93,17 @@ pub fn rank_event(event: &RankEvent) -> v1::RankEvent {
     rank_event_of(&event.key, kind)
 }
 
-/// A rank that could not be started.
-pub fn start_failed(key: &RankKey, message: String) -> v1::RankEvent {
-    start_failed_with(key, None, message)
-}
-
-/// A start refused for the training's own fault, with its stable reason.
-pub fn start_refused(key: &RankKey, reason: Reason, message: String) -> v1::RankEvent {
-    start_failed_with(key, Some(reason), message)
-}
-
-fn start_failed_with(key: &RankKey, reason: Option<Reason>, message: String) -> v1::RankEvent {
+/// A rank that did not start: with the stable reason when the training is
+/// at fault (no restart helps), without when the host is.
+pub fn start_failed(key: &RankKey, refusal: &Refusal) -> v1::RankEvent {
     rank_event_of(
         key,
         v1::rank_event::Kind::StartFailed(v1::RankStartFailed {
-            message,
-            reason: reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+            message: refusal.message.clone(),
+            reason: refusal
+                .reason
+                .map(|r| r.as_str().to_string())
+                .unwrap_or_default(),
         }),
     )
 }

@@ -16,7 +16,8 @@ use cohort_spec::resume::Published;
 use cohort_spec::roots::DataRoots;
 use cohort_spec::{ProgramTraining, Workload};
 
-use super::Agent;
+use super::{Refusal, StartRanks};
+use crate::config::AgentConfig;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
 use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
@@ -62,38 +63,31 @@ impl Plan {
     }
 }
 
-/// Why the ranks cannot start: a stable reason (when the training is at
-/// fault and must not be retried) and a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Refusal {
-    pub reason: Option<Reason>,
-    pub message: String,
+/// Where an attempt's files are on this host.
+#[derive(Debug, Clone)]
+pub(super) struct Paths {
+    /// The rank's `--config` file, in the attempt's directory.
+    pub config: PathBuf,
+    /// The run directory: the ranks' working directory (the SAE's).
+    pub run_dir: PathBuf,
 }
 
-impl Refusal {
-    fn failed(message: String) -> Self {
-        Self {
-            reason: None,
-            message,
-        }
-    }
-
-    fn refused(reason: Reason, message: String) -> Self {
-        Self {
-            reason: Some(reason),
-            message,
-        }
-    }
+/// What the training's team may reach on this host: its data roots (with
+/// the run directory) and its object-storage prefixes.
+#[derive(Debug, Clone)]
+pub(super) struct Reach {
+    pub roots: DataRoots,
+    pub prefixes: S3Prefixes,
 }
 
 /// The launch of the built-in SAE.
-pub(super) fn sae(agent: &Agent, team: &str, config_path: &Path, run_dir: &Path) -> Plan {
+pub(super) fn sae(config: &AgentConfig, team: &str, paths: &Paths) -> Plan {
     Plan {
-        program: agent.config.rank_program.clone(),
-        args: RankSpec::cohort_rank_args(config_path, run_dir),
-        working_dir: run_dir.to_path_buf(),
+        program: config.rank_program.clone(),
+        args: RankSpec::cohort_rank_args(&paths.config, &paths.run_dir),
+        working_dir: paths.run_dir.clone(),
         // A clean environment: never the agent's own (its credentials).
-        base_env: agent.config.teams.rank_env(team, std::env::vars()),
+        base_env: config.teams.rank_env(team, std::env::vars()),
         extra_env: Vec::new(),
         checkpoints: None,
         sandbox: None,
@@ -227,7 +221,7 @@ pub(super) fn program(
         .program
         .command
         .split_first()
-        .ok_or_else(|| Refusal::failed("program.command is empty".into()))?;
+        .ok_or_else(|| Refusal::failed("program.command is empty"))?;
     let program = PathBuf::from(first);
     let sandbox = (sandbox == SandboxMode::Landlock).then(|| {
         SandboxRules::for_program(
@@ -255,39 +249,28 @@ pub(super) fn program(
 }
 
 /// The plan for a StartRanks: a program's when its config is one, the
-/// SAE's otherwise (a config the agent cannot read is the rank's to report).
-#[allow(clippy::too_many_arguments)]
+/// SAE's otherwise.
 pub(super) async fn plan(
-    agent: &Agent,
-    workload: Option<Workload>,
-    prefixes: &S3Prefixes,
-    team: &str,
-    training_id: &str,
-    attempt: u32,
-    config_path: &Path,
-    run_dir: &Path,
-    roots: &DataRoots,
-    published: &Published,
+    config: &AgentConfig,
+    cmd: &StartRanks,
+    paths: &Paths,
+    reach: &Reach,
 ) -> Result<Plan, Refusal> {
-    let Some(Workload::Program(p)) = workload else {
-        let mut plan = sae(agent, team, config_path, run_dir);
-        // The training's NCCL variables (an allowlist the config checked), over the agent's.
-        if let Some(Workload::Sae(config)) = &workload {
-            plan.extra_env.extend(config.runtime.nccl_env.clone());
+    let p = match &cmd.workload {
+        Workload::Sae(sae_config) => {
+            let mut plan = sae(config, &cmd.team, paths);
+            // The training's NCCL variables (an allowlist the config checked), over the agent's.
+            plan.extra_env.extend(sae_config.runtime.nccl_env.clone());
+            return Ok(plan);
         }
-        return Ok(plan);
+        Workload::Program(p) => p.clone(),
     };
-    let team_env = agent.config.teams.rank_env(team, std::iter::empty());
-    let prefixes = prefixes.clone();
-    let program_roots = agent.config.program_roots.clone();
-    let sandbox = agent.config.program_sandbox;
-    let team = team.to_string();
-    let (id, run_dir, roots, published) = (
-        training_id.to_string(),
-        run_dir.to_path_buf(),
-        roots.clone(),
-        published.clone(),
-    );
+    let team_env = config.teams.rank_env(&cmd.team, std::iter::empty());
+    let program_roots = config.program_roots.clone();
+    let sandbox = config.program_sandbox;
+    let team = cmd.team.clone();
+    let (id, attempt, published) = (cmd.training_id.clone(), cmd.attempt, cmd.published.clone());
+    let (run_dir, reach) = (paths.run_dir.clone(), reach.clone());
     tokio::task::spawn_blocking(move || {
         program(
             &p,
@@ -295,11 +278,11 @@ pub(super) async fn plan(
             sandbox,
             &team,
             team_env,
-            &prefixes,
+            &reach.prefixes,
             &id,
             attempt,
             &run_dir,
-            &roots,
+            &reach.roots,
             &published,
         )
     })
