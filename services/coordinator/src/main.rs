@@ -285,6 +285,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .security
         .resolve(args.listen)
         .map_err(anyhow::Error::msg)?;
+    let tls = security.tls.is_some();
     let target = database(&args.data_dir, args.database_url.as_deref());
     // Held until the process ends: a second coordinator on this file refuses.
     let _sqlite_lock = match &target {
@@ -295,82 +296,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    let elected = matches!(target, DatabaseTarget::Postgres(_));
-    let db = Persistence::open(target)
-        .await
-        .context("opening the database")?;
-    // On PostgreSQL coordinators elect a leader; every write passes the fence.
-    let mut forward = ForwardSettings::default();
-    let (db, election) = if elected {
-        let settings = LeaseSettings {
-            ttl: args.lease_ttl,
-            renew: args.lease_renew,
-            holder: uuid::Uuid::new_v4().to_string(),
-            advertise: advertise_url(&args, security.tls.is_some())?,
-        };
-        settings.validate().map_err(anyhow::Error::msg)?;
-        forward = ForwardSettings {
-            enabled: !args.no_forward,
-            me: settings.advertise.clone(),
-            peer_ca: match &args.peer_ca {
-                Some(path) => Some(
-                    tokio::fs::read(path)
-                        .await
-                        .with_context(|| format!("reading --peer-ca {}", path.display()))?,
-                ),
-                None => None,
-            },
-            peer_tls_name: args.peer_tls_name.clone(),
-        };
-        let fence = std::sync::Arc::new(Fence::default());
-        let leadership = Leadership::elected();
-        let elector = Elector::start(db.clone(), fence.clone(), settings, leadership.clone());
-        (db.fenced(fence), Some((leadership, elector)))
-    } else {
-        (db, None)
-    };
-    let history = cohort_coordinator::history::HistorySettings {
-        raw_retention: args.metrics_raw_retention,
-        rollup_retention: args.metrics_rollup_retention,
-        ..Default::default()
-    };
-    history.validate().map_err(anyhow::Error::msg)?;
-    let history = cohort_coordinator::history::History::new(
-        history,
-        std::sync::Arc::new(cohort_coordinator::history::SystemClock),
-    );
-    let tcp = match args.listen_fd {
-        Some(fd) => inherited_listener(fd, args.listen)?,
-        None => tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("binding {}", args.listen))?,
-    };
-    let mut reloader = None;
-    let mut agent_ca = cohort_coordinator::tls::AgentCa::default();
-    let listener: cohort_coordinator::server::Listener = match security.tls.clone() {
-        Some(files) => {
-            let tls = cohort_coordinator::tls::TlsListener::new(tcp, files)
-                .context("loading TLS files")?;
-            reloader = Some(tls.reloader());
-            agent_ca = tls.agent_ca();
-            tls.into()
-        }
-        None => tcp.into(),
-    };
-    tracing::info!(auth = ?security.mode, tls = security.tls.is_some(), agent_certs = security.agent_certs, "security");
-    let settings = args.scheduling.apply(JobSettings {
-        agent_timeout: args.agent_timeout,
-        hang_floor: args.hang_floor,
-        hang_factor: args.hang_factor,
-        stop_grace: args.stop_grace,
-        reports_dir: Some(args.data_dir.join(REPORTS_DIR)),
-        quotas: cohort_coordinator::jobs::QuotaDefaults {
-            team_gpus: args.default_team_gpus,
-            max_queued: args.max_queued_per_team,
-        },
-        prices: cohort_coordinator::report::cost::Prices(args.gpu_prices.clone()),
-        ..JobSettings::default()
-    });
+    let (db, election, forward) = open_database(&args, target, tls).await?;
+    let history = history(&args)?;
+    let (listener, reloader, agent_ca) = listen(&args, &security).await?;
+    tracing::info!(auth = ?security.mode, tls, agent_certs = security.agent_certs, "security");
     let leadership = election
         .as_ref()
         .map(|(l, _)| l.clone())
@@ -378,28 +307,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             // Alone on SQLite: the member set is this coordinator, when it
             // has a URL to give.
             let alone = Leadership::alone();
-            if let Ok(url) = advertise_url(&args, security.tls.is_some()) {
+            if let Ok(url) = advertise_url(&args, tls) {
                 alone.set_members(vec![url]);
             }
             alone
         });
-    let mut storage_env = cohort_coordinator::export::source::TeamEnv::new();
-    for arg in &args.team_env_files {
-        let (team, file) = arg
-            .split_once('=')
-            .filter(|(t, f)| !t.is_empty() && !f.is_empty())
-            .with_context(|| format!("--team-env-file {arg:?}: expected TEAM=FILE"))?;
-        let text = tokio::fs::read_to_string(file)
-            .await
-            .with_context(|| format!("--team-env-file: reading {file}"))?;
-        let vars = cohort_spec::envfile::parse(&text)
-            .map_err(|e| anyhow::anyhow!("--team-env-file {file}: {e}"))?;
-        if storage_env.insert(team.to_string(), vars).is_some() {
-            anyhow::bail!("--team-env-file: team {team} is given twice");
-        }
-    }
-    let ctx = Context::with_settings(db, settings)
-        .with_storage_env(storage_env)
+    let ctx = Context::with_settings(db, job_settings(&args))
+        .with_storage_env(team_storage_env(&args).await?)
         .with_agent_ca(agent_ca)
         .with_leadership(leadership)
         .with_forwarding(forward)
@@ -417,18 +331,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             ctx.tasks.cancelled(),
         ));
     }
-    if let Some(addr) = args.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding --metrics-listen {addr}"))?;
-        // A background task: stopped and awaited with the others.
-        ctx.tasks.spawn(cohort_coordinator::metrics::serve_exposing(
-            listener,
-            ctx.clone(),
-            ctx.tasks.cancelled(),
-            addr.ip().is_loopback() || args.metrics_training_labels,
-        ));
-    }
+    serve_metrics(&args, &ctx).await?;
     let probes = match args.health_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -445,5 +348,146 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     served?;
+    Ok(())
+}
+
+/// The coordinator's election, when its database elects one.
+type Election = Option<(Leadership, Elector)>;
+
+/// Opens the database. On PostgreSQL coordinators elect a leader and every
+/// write passes the fence; changes sent to a standby are forwarded.
+async fn open_database(
+    args: &Args,
+    target: DatabaseTarget,
+    tls: bool,
+) -> anyhow::Result<(Persistence, Election, ForwardSettings)> {
+    let elected = matches!(target, DatabaseTarget::Postgres(_));
+    let db = Persistence::open(target)
+        .await
+        .context("opening the database")?;
+    if !elected {
+        return Ok((db, None, ForwardSettings::default()));
+    }
+    let settings = LeaseSettings {
+        ttl: args.lease_ttl,
+        renew: args.lease_renew,
+        holder: uuid::Uuid::new_v4().to_string(),
+        advertise: advertise_url(args, tls)?,
+    };
+    settings.validate().map_err(anyhow::Error::msg)?;
+    let forward = ForwardSettings {
+        enabled: !args.no_forward,
+        me: settings.advertise.clone(),
+        peer_ca: match &args.peer_ca {
+            Some(path) => Some(
+                tokio::fs::read(path)
+                    .await
+                    .with_context(|| format!("reading --peer-ca {}", path.display()))?,
+            ),
+            None => None,
+        },
+        peer_tls_name: args.peer_tls_name.clone(),
+    };
+    let fence = std::sync::Arc::new(Fence::default());
+    let leadership = Leadership::elected();
+    let elector = Elector::start(db.clone(), fence.clone(), settings, leadership.clone());
+    Ok((db.fenced(fence), Some((leadership, elector)), forward))
+}
+
+/// The telemetry history, with the retention the flags ask for.
+fn history(args: &Args) -> anyhow::Result<cohort_coordinator::history::History> {
+    let settings = cohort_coordinator::history::HistorySettings {
+        raw_retention: args.metrics_raw_retention,
+        rollup_retention: args.metrics_rollup_retention,
+        ..Default::default()
+    };
+    settings.validate().map_err(anyhow::Error::msg)?;
+    Ok(cohort_coordinator::history::History::new(
+        settings,
+        std::sync::Arc::new(cohort_coordinator::history::SystemClock),
+    ))
+}
+
+/// The gRPC listener (a socket handed over, or bound here), with TLS when
+/// configured: then also its reloader and the agents' CA.
+async fn listen(
+    args: &Args,
+    security: &cohort_coordinator::auth::flags::Security,
+) -> anyhow::Result<(
+    cohort_coordinator::server::Listener,
+    Option<cohort_coordinator::tls::TlsReloader>,
+    cohort_coordinator::tls::AgentCa,
+)> {
+    let tcp = match args.listen_fd {
+        Some(fd) => inherited_listener(fd, args.listen)?,
+        None => tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?,
+    };
+    Ok(match security.tls.clone() {
+        Some(files) => {
+            let tls = cohort_coordinator::tls::TlsListener::new(tcp, files)
+                .context("loading TLS files")?;
+            let (reloader, agent_ca) = (tls.reloader(), tls.agent_ca());
+            (tls.into(), Some(reloader), agent_ca)
+        }
+        None => (tcp.into(), None, Default::default()),
+    })
+}
+
+/// The job runner's settings from the flags.
+fn job_settings(args: &Args) -> JobSettings {
+    args.scheduling.apply(JobSettings {
+        agent_timeout: args.agent_timeout,
+        hang_floor: args.hang_floor,
+        hang_factor: args.hang_factor,
+        stop_grace: args.stop_grace,
+        reports_dir: Some(args.data_dir.join(REPORTS_DIR)),
+        quotas: cohort_coordinator::jobs::QuotaDefaults {
+            team_gpus: args.default_team_gpus,
+            max_queued: args.max_queued_per_team,
+        },
+        prices: cohort_coordinator::report::cost::Prices(args.gpu_prices.clone()),
+        ..JobSettings::default()
+    })
+}
+
+/// Each team's storage variables (`--team-env-file TEAM=FILE`), read once.
+async fn team_storage_env(
+    args: &Args,
+) -> anyhow::Result<cohort_coordinator::export::source::TeamEnv> {
+    let mut storage_env = cohort_coordinator::export::source::TeamEnv::new();
+    for arg in &args.team_env_files {
+        let (team, file) = arg
+            .split_once('=')
+            .filter(|(t, f)| !t.is_empty() && !f.is_empty())
+            .with_context(|| format!("--team-env-file {arg:?}: expected TEAM=FILE"))?;
+        let text = tokio::fs::read_to_string(file)
+            .await
+            .with_context(|| format!("--team-env-file: reading {file}"))?;
+        let vars = cohort_spec::envfile::parse(&text)
+            .map_err(|e| anyhow::anyhow!("--team-env-file {file}: {e}"))?;
+        if storage_env.insert(team.to_string(), vars).is_some() {
+            anyhow::bail!("--team-env-file: team {team} is given twice");
+        }
+    }
+    Ok(storage_env)
+}
+
+/// The Prometheus endpoint (`--metrics-listen`), a background task stopped
+/// and awaited with the others.
+async fn serve_metrics(args: &Args, ctx: &Context) -> anyhow::Result<()> {
+    let Some(addr) = args.metrics_listen else {
+        return Ok(());
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding --metrics-listen {addr}"))?;
+    ctx.tasks.spawn(cohort_coordinator::metrics::serve_exposing(
+        listener,
+        ctx.clone(),
+        ctx.tasks.cancelled(),
+        addr.ip().is_loopback() || args.metrics_training_labels,
+    ));
     Ok(())
 }

@@ -57,6 +57,25 @@ struct Window {
     total: Duration,
 }
 
+impl Window {
+    fn add(&mut self, report: &StepReport) {
+        self.steps += 1;
+        self.samples += report.rows;
+        self.comm += report.comm;
+        self.data_wait += report.wait;
+        self.compute += report.elapsed.saturating_sub(report.comm + report.wait);
+        self.total += report.elapsed;
+    }
+}
+
+/// What the steps of this run add up to.
+struct Ran {
+    /// Samples of all ranks.
+    samples: i64,
+    /// The loss of the last logged step.
+    last_loss: f64,
+}
+
 pub struct Trainer<'a> {
     launch: &'a Launch,
     cfg: &'a TrainingConfig,
@@ -252,6 +271,37 @@ impl<'a> Trainer<'a> {
     fn train(&mut self) -> Result<(), RankError> {
         let (start_step, resumed) = self.synchronise_start()?;
         let begun = Instant::now();
+        self.announce(start_step, resumed);
+        let mut batches = self.batches(start_step.min(self.total_steps - 1))?;
+        if !resumed {
+            self.init_b_dec(&mut batches)?;
+        }
+        let Some(ran) = self.run_steps(start_step, &mut batches)? else {
+            // Stopped on a preemption notice, its checkpoint written.
+            return Ok(());
+        };
+        let mut last_loss = ran.last_loss;
+        if self.state.numerics.nonfinite_run > 0 {
+            // The last steps were skipped: no final state to stand behind.
+            return Err(self.diverged(self.total_steps, last_loss, f64::NAN));
+        }
+        if self.total_steps > start_step
+            || (self.launch.is_leader() && self.checkpoints.latest()?.is_none())
+        {
+            self.save_checkpoint(self.total_steps)?;
+        }
+        if start_step >= self.total_steps {
+            // Resumed at the last step: nothing ran, so measure the loss the
+            // final parameters give on the last step's first micro-batch.
+            let (host, _) = batches.next((self.total_steps - 1) * self.accumulation)?;
+            last_loss = self.evaluate(&host)?;
+        }
+        drop(batches);
+        self.finish(begun, last_loss, ran.samples)
+    }
+
+    /// The Started line and this rank's log line about what it runs.
+    fn announce(&mut self, start_step: i64, resumed: bool) {
         self.out.leader(&ProgressLine::Started {
             world_size: self.launch.world_size,
             device: format!("{:?}", self.device).to_lowercase(),
@@ -273,15 +323,23 @@ impl<'a> Trainer<'a> {
                 ""
             }
         ));
+    }
+
+    /// Steps `start_step..total_steps`, with their progress lines,
+    /// validations and checkpoints. `None` when a preemption notice
+    /// stopped them (after the notice's checkpoint).
+    fn run_steps(
+        &mut self,
+        start_step: i64,
+        batches: &mut BatchQueue,
+    ) -> Result<Option<Ran>, RankError> {
         let log_every = self.cfg.runtime.log_every_steps;
         let every = self.cfg.checkpoint.every_steps;
         let mut window = Window::default();
-        let mut batches = self.batches(start_step.min(self.total_steps - 1))?;
-        if !resumed {
-            self.init_b_dec(&mut batches)?;
-        }
-        let mut samples_total = 0i64;
-        let mut last_loss = f64::NAN;
+        let mut ran = Ran {
+            samples: 0,
+            last_loss: f64::NAN,
+        };
         for step in start_step..self.total_steps {
             let done = step + 1;
             let logged =
@@ -289,15 +347,9 @@ impl<'a> Trainer<'a> {
             if self.preempt_fault == Some(step) {
                 crate::preempt::notice();
             }
-            let report = self.step(step, &mut batches, logged)?;
-            let preempted = report.preempted;
-            window.steps += 1;
-            window.samples += report.rows;
-            window.comm += report.comm;
-            window.data_wait += report.wait;
-            window.compute += report.elapsed.saturating_sub(report.comm + report.wait);
-            window.total += report.elapsed;
-            samples_total += report.rows;
+            let report = self.step(step, batches, logged)?;
+            window.add(&report);
+            ran.samples += report.rows;
             if logged {
                 log_line(format_args!(
                     "rank {}: step {done}/{} in {:.1} ms",
@@ -305,7 +357,7 @@ impl<'a> Trainer<'a> {
                     self.total_steps,
                     report.elapsed.as_secs_f64() * 1e3
                 ));
-                last_loss = report.loss;
+                ran.last_loss = report.loss;
                 self.report(done, &report, &window);
                 window = Window::default();
             }
@@ -315,26 +367,17 @@ impl<'a> Trainer<'a> {
             if every > 0 && done % every == 0 && done != self.total_steps {
                 self.save_checkpoint(done)?;
             }
-            if preempted && done < self.total_steps {
-                return self.stop_on_notice(done, every);
+            if report.preempted && done < self.total_steps {
+                self.stop_on_notice(done, every)?;
+                return Ok(None);
             }
         }
-        if self.state.numerics.nonfinite_run > 0 {
-            // The last steps were skipped: no final state to stand behind.
-            return Err(self.diverged(self.total_steps, last_loss, f64::NAN));
-        }
-        if self.total_steps > start_step
-            || (self.launch.is_leader() && self.checkpoints.latest()?.is_none())
-        {
-            self.save_checkpoint(self.total_steps)?;
-        }
-        if start_step >= self.total_steps {
-            // Resumed at the last step: nothing ran, so measure the loss the
-            // final parameters give on the last step's first micro-batch.
-            let (host, _) = batches.next((self.total_steps - 1) * self.accumulation)?;
-            last_loss = self.evaluate(&host)?;
-        }
-        drop(batches);
+        Ok(Some(ran))
+    }
+
+    /// The RankFinished and Finished lines, then the barrier nobody leaves
+    /// before everyone is done.
+    fn finish(&mut self, begun: Instant, last_loss: f64, samples: i64) -> Result<(), RankError> {
         let checksum = self.state.sae.checksum();
         let wall = begun.elapsed().as_secs_f64();
         log_line(format_args!(
@@ -352,7 +395,7 @@ impl<'a> Trainer<'a> {
             param_checksum: checksum,
             wall_time_s: wall,
             mean_samples_per_sec: if wall > 0.0 {
-                samples_total as f64 / wall
+                samples as f64 / wall
             } else {
                 0.0
             },

@@ -65,17 +65,7 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
             s.world_size, s.device, s.start_step, s.total_steps, s.global_batch, s.parameters
         ),
         Event::Progress(_) => return None,
-        Event::RankStats(r) => format!(
-            "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}, data wait {:.1}), {:.1} MiB {}",
-            r.rank,
-            r.step,
-            r.step_time_ms,
-            r.compute_ms,
-            r.comm_ms,
-            r.data_wait_ms,
-            r.memory_bytes as f64 / (1u64 << 20) as f64,
-            if r.memory_kind == "cuda_allocated" { "on the GPU" } else { "resident" }
-        ),
+        Event::RankStats(r) => rank_stats(r),
         Event::Checkpoint(c) if c.best => {
             format!("best checkpoint (step {}): {}", c.step, c.path)
         }
@@ -120,47 +110,69 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
             l.missed_events, l.first_missed_sequence
         ),
         Event::Lagged(l) => format!("lagged: missed {} events", l.missed_events),
-        Event::Preempted(p) => {
-            let resume = p
-                .resume_step
-                .map_or("the start".to_string(), |s| format!("step {s}"));
-            let what = match p.kind.as_str() {
-                "reclaim" => format!("reclaimed for {}", p.by),
-                "drain" => format!("moved off drained agent {}", p.by),
-                _ if p.priority_class.is_empty() => format!("preempted by {}", p.by),
-                _ => format!("preempted by {} (class {})", p.by, p.priority_class),
-            };
-            format!(
-                "{what}: resumes from {resume}, {:.0} GPU-seconds lost{}",
-                p.gpu_seconds_lost,
-                if p.checkpointed {
-                    ", checkpointed on notice"
-                } else {
-                    ""
-                }
-            )
-        }
-        Event::Estimate(e) => {
-            let now = std::time::SystemTime::now();
-            match (&e.estimated_start_time, &e.estimated_end_time) {
-                (Some(s), _) => format!(
-                    "estimate: starts {} ({})",
-                    crate::render::time(Some(s)),
-                    crate::render::until(Some(s), now)
-                ),
-                (None, Some(end)) => format!(
-                    "estimate: ends {} ({})",
-                    crate::render::time(Some(end)),
-                    crate::render::until(Some(end), now)
-                ),
-                (None, None) => format!("estimate: none ({})", e.reason),
-            }
-        }
+        Event::Preempted(p) => preempted(p),
+        Event::Estimate(e) => estimate(e),
         // An event kind newer than this CLI.
         #[allow(unreachable_patterns)]
         _ => return None,
     };
     Some(format!("[{}] {text}", event.sequence))
+}
+
+fn rank_stats(r: &v1::RankStats) -> String {
+    format!(
+        "rank {} step {}: {:.1} ms (compute {:.1}, comm {:.1}, data wait {:.1}), {:.1} MiB {}",
+        r.rank,
+        r.step,
+        r.step_time_ms,
+        r.compute_ms,
+        r.comm_ms,
+        r.data_wait_ms,
+        r.memory_bytes as f64 / (1u64 << 20) as f64,
+        if r.memory_kind == "cuda_allocated" {
+            "on the GPU"
+        } else {
+            "resident"
+        }
+    )
+}
+
+fn preempted(p: &v1::PreemptedEvent) -> String {
+    let resume = p
+        .resume_step
+        .map_or("the start".to_string(), |s| format!("step {s}"));
+    let what = match p.kind.as_str() {
+        "reclaim" => format!("reclaimed for {}", p.by),
+        "drain" => format!("moved off drained agent {}", p.by),
+        _ if p.priority_class.is_empty() => format!("preempted by {}", p.by),
+        _ => format!("preempted by {} (class {})", p.by, p.priority_class),
+    };
+    format!(
+        "{what}: resumes from {resume}, {:.0} GPU-seconds lost{}",
+        p.gpu_seconds_lost,
+        if p.checkpointed {
+            ", checkpointed on notice"
+        } else {
+            ""
+        }
+    )
+}
+
+fn estimate(e: &v1::EstimateEvent) -> String {
+    let now = std::time::SystemTime::now();
+    match (&e.estimated_start_time, &e.estimated_end_time) {
+        (Some(s), _) => format!(
+            "estimate: starts {} ({})",
+            crate::render::time(Some(s)),
+            crate::render::until(Some(s), now)
+        ),
+        (None, Some(end)) => format!(
+            "estimate: ends {} ({})",
+            crate::render::time(Some(end)),
+            crate::render::until(Some(end), now)
+        ),
+        (None, None) => format!("estimate: none ({})", e.reason),
+    }
 }
 
 /// How a watch follows its training.

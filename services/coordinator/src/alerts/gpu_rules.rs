@@ -28,75 +28,117 @@ fn below(value: f64, threshold: f64, band: f64) -> Level {
     }
 }
 
+/// One reading, as the rules' alerts describe it.
+struct Seen<'a>(&'a GpuReading);
+
+impl Seen<'_> {
+    fn uuid(&self) -> &str {
+        &self.0.sample.gpu_uuid
+    }
+
+    /// What every alert of this GPU carries.
+    fn base(&self) -> Draft {
+        Draft {
+            agent_id: Some(self.0.agent_id.clone()),
+            gpu_uuid: Some(self.uuid().to_string()),
+            training_id: self.0.hold.as_ref().map(|h| h.training_id.clone()),
+            ..Draft::default()
+        }
+    }
+
+    /// Formatted only when an alert is raised (the rules run for every sample).
+    fn gpu(&self) -> String {
+        format!("GPU {} of {}", self.0.sample.index, self.0.agent_name)
+    }
+}
+
 impl Evaluator {
     /// One GPU sample, received at `now`.
     pub fn observe(&mut self, r: &GpuReading, now: DateTime<Utc>) -> Vec<Transition> {
-        let s = &r.sample;
-        let uuid = s.gpu_uuid.as_str();
-        let settings = self.settings.clone();
-        let base = || Draft {
-            agent_id: Some(r.agent_id.clone()),
-            gpu_uuid: Some(uuid.to_string()),
-            training_id: r.hold.as_ref().map(|h| h.training_id.clone()),
-            ..Draft::default()
-        };
-        // Formatted only when an alert is raised (this runs for every sample).
-        let gpu = || format!("GPU {} of {}", s.index, r.agent_name);
+        let seen = Seen(r);
         let mut out = Vec::new();
+        out.extend(self.memory_rule(&seen, now));
+        out.extend(self.temperature_rule(&seen, now));
+        out.extend(self.utilization_rule(&seen, now));
+        let state = self
+            .gpus
+            .entry(seen.uuid().to_string())
+            .or_insert(GpuState {
+                agent_id: r.agent_id.clone(),
+                last_seen: now,
+                counters: Default::default(),
+            });
+        state.agent_id = r.agent_id.clone();
+        state.last_seen = now;
+        out.extend(self.error_rules(&seen, now));
+        out.extend(self.counters_quiet(seen.uuid(), now));
+        out
+    }
 
-        if s.memory_total_bytes > 0 {
-            let percent = s.memory_used_bytes as f64 * 100.0 / s.memory_total_bytes as f64;
-            let level = above(
-                percent,
-                settings.memory_percent,
-                settings.memory_hysteresis_percent,
-            );
-            out.extend(self.check(
-                AlertKind::GpuMemoryHigh,
-                uuid,
-                level,
-                settings.memory_for,
-                now,
-                || Draft {
-                    message: format!(
-                        "{}: memory {percent:.1}% used for {} (threshold {}%)",
-                        gpu(),
-                        human(settings.memory_for),
-                        settings.memory_percent
-                    ),
-                    value: Some(percent),
-                    threshold: Some(settings.memory_percent),
-                    ..base()
-                },
-            ));
+    fn memory_rule(&mut self, seen: &Seen, now: DateTime<Utc>) -> Option<Transition> {
+        let s = &seen.0.sample;
+        if s.memory_total_bytes == 0 {
+            return None;
         }
+        let settings = self.settings.clone();
+        let percent = s.memory_used_bytes as f64 * 100.0 / s.memory_total_bytes as f64;
+        let level = above(
+            percent,
+            settings.memory_percent,
+            settings.memory_hysteresis_percent,
+        );
+        self.check(
+            AlertKind::GpuMemoryHigh,
+            seen.uuid(),
+            level,
+            settings.memory_for,
+            now,
+            || Draft {
+                message: format!(
+                    "{}: memory {percent:.1}% used for {} (threshold {}%)",
+                    seen.gpu(),
+                    human(settings.memory_for),
+                    settings.memory_percent
+                ),
+                value: Some(percent),
+                threshold: Some(settings.memory_percent),
+                ..seen.base()
+            },
+        )
+    }
 
-        if let Some(t) = s.temperature_celsius {
-            let level = above(
-                t,
-                settings.temperature_celsius,
-                settings.temperature_hysteresis_celsius,
-            );
-            out.extend(self.check(
-                AlertKind::GpuTemperatureHigh,
-                uuid,
-                level,
-                settings.temperature_for,
-                now,
-                || Draft {
-                    message: format!(
-                        "{}: temperature {t:.0} °C (threshold {} °C)",
-                        gpu(),
-                        settings.temperature_celsius
-                    ),
-                    value: Some(t),
-                    threshold: Some(settings.temperature_celsius),
-                    ..base()
-                },
-            ));
-        }
+    fn temperature_rule(&mut self, seen: &Seen, now: DateTime<Utc>) -> Option<Transition> {
+        let t = seen.0.sample.temperature_celsius?;
+        let settings = self.settings.clone();
+        let level = above(
+            t,
+            settings.temperature_celsius,
+            settings.temperature_hysteresis_celsius,
+        );
+        self.check(
+            AlertKind::GpuTemperatureHigh,
+            seen.uuid(),
+            level,
+            settings.temperature_for,
+            now,
+            || Draft {
+                message: format!(
+                    "{}: temperature {t:.0} °C (threshold {} °C)",
+                    seen.gpu(),
+                    settings.temperature_celsius
+                ),
+                value: Some(t),
+                threshold: Some(settings.temperature_celsius),
+                ..seen.base()
+            },
+        )
+    }
 
-        let level = match (&r.hold, s.utilization_gpu_percent) {
+    /// Low utilization matters only while a training holds the GPU.
+    fn utilization_rule(&mut self, seen: &Seen, now: DateTime<Utc>) -> Option<Transition> {
+        let r = seen.0;
+        let settings = self.settings.clone();
+        let level = match (&r.hold, r.sample.utilization_gpu_percent) {
             (None, _) => Level::Clear,
             (Some(_), None) => Level::Between,
             (Some(_), Some(u)) => below(
@@ -105,10 +147,10 @@ impl Evaluator {
                 settings.utilization_hysteresis_percent,
             ),
         };
-        let util = s.utilization_gpu_percent.unwrap_or_default();
-        out.extend(self.check(
+        let util = r.sample.utilization_gpu_percent.unwrap_or_default();
+        self.check(
             AlertKind::GpuUtilizationLow,
-            uuid,
+            seen.uuid(),
             level,
             settings.utilization_for,
             now,
@@ -117,7 +159,7 @@ impl Evaluator {
                 Draft {
                     message: format!(
                         "{}: utilization {util:.0}% for {} while training {} rank {} runs on it (threshold {}%)",
-                        gpu(),
+                        seen.gpu(),
                         human(settings.utilization_for),
                         hold.training_id,
                         hold.rank,
@@ -125,49 +167,45 @@ impl Evaluator {
                     ),
                     value: Some(util),
                     threshold: Some(settings.utilization_percent),
-                    ..base()
+                    ..seen.base()
                 }
             },
-        ));
+        )
+    }
 
-        let state = self.gpus.entry(uuid.to_string()).or_insert(GpuState {
-            agent_id: r.agent_id.clone(),
-            last_seen: now,
-            counters: Default::default(),
-        });
-        state.agent_id = r.agent_id.clone();
-        state.last_seen = now;
-        out.extend(self.counter_rule(
+    /// New uncorrected ECC and critical XID errors.
+    fn error_rules(&mut self, seen: &Seen, now: DateTime<Utc>) -> Vec<Transition> {
+        let s = &seen.0.sample;
+        let ecc = self.counter_rule(
             AlertKind::GpuEccUncorrected,
-            uuid,
+            seen.uuid(),
             s.ecc_errors_uncorrected,
             now,
             |new, total| Draft {
                 message: format!(
                     "{}: {new} new uncorrected ECC error(s), {total} since the driver loaded",
-                    gpu(),
+                    seen.gpu(),
                 ),
-                ..base()
+                ..seen.base()
             },
-        ));
-        out.extend(self.counter_rule(
+        );
+        let xid = self.counter_rule(
             AlertKind::GpuXidError,
-            uuid,
+            seen.uuid(),
             s.xid_errors,
             now,
             |new, total| Draft {
                 message: format!(
                     "{}: {new} new critical XID error(s){}, {total} since its agent started",
-                    gpu(),
+                    seen.gpu(),
                     s.last_xid
                         .map(|x| format!(" (last: XID {x})"))
                         .unwrap_or_default(),
                 ),
-                ..base()
+                ..seen.base()
             },
-        ));
-        out.extend(self.counters_quiet(uuid, now));
-        out
+        );
+        ecc.into_iter().chain(xid).collect()
     }
 
     /// An error counter (uncorrected ECC, XID): only an increase between two

@@ -10,7 +10,7 @@
 //! running.
 
 use super::evaluator::{Draft, Evaluator, Level};
-use super::follow::TrainingTracker;
+use super::follow::{Interval, TrainingTracker};
 use crate::model::{AlertKind, RunningTraining, Transition};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -79,9 +79,18 @@ impl Evaluator {
     }
 
     fn readings(&self, t: &RunningTraining, tracker: &mut TrainingTracker) -> Vec<Reading> {
+        let interval = tracker.take_interval(&t.id);
+        let mut out = self.pace_readings(t, &interval);
+        out.extend(self.rank_readings(&t.id, tracker));
+        out.extend(self.nonfinite_reading(&t.id, &interval));
+        out
+    }
+
+    /// Gradient norm, step time and the slowest rank's data wait over the
+    /// interval since the last check.
+    fn pace_readings(&self, t: &RunningTraining, interval: &Interval) -> Vec<Reading> {
         let s = &self.settings;
         let id = &t.id;
-        let interval = tracker.take_interval(id);
         let mut out = Vec::new();
         if let Some(norm) = mean(&interval.grad_norms) {
             out.push(Reading {
@@ -128,6 +137,13 @@ impl Evaluator {
                 ),
             });
         }
+        out
+    }
+
+    /// A rank whose host memory keeps growing, and a failed collective.
+    fn rank_readings(&self, id: &str, tracker: &TrainingTracker) -> Vec<Reading> {
+        let s = &self.settings;
+        let mut out = Vec::new();
         if s.memory_growth_per_hour > 0.0 {
             if let Some((rank, rate)) = tracker.memory_growth(id) {
                 out.push(Reading {
@@ -162,9 +178,15 @@ impl Evaluator {
                 )
             }),
         });
+        out
+    }
+
+    /// Non-finite steps skipped since the last check (or a divergence).
+    fn nonfinite_reading(&self, id: &str, interval: &Interval) -> Option<Reading> {
+        let s = &self.settings;
         if s.nonfinite_steps > 0 && (interval.progress_lines > 0 || interval.diverged) {
             let firing = interval.diverged || interval.nonfinite_rise >= s.nonfinite_steps;
-            out.push(Reading {
+            return Some(Reading {
                 kind: AlertKind::TrainingNonfiniteSteps,
                 level: match (firing, interval.nonfinite_rise) {
                     (true, _) => Level::Firing,
@@ -184,7 +206,7 @@ impl Evaluator {
                 },
             });
         }
-        out
+        None
     }
 }
 

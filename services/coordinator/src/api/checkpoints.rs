@@ -129,71 +129,28 @@ pub async fn download(
     if req.best && req.step.is_some() {
         return Err(ApiError::field("best", "give step or best, not both").into());
     }
-    let Kept {
-        steps,
-        best,
-        storage,
-        team,
-        program,
-    } = kept(ctx, who, &req.training_id).await?;
-    if program && format == v1::CheckpointFormat::Saelens {
+    let kept = kept(ctx, who, &req.training_id).await?;
+    if kept.program && format == v1::CheckpointFormat::Saelens {
         return Err(ApiError::field(
             "format",
             "a program's checkpoint downloads in its native format only (the directory as written)",
         )
         .into());
     }
-    let chosen = match (req.best, req.step) {
-        (true, _) => best,
-        (false, None) => steps.into_iter().next(),
-        (false, Some(step)) => steps.into_iter().find(|c| c.step == step),
-    };
-    let Some(checkpoint) = chosen else {
-        let what = match (req.best, req.step) {
-            (true, _) => "no best checkpoint (it needs [validation])".to_string(),
-            (false, None) => "no complete checkpoint".to_string(),
-            (false, Some(s)) => format!("no complete checkpoint at step {s}"),
-        };
-        return Err(ApiError::CheckpointNotFound {
-            training_id: req.training_id.clone(),
-            what,
-        }
-        .into());
-    };
+    let (program, team) = (kept.program, kept.team.clone());
+    let checkpoint = choose(&req, kept.steps, kept.best)?;
     let (id, step) = (req.training_id.clone(), checkpoint.step);
-    // Shared storage is read under its configured root and the training's
-    // id, never at a path an agent reported.
-    let location = match &storage {
-        Some(storage) => crate::export::source::in_storage(
-            storage,
-            &id,
-            &checkpoint.path,
-            checkpoint.best,
-            step,
-        )
-        .map_err(|e| {
-            tracing::warn!(training_id = %id, step, error = %e, "refusing a misplaced checkpoint");
-            export_status(&id, step, e)
-        })?,
-        None => checkpoint.path.clone(),
-    };
-    let shared = storage.is_some();
-    let env = ctx.storage_env.get(&team).map(Vec::as_slice);
-    let (kind, actor, _) = who.actor();
-    let caller = format!("{kind}:{actor}");
-    let holder = Holder {
-        fleet: &ctx.fleet,
-        agent_id: &checkpoint.agent_id,
-        caller: &caller,
-    };
-    let layout = if program {
-        Layout::Program
-    } else {
-        Layout::Sae
-    };
-    let source = Source::open(&location, shared, holder, env, layout)
-        .await
-        .map_err(|e| export_status(&id, step, e))?;
+    let source = open(
+        ctx,
+        who,
+        &checkpoint,
+        &id,
+        kept.storage.as_deref(),
+        &team,
+        program,
+    )
+    .await
+    .map_err(|e| export_status(&id, step, e))?;
     // Checked before the stream starts, so a missing file is a status, not a
     // broken stream.
     let what = if program {
@@ -209,24 +166,7 @@ pub async fn download(
             .map_err(|e| export_status(&id, step, e))?;
         Files::Sae(format)
     };
-    // Who took a team's weights is on the record (folded per minute like
-    // the other non-change rows).
-    let noted = format!(
-        "step {step}{}, {}",
-        if checkpoint.best { " (best)" } else { "" },
-        format.as_str_name()
-    );
-    ctx.auth
-        .record(
-            crate::model::AuditEntry::ok(
-                who,
-                "cohort.v1.TrainingService/DownloadCheckpoint",
-                &id,
-                &team,
-            )
-            .with("OK", noted),
-        )
-        .await;
+    record_download(ctx, who, &id, &team, &checkpoint, format).await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::spawn(async move {
         if let Err(e) = send_files(&source, what, step, &tx).await {
@@ -234,6 +174,94 @@ pub async fn download(
         }
     });
     Ok(ctx.until_stopping(ReceiverStream::new(rx)))
+}
+
+/// The checkpoint the request names: the best, a step, or the newest.
+fn choose(
+    req: &v1::DownloadCheckpointRequest,
+    steps: Vec<CheckpointRecord>,
+    best: Option<CheckpointRecord>,
+) -> Result<CheckpointRecord, ApiError> {
+    let chosen = match (req.best, req.step) {
+        (true, _) => best,
+        (false, None) => steps.into_iter().next(),
+        (false, Some(step)) => steps.into_iter().find(|c| c.step == step),
+    };
+    chosen.ok_or_else(|| {
+        let what = match (req.best, req.step) {
+            (true, _) => "no best checkpoint (it needs [validation])".to_string(),
+            (false, None) => "no complete checkpoint".to_string(),
+            (false, Some(s)) => format!("no complete checkpoint at step {s}"),
+        };
+        ApiError::CheckpointNotFound {
+            training_id: req.training_id.clone(),
+            what,
+        }
+    })
+}
+
+/// Where the checkpoint's files are read from: shared storage under its
+/// configured root and the training's id (never at a path an agent
+/// reported), else the agent that holds it.
+async fn open(
+    ctx: &Context,
+    who: &Principal,
+    checkpoint: &CheckpointRecord,
+    id: &str,
+    storage: Option<&str>,
+    team: &str,
+    program: bool,
+) -> Result<Source, ExportError> {
+    let step = checkpoint.step;
+    let location = match storage {
+        Some(storage) => crate::export::source::in_storage(
+            storage,
+            id,
+            &checkpoint.path,
+            checkpoint.best,
+            step,
+        )
+        .inspect_err(|e| {
+            tracing::warn!(training_id = %id, step, error = %e, "refusing a misplaced checkpoint");
+        })?,
+        None => checkpoint.path.clone(),
+    };
+    let env = ctx.storage_env.get(team).map(Vec::as_slice);
+    let (kind, actor, _) = who.actor();
+    let caller = format!("{kind}:{actor}");
+    let holder = Holder {
+        fleet: &ctx.fleet,
+        agent_id: &checkpoint.agent_id,
+        caller: &caller,
+    };
+    let layout = if program {
+        Layout::Program
+    } else {
+        Layout::Sae
+    };
+    Source::open(&location, storage.is_some(), holder, env, layout).await
+}
+
+/// Who took a team's weights is on the record (folded per minute like the
+/// other non-change rows).
+async fn record_download(
+    ctx: &Context,
+    who: &Principal,
+    id: &str,
+    team: &str,
+    checkpoint: &CheckpointRecord,
+    format: v1::CheckpointFormat,
+) {
+    let noted = format!(
+        "step {}{}, {}",
+        checkpoint.step,
+        if checkpoint.best { " (best)" } else { "" },
+        format.as_str_name()
+    );
+    let method = "cohort.v1.TrainingService/DownloadCheckpoint";
+    ctx.auth
+        .record(crate::model::AuditEntry::ok(who, method, id, team).with("OK", noted))
+        .await;
 }
 
 type Sender = tokio::sync::mpsc::Sender<Result<v1::CheckpointChunk, Status>>;

@@ -8,7 +8,7 @@
 
 use crate::alerts::{AlertKind, Severity};
 use crate::context::Context;
-use crate::model::JobState;
+use crate::model::{GpuSample, JobState};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -54,6 +54,13 @@ impl Family {
         }
     }
 
+    /// A family of one unlabelled series.
+    fn single(name: &'static str, kind: &'static str, help: &'static str, value: f64) -> Self {
+        let mut family = Self::new(name, kind, help);
+        family.series.push((String::new(), value));
+        family
+    }
+
     fn write(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
         let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
@@ -66,6 +73,96 @@ impl Family {
 /// The whole scrape: GPU gauges from the latest sample of every connected
 /// GPU, and cohort's own gauges and counters.
 pub async fn render(ctx: &Context, training_labels: bool) -> String {
+    let mut families = gpu_families(ctx, training_labels);
+    families.push(training_family(ctx).await);
+    families.extend(fleet_families(ctx));
+    families.extend(alert_families(ctx));
+    families.extend(ingest_families(ctx));
+    families.extend(scheduler_families(ctx));
+    let mut out = String::new();
+    for family in &families {
+        family.write(&mut out);
+    }
+    write_db_operations(&mut out, &ctx.db.op_metrics().snapshot());
+    out
+}
+
+/// How one GPU family reads its value from a sample (`None`: not reported).
+type Read = fn(&GpuSample) -> Option<f64>;
+
+/// The GPU families, dcgm-exporter's where one means the same, in order.
+const GPU_FAMILIES: [(&str, &str, &str, Read); 11] = [
+    (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gauge",
+        "GPU utilization (in %).",
+        |s| s.utilization_gpu_percent,
+    ),
+    (
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "Framebuffer memory used (in MiB).",
+        |s| Some((s.memory_used_bytes as f64 / MIB).floor()),
+    ),
+    (
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "Framebuffer memory free (in MiB).",
+        |s| Some((s.memory_total_bytes.saturating_sub(s.memory_used_bytes) as f64 / MIB).floor()),
+    ),
+    (
+        "DCGM_FI_DEV_GPU_TEMP",
+        "gauge",
+        "GPU temperature (in C).",
+        |s| s.temperature_celsius,
+    ),
+    (
+        "DCGM_FI_DEV_POWER_USAGE",
+        "gauge",
+        "Power draw (in W).",
+        |s| s.power_draw_watts,
+    ),
+    (
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "SM clock frequency (in MHz).",
+        |s| s.sm_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "Memory clock frequency (in MHz).",
+        |s| s.memory_clock_mhz.map(f64::from),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+        |s| s.ecc_errors_corrected.map(|v| v as f64),
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+        |s| s.ecc_errors_uncorrected.map(|v| v as f64),
+    ),
+    (
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gauge",
+        "Value of the last XID error encountered.",
+        |s| s.last_xid.map(f64::from),
+    ),
+    (
+        "cohort_gpu_xid_errors_total",
+        "counter",
+        "Critical XID errors since the GPU's agent began watching it.",
+        |s| s.xid_errors.map(|v| v as f64),
+    ),
+];
+
+/// One series per connected GPU in each GPU family, labelled as
+/// dcgm-exporter labels it plus `agent`, `training_id` and `rank`.
+fn gpu_families(ctx: &Context, training_labels: bool) -> Vec<Family> {
     let agents = ctx.fleet.agents();
     let hosts: HashMap<&str, &str> = agents
         .iter()
@@ -75,50 +172,10 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
         .iter()
         .flat_map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g.name.as_str())))
         .collect();
-
-    let mut util = Family::new("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).");
-    let mut fb_used = Family::new(
-        "DCGM_FI_DEV_FB_USED",
-        "gauge",
-        "Framebuffer memory used (in MiB).",
-    );
-    let mut fb_free = Family::new(
-        "DCGM_FI_DEV_FB_FREE",
-        "gauge",
-        "Framebuffer memory free (in MiB).",
-    );
-    let mut temp = Family::new("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).");
-    let mut power = Family::new("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).");
-    let mut sm_clock = Family::new(
-        "DCGM_FI_DEV_SM_CLOCK",
-        "gauge",
-        "SM clock frequency (in MHz).",
-    );
-    let mut mem_clock = Family::new(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "gauge",
-        "Memory clock frequency (in MHz).",
-    );
-    let mut sbe = Family::new(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "counter",
-        "Total number of single-bit volatile ECC errors.",
-    );
-    let mut dbe = Family::new(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "counter",
-        "Total number of double-bit volatile ECC errors.",
-    );
-    let mut xid_last = Family::new(
-        "DCGM_FI_DEV_XID_ERRORS",
-        "gauge",
-        "Value of the last XID error encountered.",
-    );
-    let mut xid_total = Family::new(
-        "cohort_gpu_xid_errors_total",
-        "counter",
-        "Critical XID errors since the GPU's agent began watching it.",
-    );
+    let mut families: Vec<Family> = GPU_FAMILIES
+        .iter()
+        .map(|(name, kind, help, _)| Family::new(name, kind, help))
+        .collect();
     for r in ctx.fleet.snapshot() {
         let s = &r.sample;
         let index = s.index.to_string();
@@ -143,30 +200,17 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
             ("training_id", &training_id),
             ("rank", &rank),
         ]);
-        let put = |family: &mut Family, value: Option<f64>| {
-            if let Some(v) = value {
+        for (family, (_, _, _, read)) in families.iter_mut().zip(GPU_FAMILIES.iter()) {
+            if let Some(v) = read(s) {
                 family.series.push((l.clone(), v));
             }
-        };
-        put(&mut util, s.utilization_gpu_percent);
-        put(
-            &mut fb_used,
-            Some((s.memory_used_bytes as f64 / MIB).floor()),
-        );
-        put(
-            &mut fb_free,
-            Some((s.memory_total_bytes.saturating_sub(s.memory_used_bytes) as f64 / MIB).floor()),
-        );
-        put(&mut temp, s.temperature_celsius);
-        put(&mut power, s.power_draw_watts);
-        put(&mut sm_clock, s.sm_clock_mhz.map(f64::from));
-        put(&mut mem_clock, s.memory_clock_mhz.map(f64::from));
-        put(&mut sbe, s.ecc_errors_corrected.map(|v| v as f64));
-        put(&mut dbe, s.ecc_errors_uncorrected.map(|v| v as f64));
-        put(&mut xid_last, s.last_xid.map(f64::from));
-        put(&mut xid_total, s.xid_errors.map(|v| v as f64));
+        }
     }
+    families
+}
 
+/// Trainings by state, every state present (0 when none).
+async fn training_family(ctx: &Context) -> Family {
     let mut trainings = Family::new("cohort_trainings", "gauge", "Trainings by state.");
     match ctx.db.count_trainings_by_state().await {
         Ok(counts) => {
@@ -180,18 +224,31 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
         }
         Err(e) => tracing::warn!(error = %e, "metrics: cannot count trainings"),
     }
-    let mut connected = Family::new("cohort_agents_connected", "gauge", "Agents connected now.");
-    connected.series.push((String::new(), agents.len() as f64));
-    let mut gpus = Family::new(
-        "cohort_gpus_connected",
-        "gauge",
-        "GPUs of the connected agents.",
-    );
-    gpus.series.push((
-        String::new(),
-        agents.iter().map(|a| a.gpus.len()).sum::<usize>() as f64,
-    ));
+    trainings
+}
 
+/// Agents and GPUs connected now.
+fn fleet_families(ctx: &Context) -> [Family; 2] {
+    let agents = ctx.fleet.agents();
+    let gpus = agents.iter().map(|a| a.gpus.len()).sum::<usize>();
+    [
+        Family::single(
+            "cohort_agents_connected",
+            "gauge",
+            "Agents connected now.",
+            agents.len() as f64,
+        ),
+        Family::single(
+            "cohort_gpus_connected",
+            "gauge",
+            "GPUs of the connected agents.",
+            gpus as f64,
+        ),
+    ]
+}
+
+/// Alerts active now by kind and severity, and raised since the start.
+fn alert_families(ctx: &Context) -> [Family; 2] {
     let active = ctx.alerts.active();
     let mut alerts = Family::new(
         "cohort_alerts_active",
@@ -206,94 +263,58 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
             n as f64,
         ));
     }
-    let mut raised = Family::new(
+    let raised = Family::single(
         "cohort_alerts_raised_total",
         "counter",
         "Alerts raised since the coordinator started.",
+        ctx.alerts.raised_total() as f64,
     );
-    raised
-        .series
-        .push((String::new(), ctx.alerts.raised_total() as f64));
+    [alerts, raised]
+}
+
+/// What the agents sent (and what was refused of it), and the telemetry
+/// watchers it fans out to.
+fn ingest_families(ctx: &Context) -> [Family; 6] {
     let (batches, samples) = ctx.fleet.ingested();
-    let mut batches_total = Family::new(
-        "cohort_telemetry_batches_ingested_total",
-        "counter",
-        "Telemetry batches (one agent's samples of one tick) ingested since start.",
-    );
-    batches_total.series.push((String::new(), batches as f64));
-    let mut samples_total = Family::new(
-        "cohort_telemetry_samples_ingested_total",
-        "counter",
-        "GPU samples ingested since start.",
-    );
-    samples_total.series.push((String::new(), samples as f64));
-    let mut refused_samples = Family::new(
-        "cohort_agent_refused_samples_total",
-        "counter",
-        "GPU samples refused because the sending agent did not register that GPU.",
-    );
-    refused_samples
-        .series
-        .push((String::new(), ctx.fleet.samples_refused() as f64));
-    let mut refused_events = Family::new(
-        "cohort_agent_refused_rank_events_total",
-        "counter",
-        "Rank events refused because the rank is not placed on the sending agent.",
-    );
-    refused_events
-        .series
-        .push((String::new(), ctx.refusals.rank_events() as f64));
     let watch = ctx.watchers.counts();
-    let mut watchers = Family::new(
-        "cohort_telemetry_watchers",
-        "gauge",
-        "Open WatchGpuMetrics streams.",
-    );
-    watchers.series.push((String::new(), watch.open as f64));
-    let mut lag_notices = Family::new(
-        "cohort_telemetry_watcher_lag_notices_total",
-        "counter",
-        "Times a watcher fell behind the live fan-out and was sent a lag notice.",
-    );
-    lag_notices
-        .series
-        .push((String::new(), watch.lag_notices as f64));
-
-    let [pass_last, pass_max, pass_looked_at, pass_rewritten] = scheduler_families(ctx);
-
-    let mut out = String::new();
-    for family in [
-        &util,
-        &fb_used,
-        &fb_free,
-        &temp,
-        &power,
-        &sm_clock,
-        &mem_clock,
-        &sbe,
-        &dbe,
-        &xid_last,
-        &xid_total,
-        &trainings,
-        &connected,
-        &gpus,
-        &alerts,
-        &raised,
-        &batches_total,
-        &samples_total,
-        &refused_samples,
-        &refused_events,
-        &watchers,
-        &lag_notices,
-        &pass_last,
-        &pass_max,
-        &pass_looked_at,
-        &pass_rewritten,
-    ] {
-        family.write(&mut out);
-    }
-    write_db_operations(&mut out, &ctx.db.op_metrics().snapshot());
-    out
+    [
+        Family::single(
+            "cohort_telemetry_batches_ingested_total",
+            "counter",
+            "Telemetry batches (one agent's samples of one tick) ingested since start.",
+            batches as f64,
+        ),
+        Family::single(
+            "cohort_telemetry_samples_ingested_total",
+            "counter",
+            "GPU samples ingested since start.",
+            samples as f64,
+        ),
+        Family::single(
+            "cohort_agent_refused_samples_total",
+            "counter",
+            "GPU samples refused because the sending agent did not register that GPU.",
+            ctx.fleet.samples_refused() as f64,
+        ),
+        Family::single(
+            "cohort_agent_refused_rank_events_total",
+            "counter",
+            "Rank events refused because the rank is not placed on the sending agent.",
+            ctx.refusals.rank_events() as f64,
+        ),
+        Family::single(
+            "cohort_telemetry_watchers",
+            "gauge",
+            "Open WatchGpuMetrics streams.",
+            watch.open as f64,
+        ),
+        Family::single(
+            "cohort_telemetry_watcher_lag_notices_total",
+            "counter",
+            "Times a watcher fell behind the live fan-out and was sent a lag notice.",
+            watch.lag_notices as f64,
+        ),
+    ]
 }
 
 /// What the scheduling passes cost: the last one, the slowest one, how many
@@ -301,35 +322,32 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
 /// rewrote.
 fn scheduler_families(ctx: &Context) -> [Family; 4] {
     let pass = ctx.jobs.pass_figures();
-    let mut last = Family::new(
-        "cohort_scheduler_pass_seconds",
-        "gauge",
-        "How long the last scheduling pass took.",
-    );
-    last.series.push((String::new(), pass.last.as_secs_f64()));
-    let mut max = Family::new(
-        "cohort_scheduler_pass_max_seconds",
-        "gauge",
-        "The slowest scheduling pass since the coordinator started.",
-    );
-    max.series.push((String::new(), pass.max.as_secs_f64()));
-    let mut looked_at = Family::new(
-        "cohort_scheduler_pass_trainings",
-        "gauge",
-        "Waiting trainings the last scheduling pass looked at.",
-    );
-    looked_at
-        .series
-        .push((String::new(), pass.looked_at as f64));
-    let mut rewritten = Family::new(
-        "cohort_scheduler_pass_reasons_rewritten",
-        "gauge",
-        "Pending reasons the last scheduling pass rewrote.",
-    );
-    rewritten
-        .series
-        .push((String::new(), pass.rewritten as f64));
-    [last, max, looked_at, rewritten]
+    [
+        Family::single(
+            "cohort_scheduler_pass_seconds",
+            "gauge",
+            "How long the last scheduling pass took.",
+            pass.last.as_secs_f64(),
+        ),
+        Family::single(
+            "cohort_scheduler_pass_max_seconds",
+            "gauge",
+            "The slowest scheduling pass since the coordinator started.",
+            pass.max.as_secs_f64(),
+        ),
+        Family::single(
+            "cohort_scheduler_pass_trainings",
+            "gauge",
+            "Waiting trainings the last scheduling pass looked at.",
+            pass.looked_at as f64,
+        ),
+        Family::single(
+            "cohort_scheduler_pass_reasons_rewritten",
+            "gauge",
+            "Pending reasons the last scheduling pass rewrote.",
+            pass.rewritten as f64,
+        ),
+    ]
 }
 
 /// The database's per-operation latency histogram and error counter.

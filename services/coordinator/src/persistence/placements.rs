@@ -47,18 +47,7 @@ fn place_batch_in(
     conn: &mut DbConnection,
     batch: &[NewPlacement],
 ) -> Result<Vec<Result<Placed, DatabaseError>>, DatabaseError> {
-    let ids: Vec<&str> = batch.iter().map(|n| n.training_id.as_str()).collect();
-    let mut current: HashMap<String, Training> = HashMap::with_capacity(batch.len());
-    for chunk in ids.chunks(ROWS_PER_INSERT) {
-        for row in trainings::table
-            .filter(trainings::id.eq_any(chunk))
-            .select(TrainingRow::as_select())
-            .load(conn)?
-        {
-            let t = Training::try_from(row)?;
-            current.insert(t.id.clone(), t);
-        }
-    }
+    let mut current = load_current(conn, batch)?;
     let at = now();
     let waited_since: Vec<Option<chrono::DateTime<chrono::Utc>>> = batch
         .iter()
@@ -83,11 +72,62 @@ fn place_batch_in(
             }
         }
     }
-    let placed: Vec<(&NewPlacement, JobState, &Training)> = batch
+    let placed: Vec<PlacedRow> = batch
         .iter()
         .zip(&out)
         .filter_map(|(new, t)| t.as_ref().ok().map(|(from, t)| (new, *from, t)))
         .collect();
+    insert_ranks(conn, &placed, at)?;
+    insert_transitions(conn, &placed, at)?;
+    insert_events(conn, &placed, at)?;
+    for (_, _, t) in &placed {
+        super::bell::note(&t.id, t.last_event_seq);
+    }
+    if !placed.is_empty() {
+        super::bell::note_state_change();
+    }
+    Ok(out
+        .into_iter()
+        .zip(waited_since)
+        .map(|(r, since)| {
+            r.map(|(_, training)| Placed {
+                waited_since: since.unwrap_or(training.create_time),
+                training,
+            })
+        })
+        .collect())
+}
+
+/// A training of the batch that is placed: its command, the state it
+/// leaves, and the training as placed.
+type PlacedRow<'a> = (&'a NewPlacement, JobState, &'a Training);
+
+/// The batch's trainings as they are now, by id.
+fn load_current(
+    conn: &mut DbConnection,
+    batch: &[NewPlacement],
+) -> Result<HashMap<String, Training>, DatabaseError> {
+    let ids: Vec<&str> = batch.iter().map(|n| n.training_id.as_str()).collect();
+    let mut current: HashMap<String, Training> = HashMap::with_capacity(batch.len());
+    for chunk in ids.chunks(ROWS_PER_INSERT) {
+        for row in trainings::table
+            .filter(trainings::id.eq_any(chunk))
+            .select(TrainingRow::as_select())
+            .load(conn)?
+        {
+            let t = Training::try_from(row)?;
+            current.insert(t.id.clone(), t);
+        }
+    }
+    Ok(current)
+}
+
+/// The placed trainings' rank maps, in multi-row inserts.
+fn insert_ranks(
+    conn: &mut DbConnection,
+    placed: &[PlacedRow],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DatabaseError> {
     let ranks: Vec<_> = placed
         .iter()
         .flat_map(|(new, _, t)| {
@@ -112,6 +152,15 @@ fn place_batch_in(
             .values(chunk)
             .execute(c))?;
     }
+    Ok(())
+}
+
+/// Their transitions to SCHEDULED.
+fn insert_transitions(
+    conn: &mut DbConnection,
+    placed: &[PlacedRow],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DatabaseError> {
     let transitions: Vec<NewTransitionRow> = placed
         .iter()
         .map(|(new, from, t)| NewTransitionRow {
@@ -128,6 +177,15 @@ fn place_batch_in(
             .values(chunk)
             .execute(c))?;
     }
+    Ok(())
+}
+
+/// Their state-change events.
+fn insert_events(
+    conn: &mut DbConnection,
+    placed: &[PlacedRow],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DatabaseError> {
     let events: Vec<EventRow> = placed
         .iter()
         .map(|(new, from, t)| {
@@ -151,22 +209,7 @@ fn place_batch_in(
             .values(chunk)
             .execute(c))?;
     }
-    for (_, _, t) in &placed {
-        super::bell::note(&t.id, t.last_event_seq);
-    }
-    if !placed.is_empty() {
-        super::bell::note_state_change();
-    }
-    Ok(out
-        .into_iter()
-        .zip(waited_since)
-        .map(|(r, since)| {
-            r.map(|(_, training)| Placed {
-                waited_since: since.unwrap_or(training.create_time),
-                training,
-            })
-        })
-        .collect())
+    Ok(())
 }
 
 /// A placement's training as it is once placed, with the state it leaves

@@ -93,105 +93,162 @@ struct RankAcc {
 pub fn summarize(
     facts: &TrainingFacts,
     events: &[StoredEvent],
-    mut gpu: BTreeMap<i32, RankGpuUsage>,
+    gpu: BTreeMap<i32, RankGpuUsage>,
 ) -> Summary {
-    let mut throughput = Vec::new();
-    // Sums of samples x ms and of ms over the windows (all, and without the
-    // warm-up windows), for the weighted mean.
-    let (mut all, mut steady) = ((0.0, 0.0), (0.0, 0.0));
-    let mut prev_step = 0;
-    let mut warmup = false;
-    let mut step_times = Vec::new();
-    let mut last_step = 0;
-    let mut total_steps = 0;
-    let mut last_loss = None;
-    let mut finished = None;
-    let mut ranks: BTreeMap<i32, RankAcc> = BTreeMap::new();
+    let mut run = Run::default();
     for event in events {
-        let EventPayload::Rank(line) = &event.payload else {
-            continue;
-        };
+        if let EventPayload::Rank(line) = &event.payload {
+            run.read(line);
+        }
+    }
+    let finished = run.finished;
+    Summary {
+        world_size: facts.world_size,
+        attempts: facts.attempts,
+        steps: finished.map_or(run.last_step, |f| f.0),
+        total_steps: run.total_steps,
+        final_loss: finished.map(|f| f.1).or(run.last_loss),
+        wall_time_s: facts.wall_time_s,
+        training_time_s: finished.map(|f| f.2),
+        mean_samples_per_sec: run.mean_samples_per_sec(),
+        best_samples_per_sec: max(&run.throughput),
+        step_time_p50_ms: percentile(&run.step_times, 50.0),
+        step_time_p90_ms: percentile(&run.step_times, 90.0),
+        step_time_p99_ms: percentile(&run.step_times, 99.0),
+        progress_windows: run.step_times.len() as u64,
+        ranks: rank_summaries(run.ranks, gpu),
+        quality: super::quality::quality(events),
+        program: super::program::program_metrics(events),
+    }
+}
+
+/// What the progress lines add up to, read in event order.
+#[derive(Default)]
+struct Run {
+    /// Each window's samples/s (and a program's reported rate).
+    throughput: Vec<f64>,
+    /// Sums of samples x ms and of ms over the windows (all, and without
+    /// the warm-up windows), for the weighted mean.
+    all: (f64, f64),
+    steady: (f64, f64),
+    prev_step: i64,
+    /// The next window is the first of an attempt.
+    warmup: bool,
+    step_times: Vec<f64>,
+    last_step: i64,
+    total_steps: i64,
+    last_loss: Option<f64>,
+    /// (step, loss, wall time) of the Finished line.
+    finished: Option<(i64, f64, f64)>,
+    ranks: BTreeMap<i32, RankAcc>,
+}
+
+impl Run {
+    fn read(&mut self, line: &ProgressLine) {
         match line {
             ProgressLine::Started {
-                total_steps: t,
+                total_steps,
                 start_step,
                 ..
             } => {
-                total_steps = *t;
-                prev_step = *start_step;
-                warmup = true;
+                self.total_steps = *total_steps;
+                self.prev_step = *start_step;
+                self.warmup = true;
             }
-            ProgressLine::Progress(Progress {
-                step,
-                total_steps: t,
-                loss,
-                samples_per_sec,
-                step_time_ms,
-                ..
-            }) => {
-                throughput.push(*samples_per_sec);
-                let steps = (step - prev_step).max(1);
-                let ms = step_time_ms * steps as f64;
-                all = (all.0 + samples_per_sec * ms, all.1 + ms);
-                if !(warmup && steps == 1) {
-                    steady = (steady.0 + samples_per_sec * ms, steady.1 + ms);
-                }
-                warmup = false;
-                prev_step = *step;
-                step_times.push(*step_time_ms);
-                last_step = *step;
-                total_steps = *t;
-                last_loss = Some(*loss);
-            }
-            ProgressLine::RankStats {
-                rank,
-                step_time_ms,
-                compute_ms,
-                comm_ms,
-                memory_bytes,
-                data_wait_ms,
-                memory_kind,
-                host_memory_bytes,
-                ..
-            } => {
-                let acc = ranks.entry(*rank as i32).or_default();
-                acc.memory_kind.clone_from(memory_kind);
-                acc.peak_host_memory = acc.peak_host_memory.max(*host_memory_bytes);
-                acc.data_waits.push(*data_wait_ms);
-                acc.windows += 1;
-                acc.step_times.push(*step_time_ms);
-                acc.compute_ms += compute_ms;
-                acc.comm_ms += comm_ms;
-                acc.peak_memory = acc.peak_memory.max(*memory_bytes);
+            ProgressLine::Progress(p) => self.progress(p),
+            ProgressLine::RankStats { rank, .. } => {
+                self.ranks.entry(*rank as i32).or_default().add(line)
             }
             ProgressLine::Finished {
                 step,
                 loss,
                 wall_time_s,
                 ..
-            } => finished = Some((*step, *loss, *wall_time_s)),
-            // A program's line: what it reported, nothing made up.
-            // (its `samples_per_sec`, when it reports one, is the throughput
-            // of the report and of the scaling table).
-            ProgressLine::Metrics(m) => {
-                if let Some(rate) = m.metrics.get("samples_per_sec").filter(|r| r.is_finite()) {
-                    throughput.push(*rate);
-                }
-                last_step = m.step;
-                if let Some(t) = m.total_steps {
-                    total_steps = t;
-                }
-                if m.loss.is_some() {
-                    last_loss = m.loss;
-                }
-            }
+            } => self.finished = Some((*step, *loss, *wall_time_s)),
+            ProgressLine::Metrics(m) => self.metrics(m),
             _ => {}
         }
     }
+
+    fn progress(&mut self, p: &Progress) {
+        self.throughput.push(p.samples_per_sec);
+        let steps = (p.step - self.prev_step).max(1);
+        let ms = p.step_time_ms * steps as f64;
+        self.all = (self.all.0 + p.samples_per_sec * ms, self.all.1 + ms);
+        if !(self.warmup && steps == 1) {
+            self.steady = (self.steady.0 + p.samples_per_sec * ms, self.steady.1 + ms);
+        }
+        self.warmup = false;
+        self.prev_step = p.step;
+        self.step_times.push(p.step_time_ms);
+        self.last_step = p.step;
+        self.total_steps = p.total_steps;
+        self.last_loss = Some(p.loss);
+    }
+
+    /// A program's line: what it reported, nothing made up (its
+    /// `samples_per_sec`, when it reports one, is the throughput of the
+    /// report and of the scaling table).
+    fn metrics(&mut self, m: &cohort_spec::metrics::Metrics) {
+        if let Some(rate) = m.metrics.get("samples_per_sec").filter(|r| r.is_finite()) {
+            self.throughput.push(*rate);
+        }
+        self.last_step = m.step;
+        if let Some(t) = m.total_steps {
+            self.total_steps = t;
+        }
+        if m.loss.is_some() {
+            self.last_loss = m.loss;
+        }
+    }
+
+    /// Weighted by each window's time: without the warm-up windows when
+    /// there are others, else all of them, else the plain mean.
+    fn mean_samples_per_sec(&self) -> Option<f64> {
+        [self.steady, self.all]
+            .into_iter()
+            .find(|(_, ms)| *ms > 0.0)
+            .map(|(sum, ms)| sum / ms)
+            .or_else(|| mean(&self.throughput))
+    }
+}
+
+impl RankAcc {
+    /// Adds one RankStats window.
+    fn add(&mut self, line: &ProgressLine) {
+        let ProgressLine::RankStats {
+            step_time_ms,
+            compute_ms,
+            comm_ms,
+            memory_bytes,
+            data_wait_ms,
+            memory_kind,
+            host_memory_bytes,
+            ..
+        } = line
+        else {
+            return;
+        };
+        self.memory_kind.clone_from(memory_kind);
+        self.peak_host_memory = self.peak_host_memory.max(*host_memory_bytes);
+        self.data_waits.push(*data_wait_ms);
+        self.windows += 1;
+        self.step_times.push(*step_time_ms);
+        self.compute_ms += compute_ms;
+        self.comm_ms += comm_ms;
+        self.peak_memory = self.peak_memory.max(*memory_bytes);
+    }
+}
+
+/// One summary per rank that reported stats or used a GPU.
+fn rank_summaries(
+    mut ranks: BTreeMap<i32, RankAcc>,
+    mut gpu: BTreeMap<i32, RankGpuUsage>,
+) -> Vec<RankSummary> {
     for rank in gpu.keys() {
         ranks.entry(*rank).or_default();
     }
-    let ranks = ranks
+    ranks
         .into_iter()
         .map(|(rank, acc)| {
             let busy = acc.compute_ms + acc.comm_ms;
@@ -208,27 +265,5 @@ pub fn summarize(
                 gpu: gpu.remove(&rank).unwrap_or_default(),
             }
         })
-        .collect();
-    Summary {
-        world_size: facts.world_size,
-        attempts: facts.attempts,
-        steps: finished.map_or(last_step, |f| f.0),
-        total_steps,
-        final_loss: finished.map(|f| f.1).or(last_loss),
-        wall_time_s: facts.wall_time_s,
-        training_time_s: finished.map(|f| f.2),
-        mean_samples_per_sec: [steady, all]
-            .into_iter()
-            .find(|(_, ms)| *ms > 0.0)
-            .map(|(sum, ms)| sum / ms)
-            .or_else(|| mean(&throughput)),
-        best_samples_per_sec: max(&throughput),
-        step_time_p50_ms: percentile(&step_times, 50.0),
-        step_time_p90_ms: percentile(&step_times, 90.0),
-        step_time_p99_ms: percentile(&step_times, 99.0),
-        progress_windows: step_times.len() as u64,
-        ranks,
-        quality: super::quality::quality(events),
-        program: super::program::program_metrics(events),
-    }
+        .collect()
 }

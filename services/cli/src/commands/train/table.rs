@@ -71,100 +71,15 @@ fn estimate_cell(t: &v1::Training, now: std::time::SystemTime) -> String {
 /// state transitions.
 pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent]>) -> String {
     let mut out = String::new();
-    let mut field = |name: &str, value: String| {
+    let fields = [
+        state_fields(t),
+        scheduling_fields(t),
+        progress_fields(t),
+        record_fields(t),
+    ];
+    for (name, value) in fields.into_iter().flatten() {
         let _ = writeln!(out, "{:<14}{value}", format!("{name}:"));
-    };
-    field("id", t.id.clone());
-    if !t.display_name.is_empty() {
-        field("name", t.display_name.clone());
     }
-    field("state", state_cell(t));
-    if !t.state_reason.is_empty() {
-        field("reason", t.state_reason.clone());
-    }
-    let now = std::time::SystemTime::now();
-    if let Some(at) = &t.estimated_start_time {
-        field(
-            "starts",
-            format!("{} ({})", time(Some(at)), until(Some(at), now)),
-        );
-    }
-    if let Some(at) = &t.estimated_end_time {
-        field(
-            "ends",
-            format!("{} ({})", time(Some(at)), until(Some(at), now)),
-        );
-    }
-    if !t.estimate_reason.is_empty() {
-        field("estimate", t.estimate_reason.clone());
-    }
-    field("world size", t.world_size.to_string());
-    field(
-        "attempt",
-        format!(
-            "{} (restarts {}/{})",
-            t.attempt, t.restart_count, t.max_restarts
-        ),
-    );
-    field(
-        "priority",
-        if t.priority_class.is_empty() {
-            t.priority.to_string()
-        } else {
-            format!("{} ({})", t.priority_class, t.priority)
-        },
-    );
-    field(
-        "sharing",
-        format!(
-            "preempted {} time(s){}{}",
-            t.preemption_count,
-            if t.borrow { "" } else { ", never borrows" },
-            if t.borrowing { ", borrowing now" } else { "" }
-        ),
-    );
-    if !t.labels.is_empty() {
-        let mut labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        labels.sort();
-        field("labels", labels.join(" "));
-    }
-    if let Some(r) = &t.gpu_request {
-        field("gpus", gpu_request(r));
-    }
-    if let Some(c) = &t.config {
-        field("config", config_summary(c));
-    }
-    if let Some(p) = &t.latest_program_progress {
-        field("progress", crate::render::program::progress_text(p));
-    }
-    if let Some(p) = &t.latest_progress {
-        field(
-            "progress",
-            format!(
-                "step {}/{}  loss {}  {:.0} samples/s",
-                p.step,
-                p.total_steps,
-                float(p.loss),
-                p.samples_per_sec
-            ),
-        );
-        field("quality", crate::render::progress::sae_metrics(p));
-        field(
-            "numerics",
-            format!(
-                "grad norm {}  non-finite steps {}  loss scale {}",
-                float(p.grad_norm),
-                p.nonfinite_steps,
-                float(p.loss_scale)
-            ),
-        );
-    }
-    if !t.request_id.is_empty() {
-        field("request id", t.request_id.clone());
-    }
-    field("created", time(t.create_time.as_ref()));
-    field("started", time(t.start_time.as_ref()));
-    field("ended", time(t.end_time.as_ref()));
     if !t.ranks.is_empty() {
         out.push('\n');
         out.push_str(&ranks(&t.ranks));
@@ -176,6 +91,123 @@ pub fn training_detail(t: &v1::Training, transitions: Option<&[v1::TrainingEvent
         out.push('\n');
     }
     out.trim_end().to_string()
+}
+
+type Fields = Vec<(&'static str, String)>;
+
+/// Which training, its state and when it is expected to start or end.
+fn state_fields(t: &v1::Training) -> Fields {
+    let mut f: Fields = vec![("id", t.id.clone())];
+    if !t.display_name.is_empty() {
+        f.push(("name", t.display_name.clone()));
+    }
+    f.push(("state", state_cell(t)));
+    if !t.state_reason.is_empty() {
+        f.push(("reason", t.state_reason.clone()));
+    }
+    let now = std::time::SystemTime::now();
+    if let Some(at) = &t.estimated_start_time {
+        f.push((
+            "starts",
+            format!("{} ({})", time(Some(at)), until(Some(at), now)),
+        ));
+    }
+    if let Some(at) = &t.estimated_end_time {
+        f.push((
+            "ends",
+            format!("{} ({})", time(Some(at)), until(Some(at), now)),
+        ));
+    }
+    if !t.estimate_reason.is_empty() {
+        f.push(("estimate", t.estimate_reason.clone()));
+    }
+    f
+}
+
+/// Its size, attempts, priority, sharing, labels, GPUs and config.
+fn scheduling_fields(t: &v1::Training) -> Fields {
+    let mut f: Fields = vec![
+        ("world size", t.world_size.to_string()),
+        (
+            "attempt",
+            format!(
+                "{} (restarts {}/{})",
+                t.attempt, t.restart_count, t.max_restarts
+            ),
+        ),
+        (
+            "priority",
+            if t.priority_class.is_empty() {
+                t.priority.to_string()
+            } else {
+                format!("{} ({})", t.priority_class, t.priority)
+            },
+        ),
+        (
+            "sharing",
+            format!(
+                "preempted {} time(s){}{}",
+                t.preemption_count,
+                if t.borrow { "" } else { ", never borrows" },
+                if t.borrowing { ", borrowing now" } else { "" }
+            ),
+        ),
+    ];
+    if !t.labels.is_empty() {
+        let mut labels: Vec<String> = t.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        labels.sort();
+        f.push(("labels", labels.join(" ")));
+    }
+    if let Some(r) = &t.gpu_request {
+        f.push(("gpus", gpu_request(r)));
+    }
+    if let Some(c) = &t.config {
+        f.push(("config", config_summary(c)));
+    }
+    f
+}
+
+/// Its latest progress: a program's, or the SAE's with its quality and numerics.
+fn progress_fields(t: &v1::Training) -> Fields {
+    let mut f = Fields::new();
+    if let Some(p) = &t.latest_program_progress {
+        f.push(("progress", crate::render::program::progress_text(p)));
+    }
+    if let Some(p) = &t.latest_progress {
+        f.push((
+            "progress",
+            format!(
+                "step {}/{}  loss {}  {:.0} samples/s",
+                p.step,
+                p.total_steps,
+                float(p.loss),
+                p.samples_per_sec
+            ),
+        ));
+        f.push(("quality", crate::render::progress::sae_metrics(p)));
+        f.push((
+            "numerics",
+            format!(
+                "grad norm {}  non-finite steps {}  loss scale {}",
+                float(p.grad_norm),
+                p.nonfinite_steps,
+                float(p.loss_scale)
+            ),
+        ));
+    }
+    f
+}
+
+/// Its request id and times.
+fn record_fields(t: &v1::Training) -> Fields {
+    let mut f = Fields::new();
+    if !t.request_id.is_empty() {
+        f.push(("request id", t.request_id.clone()));
+    }
+    f.push(("created", time(t.create_time.as_ref())));
+    f.push(("started", time(t.start_time.as_ref())));
+    f.push(("ended", time(t.end_time.as_ref())));
+    f
 }
 
 /// A GPU request in words, e.g. `2 GPUs, queue when busy`.
