@@ -5,13 +5,13 @@ mod peers;
 
 use crate::bins::{binaries, Binaries};
 use crate::db::{Backend, TestDatabase};
-use crate::procs::{self, ChildProc, MARK_VAR};
+use crate::launch;
+use crate::procs::{self, ChildProc};
 use cohort_proto::v1;
 use cohort_proto::v1::gpu_service_client::GpuServiceClient;
 use cohort_testkit::PortLease;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -75,7 +75,7 @@ impl ClusterOptions {
 pub struct Cluster {
     pub options: ClusterOptions,
     pub bins: Binaries,
-    /// This cluster's value of [`MARK_VAR`], inherited by agents and ranks.
+    /// This cluster's value of [`crate::procs::MARK_VAR`], inherited by agents and ranks.
     pub mark: String,
     pub port: u16,
     coordinator: Option<ChildProc>,
@@ -223,26 +223,14 @@ impl Cluster {
         let port = lease.port();
         let data_dir = self.root().join(name);
         let log = self.root().join(format!("{name}.log"));
-        let mut command = Command::new(&self.bins.coordinator);
+        let mut command = launch::coordinator(&self.bins, port, &data_dir, &self.mark);
         command
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--listen-fd", "3"])
-            .arg("--data-dir")
-            .arg(&data_dir)
             .args(
                 self.db
                     .coordinator_args_via(self.options.database_via.as_deref()),
             )
             .args(&self.options.coordinator_args)
             .args(extra)
-            .env(MARK_VAR, &self.mark)
-            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
-            .env("NO_COLOR", "1")
-            .env_remove("COHORT_DATABASE_URL")
-            .env_remove("COHORT_LISTEN")
-            .env_remove("COHORT_DATA_DIR")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .envs(self.options.env.iter().cloned());
         lease.pass_to(&mut command, 3);
         let _ = std::fs::write(&log, format!("---- {name} start #{start} ----\n"));
@@ -253,22 +241,16 @@ impl Cluster {
     /// Polls grpc.health.v1 Check of TrainingService until SERVING: up,
     /// and leading (at once on SQLite; on PostgreSQL once elected).
     async fn wait_serving(&mut self) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + COORDINATOR_READY_TIMEOUT;
-        let mut last = String::new();
-        while tokio::time::Instant::now() < deadline {
-            if let Some(status) = self.coordinator.as_mut().and_then(|c| c.try_exit()) {
-                return Err(format!("the coordinator exited ({status}) before serving"));
+        let mut process = self.coordinator.take().expect("a coordinator was started");
+        let serving = launch::until_ready(&mut process, COORDINATOR_READY_TIMEOUT, || async {
+            match self.health("cohort.v1.TrainingService").await? {
+                ServingStatus::Serving => Ok(()),
+                other => Err(format!("{other:?}")),
             }
-            match self.health("cohort.v1.TrainingService").await {
-                Ok(ServingStatus::Serving) => return Ok(()),
-                Ok(other) => last = format!("{other:?}"),
-                Err(e) => last = e,
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(format!(
-            "the coordinator was not SERVING within {COORDINATOR_READY_TIMEOUT:?} (last: {last})"
-        ))
+        })
+        .await;
+        self.coordinator = Some(process);
+        serving.map_err(|e| format!("the coordinator was not SERVING: {e}"))
     }
 
     /// grpc.health.v1 Check of `service` ("" for the whole server).
@@ -281,38 +263,23 @@ impl Cluster {
         let work_dir = self.agent_work_dir(i);
         std::fs::create_dir_all(&work_dir).expect("agent work dir");
         let log = self.root().join(format!("agent-{i}.log"));
-        let mut command = Command::new(&self.bins.agent);
-        command
-            .arg("--coordinator")
-            .arg(self.coordinator_urls().join(","))
-            .arg("--name")
-            .arg(self.agent_name(i))
-            .arg("--simulate-gpus")
-            .arg(self.options.gpus_per_agent.to_string())
-            .arg("--address")
-            .arg("127.0.0.1")
-            .arg("--work-dir")
-            .arg(&work_dir)
-            .arg("--rank-binary")
-            .arg(&self.bins.rank)
-            .arg("--interval")
-            .arg("500ms")
-            .arg("--stop-grace")
-            .arg("3s")
-            .args(&self.options.agent_args)
-            .args(procs::rank_env_file(
-                &work_dir,
-                &self.mark,
-                &self.options.env,
-            ))
-            .env(MARK_VAR, &self.mark)
-            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
-            .env("NO_COLOR", "1")
-            .env_remove("COHORT_COORDINATOR")
-            .env_remove("COHORT_AGENT_NAME")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .envs(self.options.env.iter().cloned());
         let name = self.agent_name(i);
+        let coordinators = self.coordinator_urls().join(",");
+        let mut command = launch::agent(
+            &self.bins,
+            &launch::AgentLaunch {
+                coordinators: &coordinators,
+                name: &name,
+                gpus: self.options.gpus_per_agent,
+                work_dir: &work_dir,
+                interval: "500ms",
+                mark: &self.mark,
+                rank_env: &self.options.env,
+            },
+        );
+        command
+            .args(&self.options.agent_args)
+            .envs(self.options.env.iter().cloned());
         let agent = ChildProc::spawn(&name, command, &log);
         if i < self.agents.len() {
             self.agents[i] = agent;

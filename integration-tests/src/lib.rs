@@ -6,6 +6,8 @@
 //! - [`db`]: the test database (a SQLite file or a private PostgreSQL schema)
 //!   and direct reads of what the coordinator wrote.
 //! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
+//! - [`launch`]: the coordinator's and the agents' command lines, and
+//!   waiting until a started process is ready, for both harnesses.
 //! - [`s3`]: moto's S3 server on 127.0.0.1 and test shards uploaded to it.
 //! - [`proxy`]: a TCP proxy to cut (PostgreSQL gone, from the coordinator's side).
 //! - [`procs`]: child processes in their own process groups, and a scan of
@@ -18,6 +20,7 @@ pub mod cluster;
 pub mod db;
 pub mod faults;
 pub mod job;
+pub mod launch;
 pub mod otlp;
 pub mod procs;
 pub mod program;

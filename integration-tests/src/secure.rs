@@ -4,7 +4,8 @@
 
 use crate::bins::{binaries, Binaries};
 use crate::cluster::CLI_TIMEOUT;
-use crate::procs::{ChildProc, MARK_VAR};
+use crate::launch;
+use crate::procs::ChildProc;
 use cohort_testkit::PortLease;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -194,6 +195,28 @@ impl SecureCoordinator {
         }
     }
 
+    /// A token-auth coordinator (with `extra` flags), started, with the
+    /// bootstrap tokens ops/root (cluster-admin), vision/dev and nlp/dev
+    /// (editors), in that order.
+    pub async fn with_team_tokens(
+        dir: &Path,
+        extra: Vec<String>,
+    ) -> (SecureCoordinator, [String; 3]) {
+        let mut c = SecureCoordinator::new(
+            dir,
+            SecureOptions {
+                auth: "token".into(),
+                extra,
+                ..Default::default()
+            },
+        );
+        let root = c.bootstrap_token("ops", "root", "cluster-admin");
+        let vision = c.bootstrap_token("vision", "dev", "editor");
+        let nlp = c.bootstrap_token("nlp", "dev", "editor");
+        c.start().await;
+        (c, [root, vision, nlp])
+    }
+
     /// `cohort-coordinator token create` against the data dir: the secret.
     pub fn bootstrap_token(&self, team: &str, name: &str, role: &str) -> String {
         let output = Command::new(&self.bins.coordinator)
@@ -215,31 +238,11 @@ impl SecureCoordinator {
     /// Starts the coordinator and waits until it answers (health is open).
     pub async fn start(&mut self) {
         let log = self.root.join("coordinator.log");
-        let mut command = Command::new(&self.bins.coordinator);
+        let mut command = launch::coordinator(&self.bins, self.port, &self.data_dir, &self.mark);
         command
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .args(["--listen-fd", "3"])
-            .arg("--data-dir")
-            .arg(&self.data_dir)
             .arg("--auth")
             .arg(&self.options.auth)
-            .args(&self.options.extra)
-            .env(MARK_VAR, &self.mark)
-            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
-            .env("NO_COLOR", "1");
-        for var in [
-            "COHORT_DATABASE_URL",
-            "COHORT_LISTEN",
-            "COHORT_DATA_DIR",
-            "COHORT_AUTH",
-            "COHORT_TLS_CERT",
-            "COHORT_TLS_KEY",
-            "COHORT_AGENT_CA",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ] {
-            command.env_remove(var);
-        }
+            .args(&self.options.extra);
         if let Some(tls) = &self.options.tls {
             command
                 .arg("--tls-cert")
@@ -256,22 +259,18 @@ impl SecureCoordinator {
             .unwrap_or_else(|| PortLease::on(port))
             .unwrap_or_else(|e| panic!("port {port} is taken: {e}"));
         lease.pass_to(&mut command, 3);
-        self.process = Some(ChildProc::spawn("coordinator", command, &log));
+        let mut process = ChildProc::spawn("coordinator", command, &log);
         drop(lease);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.process.as_mut().and_then(|p| p.try_exit()) {
-                panic!("the coordinator exited ({status}):\n{}", self.log());
-            }
-            if self.try_channel().await.is_ok() {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the coordinator did not listen within 60 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let listening = launch::until_ready(&mut process, Duration::from_secs(60), || async {
+            self.try_channel()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:?}"))
+        })
+        .await;
+        self.process = Some(process);
+        if let Err(e) = listening {
+            panic!("the coordinator did not listen: {e}\n{}", self.log());
         }
     }
 
@@ -376,40 +375,23 @@ impl SecureCoordinator {
     pub fn start_agent(&mut self, file: &str, name: &str, gpus: usize, flags: &[String]) {
         let work_dir = self.root.join(file);
         std::fs::create_dir_all(&work_dir).expect("agent work dir");
-        let mut command = Command::new(&self.bins.agent);
-        command
-            .arg("--coordinator")
-            .arg(self.url())
-            .args([
-                "--name",
+        let url = self.url();
+        let mut command = launch::agent(
+            &self.bins,
+            &launch::AgentLaunch {
+                coordinators: &url,
                 name,
-                "--address",
-                "127.0.0.1",
-                "--interval",
-                "300ms",
-            ])
-            .args(["--stop-grace", "3s", "--simulate-gpus", &gpus.to_string()])
-            .arg("--work-dir")
-            .arg(&work_dir)
-            .arg("--rank-binary")
-            .arg(&self.bins.rank)
+                gpus,
+                work_dir: &work_dir,
+                interval: "300ms",
+                mark: &self.mark,
+                rank_env: &[],
+            },
+        );
+        command
             .args(flags)
-            .args(crate::procs::rank_env_file(&work_dir, &self.mark, &[]))
             // A secret of the agent's host that no rank may see.
-            .env("AWS_SECRET_ACCESS_KEY", "the-agent-host-s-own")
-            .env(MARK_VAR, &self.mark)
-            .env("RUST_LOG", "info,h2=warn,tower=warn,hyper=warn,tonic=warn")
-            .env("NO_COLOR", "1");
-        for var in [
-            "COHORT_COORDINATOR",
-            "COHORT_AGENT_NAME",
-            "COHORT_AGENT_TLS_CA",
-            "COHORT_AGENT_TLS_CERT",
-            "COHORT_AGENT_TLS_KEY",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ] {
-            command.env_remove(var);
-        }
+            .env("AWS_SECRET_ACCESS_KEY", "the-agent-host-s-own");
         let log = self.root.join(format!("{file}.log"));
         self.agents.push(ChildProc::spawn(file, command, &log));
     }

@@ -7,7 +7,7 @@
 //! to anyone but a cluster-admin.
 
 use cohort_integration_tests::bins::binaries;
-use cohort_integration_tests::secure::{authed, SecureCoordinator, SecureOptions};
+use cohort_integration_tests::secure::{authed, SecureCoordinator};
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::error::Reason;
@@ -286,16 +286,7 @@ async fn agents_doctor_through_the_coordinator_on_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_cluster_admin_runs_the_doctor_and_it_is_audited() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let editor = c.bootstrap_token("vision", "dev", "editor");
-    c.start().await;
+    let (mut c, [root, editor, _]) = SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
     c.start_agent("agent-a", "agent-a", 1, &[]);
     let mut client = AgentServiceClient::new(c.channel().await);
     eventually("the agent to connect", Duration::from_secs(30), || {

@@ -5,7 +5,7 @@
 //! a training that may not borrow waits within its team's guarantee.
 
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::secure::{authed, SecureCoordinator, SecureOptions};
+use cohort_integration_tests::secure::{authed, SecureCoordinator};
 use cohort_integration_tests::SaeJob;
 use cohort_proto::error::Reason;
 use cohort_proto::v1;
@@ -89,17 +89,8 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
         .prefix("cohort-lend-")
         .tempdir()
         .unwrap();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let vision = c.bootstrap_token("vision", "dev", "editor");
-    let nlp = c.bootstrap_token("nlp", "dev", "editor");
-    c.start().await;
+    let (mut c, [root, vision, nlp]) =
+        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
     c.start_agent("agent-0", "agent-0", 2, &[]);
     let teams = Teams {
         c,

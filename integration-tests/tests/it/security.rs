@@ -856,7 +856,8 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
     let dir = temp();
-    let (mut c, [root, vision, nlp]) = with_team_tokens(dir.path()).await;
+    let (mut c, [root, vision, nlp]) =
+        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
     c.start_agent("agent-0", "agent-0", 3, &[]);
     eventually("three GPUs", AGENT_TIMEOUT, || async {
         let n = live_gpus(&c, &root).await?.len();
@@ -1146,23 +1147,6 @@ fn write_npy(path: &std::path::Path, rows: usize, cols: usize) {
     std::fs::write(path, bytes).unwrap();
 }
 
-/// A token-auth coordinator, started, with the bootstrap tokens ops/root
-/// (cluster-admin), vision/dev and nlp/dev (editors).
-async fn with_team_tokens(dir: &std::path::Path) -> (SecureCoordinator, [String; 3]) {
-    let mut c = SecureCoordinator::new(
-        dir,
-        SecureOptions {
-            auth: "token".into(),
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let vision = c.bootstrap_token("vision", "dev", "editor");
-    let nlp = c.bootstrap_token("nlp", "dev", "editor");
-    c.start().await;
-    (c, [root, vision, nlp])
-}
-
 /// Submits `config` as the holder of `token`; the new training's id.
 async fn submit_as(c: &SecureCoordinator, token: &str, config: &std::path::Path) -> String {
     let out = c
@@ -1217,7 +1201,8 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_teams_on_one_agent_reach_only_their_own() {
     let dir = temp();
-    let (mut c, [root, vision, nlp]) = with_team_tokens(dir.path()).await;
+    let (mut c, [root, vision, nlp]) =
+        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
     let (vision_dir, nlp_dir) = (dir.path().join("vision"), dir.path().join("nlp"));
     std::fs::create_dir_all(&vision_dir).unwrap();
     std::fs::create_dir_all(&nlp_dir).unwrap();
@@ -1323,17 +1308,8 @@ async fn a_team_s_checkpoints_in_s3_come_out_with_its_own_credentials() {
     let text: String = s3.env().iter().map(|(k, v)| format!("{k}={v}\n")).collect();
     std::fs::write(&env_file, text).unwrap();
     let team_env = format!("vision={}", env_file.display());
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            extra: vec!["--team-env-file".into(), team_env.clone()],
-            ..Default::default()
-        },
-    );
-    let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    let vision = c.bootstrap_token("vision", "dev", "editor");
-    c.start().await;
+    let extra = vec!["--team-env-file".into(), team_env.clone()];
+    let (mut c, [root, vision, _]) = SecureCoordinator::with_team_tokens(dir.path(), extra).await;
     c.start_agent(
         "agent-0",
         "agent-0",
