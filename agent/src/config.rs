@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     /// The coordinators' URLs, comma-separated (a bootstrap list), e.g.
-    /// `http://127.0.0.1:50051`; see [`Targets`].
+    /// `http://127.0.0.1:50051`; see [`crate::connect::Targets`].
     pub coordinator: String,
     pub agent_name: String,
     pub host_name: String,

@@ -6,15 +6,32 @@
 //! the database reports a serialization failure or a busy/stale SQLite
 //! snapshot, and logs its latency. Migrations are embedded and applied at open.
 //!
-//! Queries are grouped by table family: [`trainings`] (jobs and their state
-//! history) and [`events`] (the sequence-numbered event history).
+//! Queries are grouped by what they are about, each module owning its
+//! tables (`schema.rs` holds them all, `rows.rs` their row structs):
+//!
+//! - a training's life: `lifecycle/` (creates and their group commit,
+//!   placements, restarts) over `trainings`, `state_transitions`,
+//!   `training_labels`; [`trainings`] (state changes and reads); [`ranks`]
+//!   (`ranks`); [`events`] (`training_events`); [`checkpoints`]
+//!   (`checkpoints`, `best_checkpoints`); [`notices`] (`training_notices`);
+//!   [`estimates`] (`training_estimates`); [`waiting`] and [`details`]
+//!   (reads for the scheduler and for a page of trainings);
+//! - the fleet: [`fleet`] (`agents`, `gpus`), [`maintenance`] (cordons,
+//!   drains, quarantined GPUs), [`gpu_metrics`] (`gpu_metrics`,
+//!   `gpu_metrics_rollup`), [`alerts`] (`alerts`);
+//! - teams: [`tokens`] (`tokens`), [`quotas`] (`team_quotas`),
+//!   [`sharing`] (`team_usage`), [`audit`] (`audit_events`);
+//! - coordinators (PostgreSQL only, outside diesel's schema): [`lease`]
+//!   (`coordinator_lease`) and `members.rs` (`coordinator_members`);
+//! - the machinery: `connection.rs`, `pool.rs`, [`measure`], [`exclusive`]
+//!   (one coordinator per SQLite file), `bell.rs` (waking watchers after a
+//!   commit), `error.rs` and `logical.rs` (what can go wrong).
 
 pub mod alerts;
 pub mod audit;
 mod bell;
 pub mod checkpoints;
 mod connection;
-mod creates;
 pub mod details;
 mod error;
 pub mod estimates;
@@ -24,15 +41,13 @@ pub mod fleet;
 pub mod gpu_metrics;
 mod labels;
 pub mod lease;
+mod lifecycle;
 mod logical;
 pub mod maintenance;
 pub mod measure;
 mod members;
 pub mod notices;
-pub mod placements;
 mod pool;
-mod queue_counts;
-mod queued_rows;
 pub mod quotas;
 pub mod ranks;
 mod rows;
@@ -45,9 +60,10 @@ pub mod waiting;
 pub use bell::EventBell;
 pub use checkpoints::{CheckpointRecord, Recorded};
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
-pub use creates::{Created, NewTraining};
 pub use error::{DatabaseError, LogicalError};
 pub use fleet::AgentRegistration;
+pub use lifecycle::creates::{Created, NewTraining};
+pub use lifecycle::placements;
 pub use measure::{OpMetrics, OpStats};
 /// How long after its last use a pooled connection is handed out untested.
 pub use pool::FRESH as POOL_FRESH_WINDOW;
@@ -95,7 +111,7 @@ pub struct Persistence {
     /// Set on PostgreSQL coordinators that elect a leader: writes pass it.
     fence: Option<std::sync::Arc<lease::Fence>>,
     /// The group commit of CreateTraining, started by the first create.
-    creates: std::sync::Arc<std::sync::OnceLock<creates::CreateQueue>>,
+    creates: std::sync::Arc<std::sync::OnceLock<lifecycle::creates::CreateQueue>>,
 }
 
 impl std::fmt::Debug for Persistence {

@@ -12,10 +12,10 @@
 //! again one create per transaction, so each caller gets its own outcome.
 
 use super::queue_counts::QueueCounts;
-use super::rows::{now, request_key, to_db_time, TrainingRow};
-use super::schema::{team_quotas, trainings};
-use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{AuditEntry, GpuRequest, JobState, Training};
+use crate::persistence::rows::{now, request_key, to_db_time, TrainingRow};
+use crate::persistence::schema::{team_quotas, trainings};
+use crate::persistence::{DatabaseError, DbConnection, LogicalError, Persistence};
 use cohort_spec::Workload;
 use diesel::prelude::*;
 use std::collections::hash_map::Entry;
@@ -304,21 +304,24 @@ struct Pending {
 
 /// The queue of creates in front of the worker that writes them.
 #[derive(Debug)]
-pub(super) struct CreateQueue {
+pub(in crate::persistence) struct CreateQueue {
     tx: mpsc::Sender<Pending>,
 }
 
 impl CreateQueue {
     /// Starts the worker on the current runtime. It ends when the queue is
     /// dropped, so `db` must not hold this queue (see [`Persistence::detached`]).
-    pub(super) fn start(db: Persistence) -> Self {
+    pub(in crate::persistence) fn start(db: Persistence) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         tokio::spawn(work(db, rx));
         Self { tx }
     }
 
     /// Hands `new` to the worker and waits for its outcome.
-    pub(super) async fn submit(&self, new: NewTraining) -> Result<Created, DatabaseError> {
+    pub(in crate::persistence) async fn submit(
+        &self,
+        new: NewTraining,
+    ) -> Result<Created, DatabaseError> {
         let (reply, outcome) = oneshot::channel();
         self.tx
             .send(Pending { new, reply })

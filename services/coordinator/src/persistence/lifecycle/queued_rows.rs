@@ -12,12 +12,12 @@
 //! foreign keys of transitions, events and labels to their training hold:
 //! PostgreSQL checks them at the end of the statement, after every CTE.
 
-use super::connection::on_backend;
-use super::labels::LabelRow;
-use super::rows::{to_db_time, EventRow, NewTransitionRow, TrainingRow};
-use super::schema::{state_transitions, training_events, training_labels, trainings};
-use super::{DatabaseError, DbConnection};
 use crate::model::{AuditEntry, EventPayload, JobState, StateChange};
+use crate::persistence::connection::on_backend;
+use crate::persistence::labels::LabelRow;
+use crate::persistence::rows::{to_db_time, EventRow, NewTransitionRow, TrainingRow};
+use crate::persistence::schema::{state_transitions, training_events, training_labels, trainings};
+use crate::persistence::{DatabaseError, DbConnection};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::pg::Pg;
 use diesel::prelude::*;
@@ -63,8 +63,8 @@ pub(super) fn insert(
             event_time: row.create_time,
         })
         .collect();
-    let parsed = super::labels::parse(rows)?;
-    let labels = super::labels::rows_of(&parsed);
+    let parsed = crate::persistence::labels::parse(rows)?;
+    let labels = crate::persistence::labels::rows_of(&parsed);
     match conn {
         DbConnection::Pg(pg) => {
             let statement = OneStatement {
@@ -100,14 +100,14 @@ pub(super) fn insert(
                     .values(&events)
                     .execute(c))?;
             }
-            super::audit::insert_all_in(conn, audits, audit_time)?;
+            crate::persistence::audit::insert_all_in(conn, audits, audit_time)?;
         }
     }
     for row in rows {
-        super::bell::note(&row.id, 1);
+        crate::persistence::bell::note(&row.id, 1);
     }
     if !rows.is_empty() {
-        super::bell::note_state_change();
+        crate::persistence::bell::note_state_change();
     }
     Ok(())
 }

@@ -1,15 +1,16 @@
 //! Placing a training: the rank map of an attempt written with the state
 //! change, the trainings that hold GPUs now, and the start of a restart.
 
-use super::connection::on_backend;
-use super::ranks::RankRow;
-use super::rows::{from_db_time, now, to_db_time, EventRow, NewTransitionRow, TrainingRow};
-use super::schema::{ranks, state_transitions, training_events, trainings};
-use super::trainings::transition_in;
-use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{
     EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training,
 };
+use crate::persistence::connection::on_backend;
+use crate::persistence::ranks::RankRow;
+use crate::persistence::rows::{
+    from_db_time, now, to_db_time, EventRow, NewTransitionRow, TrainingRow,
+};
+use crate::persistence::schema::{ranks, state_transitions, training_events, trainings};
+use crate::persistence::{DatabaseError, DbConnection, LogicalError, Persistence};
 use diesel::prelude::*;
 use std::collections::{HashMap, HashSet};
 
@@ -81,10 +82,10 @@ fn place_batch_in(
     insert_transitions(conn, &placed, at)?;
     insert_events(conn, &placed, at)?;
     for (_, _, t) in &placed {
-        super::bell::note(&t.id, t.last_event_seq);
+        crate::persistence::bell::note(&t.id, t.last_event_seq);
     }
     if !placed.is_empty() {
-        super::bell::note_state_change();
+        crate::persistence::bell::note_state_change();
     }
     Ok(out
         .into_iter()
@@ -440,36 +441,6 @@ impl Persistence {
                     (t, current)
                 })
                 .collect())
-        })
-        .await
-    }
-
-    /// Moves a SCHEDULED or RUNNING training to RESTARTING and spends one
-    /// restart of its budget, atomically; with `next_config`, the next
-    /// attempt's config (a smaller batch, a lower learning rate) too.
-    pub async fn begin_restart(
-        &self,
-        training_id: &str,
-        cause: &str,
-        next_config: Option<&cohort_spec::Workload>,
-    ) -> Result<Training, DatabaseError> {
-        let (id, cause) = (training_id.to_string(), cause.to_string());
-        let next = next_config.cloned();
-        self.transaction("begin_restart", move |c| {
-            let t = transition_in(c, &id, JobState::Restarting, &cause)?;
-            diesel::update(trainings::table.find(&id))
-                .set(trainings::restart_count.eq(trainings::restart_count + 1))
-                .execute(c)?;
-            if let Some(config) = &next {
-                diesel::update(trainings::table.find(&id))
-                    .set(trainings::config_json.eq(config.to_json()))
-                    .execute(c)?;
-            }
-            Ok(Training {
-                restart_count: t.restart_count + 1,
-                config: next.clone().unwrap_or_else(|| t.config.clone()),
-                ..t
-            })
         })
         .await
     }
