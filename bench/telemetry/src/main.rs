@@ -157,28 +157,18 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
-    let url = coordinator.url.clone();
-    let backend = match (&args.coordinator, &args.database_url) {
-        (Some(_), _) => "external",
-        (None, Some(_)) => "postgres",
-        (None, None) => "sqlite",
-    };
-    eprintln!(
-        "bench: {backend} coordinator at {url}; opening {} watchers, connecting {} agents",
-        args.watchers, args.agents
-    );
-    let open = all_of(args.watchers, args.connect_concurrency, |_| {
-        let url = url.clone();
-        async move { watchers::open(&url).await }
-    })
-    .await?;
+/// The share of one core between two readings of a CPU-time counter.
+fn share(before: Option<Duration>, after: Option<Duration>, wall: Duration) -> Option<f64> {
+    Some(procstat::percent_of_core(before?, after?, wall))
+}
+
+/// Connects every simulated agent; like a real agent, one whose Connect is
+/// refused tries again after a pause. Returns them and the retries.
+async fn register_agents(args: &Args, url: &str) -> anyhow::Result<(Vec<agents::Registered>, u64)> {
     let prefix = format!("bench-{}", std::process::id());
-    let connect_started = Instant::now();
-    // Like a real agent, one whose Connect is refused tries again after a pause.
     let retries = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let registered = all_of(args.agents, args.connect_concurrency, |i| {
-        let (url, prefix, retries) = (url.clone(), prefix.clone(), retries.clone());
+        let (url, prefix, retries) = (url.to_string(), prefix.clone(), retries.clone());
         async move {
             let mut attempt = 1;
             loop {
@@ -196,6 +186,30 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
         }
     })
     .await?;
+    Ok((
+        registered,
+        retries.load(std::sync::atomic::Ordering::Relaxed),
+    ))
+}
+
+async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
+    let url = coordinator.url.clone();
+    let backend = match (&args.coordinator, &args.database_url) {
+        (Some(_), _) => "external",
+        (None, Some(_)) => "postgres",
+        (None, None) => "sqlite",
+    };
+    eprintln!(
+        "bench: {backend} coordinator at {url}; opening {} watchers, connecting {} agents",
+        args.watchers, args.agents
+    );
+    let open = all_of(args.watchers, args.connect_concurrency, |_| {
+        let url = url.clone();
+        async move { watchers::open(&url).await }
+    })
+    .await?;
+    let connect_started = Instant::now();
+    let (registered, retries) = register_agents(args, &url).await?;
     let connect_took = connect_started.elapsed();
 
     // The schedule, on both clocks.
@@ -214,7 +228,7 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
         "bench: {} agents registered in {:.1}s ({} refused Connects retried); warm-up {:?}, window {:?}, drain {:?}",
         args.agents,
         connect_took.as_secs_f64(),
-        retries.load(std::sync::atomic::Ordering::Relaxed),
+        retries,
         args.warmup,
         args.duration,
         args.drain
@@ -272,22 +286,10 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
         },
         stored,
         seen,
-        coordinator_cpu_percent: match (before.coordinator_cpu, after.coordinator_cpu) {
-            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
-            _ => None,
-        },
-        bench_cpu_percent: match (before.bench_cpu, after.bench_cpu) {
-            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
-            _ => None,
-        },
-        coordinator_wait_percent: match (before.coordinator_wait, after.coordinator_wait) {
-            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
-            _ => None,
-        },
-        bench_wait_percent: match (before.bench_wait, after.bench_wait) {
-            (Some(a), Some(b)) => Some(procstat::percent_of_core(a, b, wall)),
-            _ => None,
-        },
+        coordinator_cpu_percent: share(before.coordinator_cpu, after.coordinator_cpu, wall),
+        bench_cpu_percent: share(before.bench_cpu, after.bench_cpu, wall),
+        coordinator_wait_percent: share(before.coordinator_wait, after.coordinator_wait, wall),
+        bench_wait_percent: share(before.bench_wait, after.bench_wait, wall),
         load_average: std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_string)),

@@ -36,8 +36,33 @@ fn ms(micros: u64) -> String {
     format!("{:.1}", micros as f64 / 1000.0)
 }
 
+/// What the watchers got, summed over them.
+struct Delivery<'a> {
+    latency: Histogram,
+    lost_total: u64,
+    lost_max: u64,
+    delivered_mean: f64,
+    delivered_min: f64,
+    lagged: u64,
+    missed: u64,
+    duplicates: u64,
+    errors: Vec<&'a str>,
+    /// Sent in the window but not stored (when the bench could count).
+    stored_lost: Option<i64>,
+    rss_mib: Option<f64>,
+}
+
 impl Figures {
+    /// The figures as lines for a person, then one row of the table in
+    /// docs/benchmarks.md.
     pub fn render(&self) -> String {
+        let d = self.delivery();
+        let mut out = self.lines(&d);
+        out.push_str(&self.table_row(&d));
+        out
+    }
+
+    fn delivery(&self) -> Delivery<'_> {
         let secs = self.duration.as_secs_f64();
         let mut latency = Histogram::default();
         for s in &self.seen {
@@ -48,27 +73,33 @@ impl Figures {
             .iter()
             .map(|r| self.sent_in_window.saturating_sub(*r))
             .collect();
-        let lost_total: u64 = lost.iter().sum();
-        let lost_max = lost.iter().copied().max().unwrap_or(0);
-        let delivered_mean = if received.is_empty() {
-            0.0
-        } else {
-            received.iter().sum::<u64>() as f64 / received.len() as f64 / secs
-        };
-        let delivered_min = received.iter().copied().min().unwrap_or(0) as f64 / secs;
-        let lagged: u64 = self.seen.iter().map(|s| s.lagged_notices).sum();
-        let missed: u64 = self.seen.iter().map(|s| s.missed_batches).sum();
-        let duplicates: u64 = self.seen.iter().map(|s| s.duplicates).sum();
-        let errors: Vec<&str> = self
-            .seen
-            .iter()
-            .filter_map(|s| s.error.as_deref())
-            .collect();
-        let stored_lost = self.stored.map(|s| self.sent_in_window as i64 - s as i64);
-        let rss_mib = self
-            .coordinator_peak_rss
-            .map(|b| b as f64 / (1024.0 * 1024.0));
+        Delivery {
+            latency,
+            lost_total: lost.iter().sum(),
+            lost_max: lost.iter().copied().max().unwrap_or(0),
+            delivered_mean: if received.is_empty() {
+                0.0
+            } else {
+                received.iter().sum::<u64>() as f64 / received.len() as f64 / secs
+            },
+            delivered_min: received.iter().copied().min().unwrap_or(0) as f64 / secs,
+            lagged: self.seen.iter().map(|s| s.lagged_notices).sum(),
+            missed: self.seen.iter().map(|s| s.missed_batches).sum(),
+            duplicates: self.seen.iter().map(|s| s.duplicates).sum(),
+            errors: self
+                .seen
+                .iter()
+                .filter_map(|s| s.error.as_deref())
+                .collect(),
+            stored_lost: self.stored.map(|s| self.sent_in_window as i64 - s as i64),
+            rss_mib: self
+                .coordinator_peak_rss
+                .map(|b| b as f64 / (1024.0 * 1024.0)),
+        }
+    }
 
+    fn lines(&self, d: &Delivery) -> String {
+        let secs = self.duration.as_secs_f64();
         let mut out = String::new();
         let w = &mut out;
         let _ = writeln!(w, "backend                      {}", self.backend);
@@ -100,7 +131,7 @@ impl Figures {
                     w,
                     "stored (gpu_metrics)         {stored} ({:.0}/s); sent - stored = {}",
                     stored as f64 / secs,
-                    stored_lost.unwrap_or(0)
+                    d.stored_lost.unwrap_or(0)
                 );
             }
             None => {
@@ -109,29 +140,32 @@ impl Figures {
         }
         let _ = writeln!(
             w,
-            "delivered per watcher        mean {delivered_mean:.0}/s, min {delivered_min:.0}/s"
+            "delivered per watcher        mean {:.0}/s, min {:.0}/s",
+            d.delivered_mean, d.delivered_min
         );
         let _ = writeln!(
             w,
-            "lost per watcher             total {lost_total}, worst watcher {lost_max} (sent - received)"
+            "lost per watcher             total {}, worst watcher {} (sent - received)",
+            d.lost_total, d.lost_max
         );
         let _ = writeln!(
             w,
-            "lagged notices               {lagged} (missed batches {missed}); duplicates {duplicates}"
+            "lagged notices               {} (missed batches {}); duplicates {}",
+            d.lagged, d.missed, d.duplicates
         );
         let _ = writeln!(
             w,
             "latency sample->watcher      p50 {} ms, p99 {} ms, max {} ms ({} samples)",
-            ms(latency.quantile(0.5)),
-            ms(latency.quantile(0.99)),
-            ms(latency.max()),
-            latency.count()
+            ms(d.latency.quantile(0.5)),
+            ms(d.latency.quantile(0.99)),
+            ms(d.latency.max()),
+            d.latency.count()
         );
         let _ = writeln!(
             w,
             "coordinator CPU              {}% of one core; peak RSS {} MiB",
             opt(self.coordinator_cpu_percent, 0),
-            opt(rss_mib, 0)
+            opt(d.rss_mib, 0)
         );
         let _ = writeln!(
             w,
@@ -149,17 +183,20 @@ impl Figures {
             "machine load average (1 min) {}",
             self.load_average.as_deref().unwrap_or("n/a")
         );
-        if !errors.is_empty() {
+        if let Some(first) = d.errors.first() {
             let _ = writeln!(
                 w,
-                "watcher streams that ended early: {} (first: {})",
-                errors.len(),
-                errors[0]
+                "watcher streams that ended early: {} (first: {first})",
+                d.errors.len()
             );
         }
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+        out
+    }
+
+    fn table_row(&self, d: &Delivery) -> String {
+        let secs = self.duration.as_secs_f64();
+        format!(
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |\n",
             self.backend,
             self.agents,
             self.agents * GPUS_PER_AGENT,
@@ -168,18 +205,17 @@ impl Figures {
             opt(self.ingested_per_s, 0),
             self.stored
                 .map_or_else(|| "n/a".into(), |s| format!("{:.0}", s as f64 / secs)),
-            delivered_mean,
-            ms(latency.quantile(0.5)),
-            ms(latency.quantile(0.99)),
-            ms(latency.max()),
-            stored_lost.map_or_else(|| "n/a".into(), |l| l.to_string()),
-            format_args!("{lost_total} ({lagged})"),
+            d.delivered_mean,
+            ms(d.latency.quantile(0.5)),
+            ms(d.latency.quantile(0.99)),
+            ms(d.latency.max()),
+            d.stored_lost.map_or_else(|| "n/a".into(), |l| l.to_string()),
+            format_args!("{} ({})", d.lost_total, d.lagged),
             opt(self.coordinator_cpu_percent, 0),
             opt(self.coordinator_wait_percent, 0),
-            opt(rss_mib, 0),
+            opt(d.rss_mib, 0),
             opt(self.bench_cpu_percent, 0),
             self.load_average.as_deref().unwrap_or("n/a"),
-        );
-        out
+        )
     }
 }
