@@ -250,8 +250,9 @@ async fn rank_events_get_dense_sequence_numbers() {
         // ... but not for an event whose transaction rolled back.
         let rolled_back = {
             let (id, line) = (id.clone(), line.clone());
-            t.db.transaction("append_then_fail", move |c| {
-                append_event_in(c, &id, 1, &EventPayload::Rank(line.clone()), Utc::now())?;
+            t.db.transaction_noting("append_then_fail", move |c, out| {
+                let line = EventPayload::Rank(line.clone());
+                append_event_in(c, out, &id, 1, &line, Utc::now())?;
                 Err::<(), _>(DatabaseError::Corrupt("rolled back on purpose".into()))
             })
             .await

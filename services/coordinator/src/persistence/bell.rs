@@ -1,45 +1,35 @@
 //! Tells WatchTraining streams that a training has new events, once the
 //! transaction that wrote them has committed (so a woken watcher's query
-//! sees them). [`append_event_in`](super::events::append_event_in) notes
-//! each event on its (blocking) thread; [`Persistence`](super::Persistence)
-//! takes the notes after a commit and rings, or drops them on a rollback.
+//! sees them). A transaction that may append events gets an [`Outbox`]
+//! beside its connection ([`Persistence::transaction_noting`](super::Persistence::transaction_noting));
+//! [`append_event_in`](super::events::append_event_in) and the state
+//! changes write to it, and the outbox is rung after the commit, or dropped
+//! with a rollback.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
-thread_local! {
-    /// Events written by the transaction running on this thread.
-    static WRITTEN: RefCell<Vec<(String, i64)>> = const { RefCell::new(Vec::new()) };
-    /// Whether that transaction changed a training's state.
-    static STATE_CHANGED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// What one transaction's writes wake once it has committed: the watchers
+/// of the trainings whose events it appended, and readers of the queue when
+/// it changed a training's state. Written with the transaction; read only
+/// after its commit.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    events: Vec<(String, i64)>,
+    state_changed: bool,
 }
 
-/// Notes that the current transaction changed a training's state.
-pub(super) fn note_state_change() {
-    STATE_CHANGED.with(|c| c.set(true));
-}
+impl Outbox {
+    /// Event `seq` of `training_id` was appended.
+    pub(super) fn event(&mut self, training_id: &str, seq: i64) {
+        self.events.push((training_id.to_string(), seq));
+    }
 
-/// Whether the transaction that just committed changed a training's state.
-pub(super) fn take_state_change() -> bool {
-    STATE_CHANGED.with(|c| c.replace(false))
-}
-
-/// Notes that the current transaction wrote event `seq` of `training_id`.
-pub(super) fn note(training_id: &str, seq: i64) {
-    WRITTEN.with(|w| w.borrow_mut().push((training_id.to_string(), seq)));
-}
-
-/// The notes of the transaction that just committed.
-pub(super) fn take() -> Vec<(String, i64)> {
-    WRITTEN.with(|w| std::mem::take(&mut *w.borrow_mut()))
-}
-
-/// Forgets the notes (a rollback, or before a new transaction).
-pub(super) fn discard() {
-    WRITTEN.with(|w| w.borrow_mut().clear());
-    STATE_CHANGED.with(|c| c.set(false));
+    /// A training's state changed.
+    pub(super) fn state_change(&mut self) {
+        self.state_changed = true;
+    }
 }
 
 /// One watch channel per training someone is watching, holding the newest
@@ -66,8 +56,16 @@ impl EventBell {
             .subscribe()
     }
 
+    /// Rings for what a committed transaction wrote.
+    pub(super) fn deliver(&self, outbox: Outbox) {
+        self.ring(outbox.events);
+        if outbox.state_changed {
+            self.ring_state_change();
+        }
+    }
+
     /// Rings for committed events; forgets trainings nobody watches any more.
-    pub(super) fn ring(&self, written: Vec<(String, i64)>) {
+    fn ring(&self, written: Vec<(String, i64)>) {
         if written.is_empty() {
             return;
         }
@@ -88,7 +86,7 @@ impl EventBell {
     }
 
     /// Counts a committed state change.
-    pub(super) fn ring_state_change(&self) {
+    fn ring_state_change(&self) {
         self.state_epoch
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
@@ -129,18 +127,17 @@ mod tests {
     }
 
     #[test]
-    fn notes_are_per_thread_and_taken_once() {
-        discard();
-        note("trn-a", 1);
-        std::thread::spawn(|| {
-            note("trn-b", 7);
-        })
-        .join()
-        .unwrap();
-        assert_eq!(take(), vec![("trn-a".to_string(), 1)]);
-        assert!(take().is_empty());
-        note("trn-a", 2);
-        discard();
-        assert!(take().is_empty());
+    fn an_outbox_rings_its_events_and_counts_its_state_change() {
+        let bell = EventBell::default();
+        let mut rx = bell.subscribe("trn-a");
+        let mut outbox = Outbox::default();
+        outbox.event("trn-a", 7);
+        bell.deliver(Outbox::default());
+        assert!(!rx.has_changed().unwrap(), "an empty outbox rings nothing");
+        assert_eq!(bell.state_epoch(), 0);
+        outbox.state_change();
+        bell.deliver(outbox);
+        assert_eq!(*rx.borrow_and_update(), 7);
+        assert_eq!(bell.state_epoch(), 1);
     }
 }

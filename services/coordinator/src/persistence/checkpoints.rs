@@ -67,7 +67,7 @@ impl Persistence {
             return Err(DatabaseError::Invariant("not a checkpoint line".into()));
         };
         let (id, agent) = (training_id.to_string(), agent_id.to_string());
-        self.transaction("record_checkpoint", move |c| {
+        self.transaction_noting("record_checkpoint", move |c, out| {
             let current: Option<(i32, String)> = trainings::table
                 .filter(trainings::id.eq(&id))
                 .select((trainings::attempt, trainings::state))
@@ -95,7 +95,7 @@ impl Persistence {
                         best_checkpoints::create_time.eq(to_db_time(at)),
                     ))
                     .execute(c)?;
-                append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
+                append_event_in(c, out, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
                 return Ok(Recorded::Stored);
             }
             diesel::delete(
@@ -114,7 +114,7 @@ impl Persistence {
                     checkpoints::create_time.eq(to_db_time(at)),
                 ))
                 .execute(c)?;
-            append_event_in(c, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
+            append_event_in(c, out, &id, attempt, &EventPayload::Rank(line.clone()), at)?;
             Ok(Recorded::Stored)
         })
         .await

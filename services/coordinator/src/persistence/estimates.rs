@@ -110,7 +110,7 @@ impl Persistence {
         changed: Vec<EstimateWrite>,
         gone: Vec<String>,
     ) -> Result<(), DatabaseError> {
-        self.transaction("write_estimates", move |c| {
+        self.transaction_noting("write_estimates", move |c, out| {
             let at = now();
             for chunk in gone.chunks(CHUNK) {
                 diesel::delete(
@@ -132,6 +132,7 @@ impl Persistence {
                 if w.event {
                     append_event_in(
                         c,
+                        out,
                         &w.training_id,
                         w.attempt,
                         &EventPayload::Estimate(EstimateChange {

@@ -4,7 +4,7 @@
 
 use super::rows::{now, to_db_time, EventRow};
 use super::schema::{training_events, trainings};
-use super::{DatabaseError, DbConnection, LogicalError, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Outbox, Persistence};
 use crate::model::{EventPayload, StoredEvent};
 use chrono::{DateTime, Utc};
 use cohort_spec::progress::ProgressLine;
@@ -17,6 +17,7 @@ const FINAL_LOSS_LOOKBACK: i64 = 64;
 /// Appends one event inside the caller's transaction and returns it.
 pub fn append_event_in(
     conn: &mut DbConnection,
+    out: &mut Outbox,
     training_id: &str,
     attempt: i32,
     payload: &EventPayload,
@@ -43,7 +44,7 @@ pub fn append_event_in(
     diesel::insert_into(training_events::table)
         .values(&row)
         .execute(conn)?;
-    super::bell::note(training_id, seq);
+    out.event(training_id, seq);
     Ok(StoredEvent {
         training_id: row.training_id,
         seq,
@@ -62,8 +63,8 @@ impl Persistence {
         payload: EventPayload,
     ) -> Result<StoredEvent, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("append_event", move |c| {
-            append_event_in(c, &id, attempt, &payload, now())
+        self.transaction_noting("append_event", move |c, out| {
+            append_event_in(c, out, &id, attempt, &payload, now())
         })
         .await
     }

@@ -179,8 +179,8 @@ impl Persistence {
         cause: &str,
     ) -> Result<crate::model::Training, DatabaseError> {
         let (id, cause) = (training_id.to_string(), cause.to_string());
-        self.transaction("begin_move", move |c| {
-            super::trainings::transition_in(c, &id, crate::model::JobState::Restarting, &cause)
+        self.transaction_noting("begin_move", move |c, out| {
+            super::trainings::transition_in(c, out, &id, crate::model::JobState::Restarting, &cause)
         })
         .await
     }

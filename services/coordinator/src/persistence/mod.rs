@@ -57,7 +57,7 @@ pub mod tokens;
 pub mod trainings;
 pub mod waiting;
 
-pub use bell::EventBell;
+pub use bell::{EventBell, Outbox};
 pub use checkpoints::{CheckpointRecord, Recorded};
 pub use connection::{DatabaseTarget, DbConnection, SQLITE_BUSY_TIMEOUT};
 pub use error::{DatabaseError, LogicalError};
@@ -225,6 +225,18 @@ impl Persistence {
         T: Send + 'static,
         F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
     {
+        self.run(op, Mode::Write, move |c, _| f(c)).await
+    }
+
+    /// [`Persistence::transaction`] for writes that append events or change
+    /// a training's state: they note it in the [`Outbox`] beside the
+    /// connection, which rings the watchers once the transaction committed
+    /// (a rollback drops it; a retry starts a fresh one).
+    pub async fn transaction_noting<T, F>(&self, op: &'static str, f: F) -> Result<T, DatabaseError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut DbConnection, &mut Outbox) -> Result<T, DatabaseError> + Send + 'static,
+    {
         self.run(op, Mode::Write, f).await
     }
 
@@ -236,7 +248,7 @@ impl Persistence {
         T: Send + 'static,
         F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
     {
-        self.run(op, Mode::Unfenced, f).await
+        self.run(op, Mode::Unfenced, move |c, _| f(c)).await
     }
 
     /// Runs `f`, which only reads, as one transaction (a deferred one on
@@ -247,13 +259,13 @@ impl Persistence {
         T: Send + 'static,
         F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
     {
-        self.run(op, Mode::Read, f).await
+        self.run(op, Mode::Read, move |c, _| f(c)).await
     }
 
     async fn run<T, F>(&self, op: &'static str, mode: Mode, f: F) -> Result<T, DatabaseError>
     where
         T: Send + 'static,
-        F: Fn(&mut DbConnection) -> Result<T, DatabaseError> + Send + 'static,
+        F: Fn(&mut DbConnection, &mut Outbox) -> Result<T, DatabaseError> + Send + 'static,
     {
         let pool = self.pool.clone();
         let max_attempts = self.max_attempts;
@@ -270,15 +282,15 @@ impl Persistence {
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
-                bell::discard();
+                let mut outbox = Outbox::default();
                 let result = match mode {
                     Mode::Write | Mode::Unfenced => connection::write_transaction(&mut conn, |c| {
                         if let Some((holder, epoch)) = &fence {
                             lease::check_in(c, holder, *epoch)?;
                         }
-                        f(c)
+                        f(c, &mut outbox)
                     }),
-                    Mode::Read => conn.transaction(|c| f(c)),
+                    Mode::Read => conn.transaction(|c| f(c, &mut outbox)),
                 };
                 match result {
                     Err(e) if e.is_retryable() && attempt < max_attempts => {
@@ -290,13 +302,12 @@ impl Persistence {
                         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
                         tracing::debug!(op, attempt, elapsed_ms, ok = result.is_ok(), "db op");
                         // Committed events ring their watchers; a rollback's don't.
-                        let (written, changed) = if result.is_ok() {
-                            (bell::take(), bell::take_state_change())
+                        let outbox = if result.is_ok() {
+                            outbox
                         } else {
-                            bell::discard();
-                            (Vec::new(), false)
+                            Outbox::default()
                         };
-                        return Ok::<_, DatabaseError>((result, written, changed));
+                        return Ok::<_, DatabaseError>((result, outbox));
                     }
                 }
             }
@@ -304,13 +315,10 @@ impl Persistence {
         .await
         .map_err(|e| DatabaseError::Task(e.to_string()))
         .and_then(|run| run);
-        let ok = matches!(outcome, Ok((Ok(_), _, _)));
+        let ok = matches!(outcome, Ok((Ok(_), _)));
         self.metrics.record(op, started.elapsed(), ok);
-        let (result, written, changed) = outcome?;
-        self.bell.ring(written);
-        if changed {
-            self.bell.ring_state_change();
-        }
+        let (result, outbox) = outcome?;
+        self.bell.deliver(outbox);
         result
     }
 

@@ -150,7 +150,7 @@ impl Persistence {
     /// `preempted` event written — all or nothing, and only by the first
     /// closer (`None` for any other, or once the attempt moved on).
     pub async fn close_notice(&self, end: NoticeEnd) -> Result<Option<Training>, DatabaseError> {
-        self.transaction("close_notice", move |c| {
+        self.transaction_noting("close_notice", move |c, out| {
             let row: Option<NoticeRow> = training_notices::table
                 .filter(training_notices::training_id.eq(&end.training_id))
                 .filter(training_notices::attempt.eq(end.attempt))
@@ -180,7 +180,7 @@ impl Persistence {
             {
                 return Ok(None); // it ended otherwise (cancelled, failed): the notice just goes
             }
-            transition_in(c, &end.training_id, end.to, &end.reason)?;
+            transition_in(c, out, &end.training_id, end.to, &end.reason)?;
             let this = trainings::table.filter(trainings::id.eq(&end.training_id));
             if n.kind != NoticeKind::Drain {
                 diesel::update(this)
@@ -194,6 +194,7 @@ impl Persistence {
             }
             append_event_in(
                 c,
+                out,
                 &end.training_id,
                 end.attempt,
                 &EventPayload::Preempted(end.event.clone()),

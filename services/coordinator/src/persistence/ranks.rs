@@ -221,7 +221,7 @@ impl Persistence {
         pid: i64,
     ) -> Result<Option<Training>, DatabaseError> {
         let id = training_id.to_string();
-        self.transaction("rank_started", move |c| {
+        self.transaction_noting("rank_started", move |c, out| {
             // Lock the training row first: ranks of one attempt start at once on
             // several agents, and under READ COMMITTED two such transactions
             // would each miss the other's start and neither would see them all.
@@ -244,7 +244,7 @@ impl Persistence {
             let all = ranks_in(c, &id, attempt)?;
             if all.iter().all(|r| r.state != RankState::Pending) {
                 let reason = format!("all {} ranks started", all.len());
-                return transition_in(c, &id, JobState::Running, &reason).map(Some);
+                return transition_in(c, out, &id, JobState::Running, &reason).map(Some);
             }
             Ok(None)
         })

@@ -5,7 +5,7 @@
 use super::events::append_event_in;
 use super::rows::{now, to_db_time, NewTransitionRow, TrainingRow, TransitionRow};
 use super::schema::{state_transitions, training_labels, trainings};
-use super::{DatabaseError, DbConnection, LogicalError, Persistence};
+use super::{DatabaseError, DbConnection, LogicalError, Outbox, Persistence};
 use crate::model::{AuditEntry, EventPayload, JobState, StateChange, StateTransition, Training};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -56,6 +56,7 @@ pub(crate) fn load_training(
 
 fn insert_transition(
     conn: &mut DbConnection,
+    out: &mut Outbox,
     training_id: &str,
     attempt: i32,
     change: &StateChange,
@@ -71,9 +72,10 @@ fn insert_transition(
             at: to_db_time(at),
         })
         .execute(conn)?;
-    super::bell::note_state_change();
+    out.state_change();
     append_event_in(
         conn,
+        out,
         training_id,
         attempt,
         &EventPayload::StateChange(change.clone()),
@@ -87,6 +89,7 @@ fn insert_transition(
 /// transition and its event. For composing with other writes (e.g. the rank map).
 pub fn transition_in(
     conn: &mut DbConnection,
+    out: &mut Outbox,
     training_id: &str,
     to: JobState,
     reason: &str,
@@ -132,7 +135,7 @@ pub fn transition_in(
         to,
         reason: reason.to_string(),
     };
-    insert_transition(conn, training_id, current.attempt, &change, at)?;
+    insert_transition(conn, out, training_id, current.attempt, &change, at)?;
     load_training(conn, training_id)?.ok_or_else(|| {
         DatabaseError::Logical(LogicalError::TrainingNotFound(training_id.to_string()))
     })
@@ -200,8 +203,10 @@ impl Persistence {
         reason: &str,
     ) -> Result<Training, DatabaseError> {
         let (id, reason) = (training_id.to_string(), reason.to_string());
-        self.transaction("transition", move |c| transition_in(c, &id, to, &reason))
-            .await
+        self.transaction_noting("transition", move |c, out| {
+            transition_in(c, out, &id, to, &reason)
+        })
+        .await
     }
 
     /// Cancels a training on behalf of a caller: the transition and its
@@ -213,8 +218,8 @@ impl Persistence {
         audit: Option<AuditEntry>,
     ) -> Result<Training, DatabaseError> {
         let (id, reason) = (training_id.to_string(), reason.to_string());
-        self.transaction("cancel_training", move |c| {
-            let t = transition_in(c, &id, JobState::Cancelled, &reason)?;
+        self.transaction_noting("cancel_training", move |c, out| {
+            let t = transition_in(c, out, &id, JobState::Cancelled, &reason)?;
             if let Some(audit) = &audit {
                 super::audit::insert_in(c, audit, now())?;
             }

@@ -15,7 +15,7 @@ use super::queue_counts::QueueCounts;
 use crate::model::{AuditEntry, GpuRequest, JobState, Training};
 use crate::persistence::rows::{now, request_key, to_db_time, TrainingRow};
 use crate::persistence::schema::{team_quotas, trainings};
-use crate::persistence::{DatabaseError, DbConnection, LogicalError, Persistence};
+use crate::persistence::{DatabaseError, DbConnection, LogicalError, Outbox, Persistence};
 use cohort_spec::Workload;
 use diesel::prelude::*;
 use std::collections::hash_map::Entry;
@@ -227,6 +227,7 @@ pub(super) struct BatchOutcome {
 /// QUEUED counts still true from the worker's last batch.
 pub(super) fn create_batch_in(
     conn: &mut DbConnection,
+    out: &mut Outbox,
     batch: &[NewTraining],
     known: &HashMap<String, i64>,
 ) -> Result<BatchOutcome, DatabaseError> {
@@ -285,7 +286,7 @@ pub(super) fn create_batch_in(
         }
         rows.push(row);
     }
-    super::queued_rows::insert(conn, &rows, &audits, now())?;
+    super::queued_rows::insert(conn, out, &rows, &audits, now())?;
     Ok(BatchOutcome {
         outcomes,
         queued: queues
@@ -360,7 +361,7 @@ async fn write(db: &Persistence, batch: Vec<Pending>, counts: &mut QueueCounts) 
         "create_trainings"
     };
     let written = db
-        .transaction(op, move |c| create_batch_in(c, &news, &carried))
+        .transaction_noting(op, move |c, out| create_batch_in(c, out, &news, &carried))
         .await;
     match written {
         Ok(done) => {
@@ -396,8 +397,8 @@ async fn create_one(db: &Persistence, new: NewTraining) -> Result<Created, Datab
     let run = || {
         let batch = news.clone();
         async move {
-            db.transaction("create_training", move |c| {
-                create_batch_in(c, &batch, &HashMap::new())
+            db.transaction_noting("create_training", move |c, out| {
+                create_batch_in(c, out, &batch, &HashMap::new())
             })
             .await?
             .outcomes

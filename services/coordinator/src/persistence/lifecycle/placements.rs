@@ -10,7 +10,7 @@ use crate::persistence::rows::{
     from_db_time, now, to_db_time, EventRow, NewTransitionRow, TrainingRow,
 };
 use crate::persistence::schema::{ranks, state_transitions, training_events, trainings};
-use crate::persistence::{DatabaseError, DbConnection, LogicalError, Persistence};
+use crate::persistence::{DatabaseError, DbConnection, LogicalError, Outbox, Persistence};
 use diesel::prelude::*;
 use std::collections::{HashMap, HashSet};
 
@@ -46,6 +46,7 @@ const ROWS_PER_INSERT: usize = 1000;
 /// `batch`'s order.
 fn place_batch_in(
     conn: &mut DbConnection,
+    outbox: &mut Outbox,
     batch: &[NewPlacement],
 ) -> Result<Vec<Result<Placed, DatabaseError>>, DatabaseError> {
     let mut current = load_current(conn, batch)?;
@@ -82,10 +83,10 @@ fn place_batch_in(
     insert_transitions(conn, &placed, at)?;
     insert_events(conn, &placed, at)?;
     for (_, _, t) in &placed {
-        crate::persistence::bell::note(&t.id, t.last_event_seq);
+        outbox.event(&t.id, t.last_event_seq);
     }
     if !placed.is_empty() {
-        crate::persistence::bell::note_state_change();
+        outbox.state_change();
     }
     Ok(out
         .into_iter()
@@ -371,8 +372,10 @@ impl Persistence {
         &self,
         batch: Vec<NewPlacement>,
     ) -> Result<Vec<Result<Placed, DatabaseError>>, DatabaseError> {
-        self.transaction("place_trainings", move |c| place_batch_in(c, &batch))
-            .await
+        self.transaction_noting("place_trainings", move |c, out| {
+            place_batch_in(c, out, &batch)
+        })
+        .await
     }
 
     /// The rendezvous ports in use on each of `hosts`: those of the

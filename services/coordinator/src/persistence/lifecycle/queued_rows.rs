@@ -17,7 +17,7 @@ use crate::persistence::connection::on_backend;
 use crate::persistence::labels::LabelRow;
 use crate::persistence::rows::{to_db_time, EventRow, NewTransitionRow, TrainingRow};
 use crate::persistence::schema::{state_transitions, training_events, training_labels, trainings};
-use crate::persistence::{DatabaseError, DbConnection};
+use crate::persistence::{DatabaseError, DbConnection, Outbox};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::pg::Pg;
 use diesel::prelude::*;
@@ -28,6 +28,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamp}
 /// and labels, and `audits` at `audit_time`, inside the caller's transaction.
 pub(super) fn insert(
     conn: &mut DbConnection,
+    out: &mut Outbox,
     rows: &[TrainingRow],
     audits: &[AuditEntry],
     audit_time: DateTime<Utc>,
@@ -104,10 +105,10 @@ pub(super) fn insert(
         }
     }
     for row in rows {
-        crate::persistence::bell::note(&row.id, 1);
+        out.event(&row.id, 1);
     }
     if !rows.is_empty() {
-        crate::persistence::bell::note_state_change();
+        out.state_change();
     }
     Ok(())
 }

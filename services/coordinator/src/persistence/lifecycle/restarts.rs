@@ -19,8 +19,8 @@ impl Persistence {
     ) -> Result<Training, DatabaseError> {
         let (id, cause) = (training_id.to_string(), cause.to_string());
         let next = next_config.cloned();
-        self.transaction("begin_restart", move |c| {
-            let t = transition_in(c, &id, JobState::Restarting, &cause)?;
+        self.transaction_noting("begin_restart", move |c, out| {
+            let t = transition_in(c, out, &id, JobState::Restarting, &cause)?;
             diesel::update(trainings::table.find(&id))
                 .set(trainings::restart_count.eq(trainings::restart_count + 1))
                 .execute(c)?;
