@@ -27,8 +27,6 @@ pub enum ApiError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     GpuRequest(#[from] InvalidGpuRequest),
-    #[error("training {0} not found")]
-    TrainingNotFound(String),
     #[error("no agent has GPU {}", .0.join(", "))]
     GpusNotFound(Vec<String>),
     #[error("training {training_id} has {what}")]

@@ -57,7 +57,12 @@ pub async fn visible_training(
             Ok(training)
         }
         None if !who.is_cluster_admin() => Err(not_yours(who, &format!("training {id}"), "")),
-        None => Err(ApiError::TrainingNotFound(id.to_string()).into()),
+        None => Err(
+            ApiError::from(crate::persistence::LogicalError::TrainingNotFound(
+                id.to_string(),
+            ))
+            .into(),
+        ),
     }
 }
 

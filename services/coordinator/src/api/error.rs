@@ -22,12 +22,6 @@ impl From<ApiError> for Status {
             } => bad_field(reason, &field, description),
             ApiError::Config(e) => invalid_config(&e, "config."),
             ApiError::GpuRequest(e) => bad_field(Reason::InvalidArgument, e.field, e.reason),
-            ApiError::TrainingNotFound(id) => status(
-                Code::NotFound,
-                Reason::TrainingNotFound,
-                message,
-                meta([("training_id", id)]),
-            ),
             ApiError::GpusNotFound(ids) => status(
                 Code::NotFound,
                 Reason::GpuNotFound,

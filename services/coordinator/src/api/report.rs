@@ -18,7 +18,11 @@ pub async fn get_training_report(
     let report = build_report(&ctx.db, &req.id, &ctx.jobs.settings().prices)
         .await
         .map_err(ApiError::from)?
-        .ok_or_else(|| ApiError::TrainingNotFound(req.id.clone()))?;
+        .ok_or_else(|| {
+            ApiError::from(crate::persistence::LogicalError::TrainingNotFound(
+                req.id.clone(),
+            ))
+        })?;
     Ok(to_proto(report, !req.omit_metrics))
 }
 

@@ -303,7 +303,7 @@ impl TrainingService for TrainingApi {
                 .get_training(&req.id)
                 .await
                 .map_err(ApiError::from)?
-                .ok_or_else(|| ApiError::TrainingNotFound(req.id))?,
+                .ok_or_else(|| ApiError::from(LogicalError::TrainingNotFound(req.id)))?,
             Err(e) => return Err(ApiError::from(e).into()),
         };
         Ok(Response::new((&training).into()))
