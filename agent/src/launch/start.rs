@@ -174,12 +174,11 @@ async fn start_each(host: Host<'_>, cmd: &StartRanks, ready: &Prepared) -> Vec<S
         let mut spec = rank_spec(
             &host.config.work_dir,
             cmd,
+            ready,
             assignment,
             key.clone(),
             simulated,
         );
-        spec.run_dir = ready.paths.run_dir.clone();
-        spec.extra_env = ready.env.clone();
         ready.plan.apply(&mut spec);
         if let Err(e) = host.supervisor.start(spec).await {
             tracing::warn!(rank = %key, error = %e, "rank did not start");
@@ -189,11 +188,12 @@ async fn start_each(host: Host<'_>, cmd: &StartRanks, ready: &Prepared) -> Vec<S
     failures
 }
 
-/// One rank's spec before its run directory, environment and plan are
-/// filled in.
+/// One rank's spec, with the command's run directory and environment,
+/// before the plan fills in what it runs.
 fn rank_spec(
     work_dir: &Path,
     cmd: &StartRanks,
+    ready: &Prepared,
     rank: &RankAssignment,
     key: RankKey,
     simulated: bool,
@@ -209,7 +209,7 @@ fn rank_spec(
         checkpoints: None,
         sandbox: None,
         log_path,
-        run_dir: PathBuf::new(),
+        run_dir: ready.paths.run_dir.clone(),
         world_size: cmd.world_size,
         local_rank: rank.local_rank,
         local_world_size: rank.local_world_size,
@@ -225,7 +225,7 @@ fn rank_spec(
         } else {
             rank.gpu_index.to_string()
         },
-        extra_env: Vec::new(),
+        extra_env: ready.env.clone(),
         base_env: Vec::new(),
         memory_limit: cmd.host_memory_limit,
         notice: None,

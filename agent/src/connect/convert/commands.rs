@@ -23,16 +23,14 @@ pub struct Rejected {
 }
 
 /// Checks and converts a StartRanks for an agent with `gpu_count` GPUs.
-pub fn start_ranks(cmd: v1::StartRanks, gpu_count: usize) -> Result<StartRanks, Rejected> {
+pub fn start_ranks(mut cmd: v1::StartRanks, gpu_count: usize) -> Result<StartRanks, Rejected> {
+    let config = cmd.config.take();
     let reject = |refusal: Refusal| Rejected {
         keys: named_keys(&cmd),
         refusal,
     };
     check(&cmd, gpu_count).map_err(|m| reject(Refusal::failed(m)))?;
-    let config = cmd
-        .config
-        .clone()
-        .ok_or_else(|| reject(Refusal::failed("the command carries no config")))?;
+    let config = config.ok_or_else(|| reject(Refusal::failed("the command carries no config")))?;
     // Checked by the coordinator when the training was created: a config
     // this agent cannot read is the training's, on every host.
     let workload = Workload::try_from(config).map_err(|e| {
