@@ -251,6 +251,18 @@ impl Args {
         self.name.clone().unwrap_or_else(host_name)
     }
 
+    /// The `cohort-rank` to launch: `--rank-binary` made absolute (ranks
+    /// start in their run directory, where a relative path means nothing),
+    /// else the one next to this executable.
+    pub fn rank_program(&self) -> Result<PathBuf, String> {
+        match &self.rank_binary {
+            Some(path) => std::path::absolute(path)
+                .map_err(|e| format!("--rank-binary {}: {e}", path.display())),
+            None => crate::supervisor::default_rank_program()
+                .map_err(|e| format!("locating cohort-rank next to cohort-agent: {e}")),
+        }
+    }
+
     /// The work directory given, or `.cohort/agent-<name>`.
     pub fn work_dir(&self) -> PathBuf {
         self.work_dir.clone().unwrap_or_else(|| {
@@ -291,6 +303,13 @@ mod tests {
         assert_eq!(args.simulate_gpus.unwrap().count, 2);
         assert_eq!(args.interval, Duration::from_millis(500));
         assert_eq!(args.work_dir(), PathBuf::from(".cohort/agent-a1"));
+
+        let relative = Args::try_parse_from(["cohort-agent", "--rank-binary", "bin/cohort-rank"])
+            .unwrap()
+            .rank_program()
+            .unwrap();
+        assert!(relative.is_absolute(), "{}", relative.display());
+        assert!(relative.ends_with("bin/cohort-rank"));
 
         let err = Args::try_parse_from(["cohort-agent", "--simulate-gpus", "2:16"]).unwrap_err();
         assert!(err.to_string().contains("no unit"), "{err}");

@@ -8,7 +8,6 @@ use tokio::sync::watch;
 
 use cohort_agent::cli::{host_name, Args, Command, DoctorArgs};
 use cohort_agent::probe;
-use cohort_agent::supervisor::default_rank_program;
 use cohort_agent::telemetry;
 use cohort_agent::{Agent, AgentConfig, ClientTls};
 
@@ -55,15 +54,12 @@ fn main() -> ExitCode {
 
 /// `cohort-agent doctor`: the report, and exit 0 only when no check failed.
 async fn run_doctor(args: Args, doctor: DoctorArgs) -> ExitCode {
-    let rank_program = match &args.rank_binary {
-        Some(path) => path.clone(),
-        None => match default_rank_program() {
-            Ok(path) => path,
-            Err(e) => {
-                eprintln!("cohort-agent: locating cohort-rank next to cohort-agent: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let rank_program = match args.rank_program() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("cohort-agent: {e}");
+            return ExitCode::from(2);
+        }
     };
     let setup = args.doctor_setup(rank_program, Some(&doctor));
     let report = cohort_agent::doctor::run(&setup, &[]).await;
@@ -139,10 +135,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// The agent's configuration from its flags, after checking what they
 /// name: the rank program, Landlock for programs, the work directory.
 async fn agent_config(args: &Args, name: &str) -> anyhow::Result<AgentConfig> {
-    let rank_program = match &args.rank_binary {
-        Some(path) => path.clone(),
-        None => default_rank_program().context("locating cohort-rank next to cohort-agent")?,
-    };
+    let rank_program = args.rank_program().map_err(anyhow::Error::msg)?;
     if !rank_program.is_file() {
         tracing::warn!(path = %rank_program.display(), "rank program not found; starting ranks will fail until it exists (see --rank-binary)");
     }
