@@ -1,14 +1,17 @@
 //! A coordinator on a fresh database plus simulated agents, on 127.0.0.1.
 
+mod agents;
 mod calls;
 mod peers;
+mod security;
+
+pub use agents::AgentSpec;
+pub use security::{connect, Security, ServerTls};
 
 use crate::bins::{binaries, Binaries};
 use crate::db::{Backend, TestDatabase};
 use crate::launch;
 use crate::procs::{self, ChildProc};
-use cohort_proto::v1;
-use cohort_proto::v1::gpu_service_client::GpuServiceClient;
 use cohort_testkit::PortLease;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
@@ -51,6 +54,8 @@ pub struct ClusterOptions {
     /// Coordinators reach PostgreSQL at this `host:port` (a proxy the test
     /// can cut) instead of the server itself.
     pub database_via: Option<String>,
+    /// TLS, the agent CA and the auth mode of every coordinator.
+    pub security: Security,
 }
 
 impl ClusterOptions {
@@ -64,11 +69,13 @@ impl ClusterOptions {
             coordinator_args: Vec::new(),
             defer_agents: false,
             database_via: None,
+            security: Security::default(),
         }
     }
 }
 
-/// A running coordinator and its agents. Dropping it stops the agents (which
+/// A coordinator and its agents, plaintext or secured (see
+/// [`ClusterOptions::security`]). Dropping it stops the agents (which
 /// stop their ranks), kills the coordinator and any rank left with this
 /// cluster's mark, drops the PostgreSQL schema, and removes the temp dir
 /// (kept, with the logs' tails printed, when the test panicked).
@@ -80,6 +87,9 @@ pub struct Cluster {
     pub port: u16,
     coordinator: Option<ChildProc>,
     coordinator_starts: usize,
+    /// Coordinator 0's port, held bound from [`Cluster::prepare`] until
+    /// [`Cluster::launch`] hands it over.
+    lease: Option<PortLease>,
     /// More coordinators on the same database (PostgreSQL): 1, 2, ...
     peers: Vec<peers::Peer>,
     agents: Vec<ChildProc>,
@@ -88,28 +98,18 @@ pub struct Cluster {
     _turn: Option<MutexGuard<'static, ()>>,
 }
 
-/// How many GPUs the coordinator at `url` lists as connected (GPUs of
-/// agents not (yet) connected are listed OFFLINE).
-pub async fn live_gpus(url: &str) -> Result<usize, String> {
-    let channel = cohort_proto::channel(url)
-        .await
-        .map_err(|e| e.to_string())?;
-    let gpus = GpuServiceClient::new(channel)
-        .list_gpus(v1::ListGpusRequest::default())
-        .await
-        .map_err(|s| format!("ListGpus: {s:?}"))?
-        .into_inner()
-        .gpus;
-    Ok(gpus
-        .iter()
-        .filter(|g| g.availability() != v1::GpuAvailability::Offline)
-        .count())
-}
-
 impl Cluster {
     /// Starts the coordinator, waits until it is SERVING, starts the agents
     /// and waits until the coordinator lists all their GPUs.
     pub async fn start(options: ClusterOptions) -> Cluster {
+        let mut cluster = Cluster::prepare(options);
+        cluster.launch().await;
+        cluster
+    }
+
+    /// Makes the temp dir, the database and coordinator 0's port; nothing
+    /// runs until [`Cluster::launch`] (time for [`Cluster::bootstrap_token`]).
+    pub fn prepare(options: ClusterOptions) -> Cluster {
         let bins = binaries().clone();
         let turn = (options.agents > 0).then(|| {
             RANKS_TURN
@@ -123,33 +123,33 @@ impl Cluster {
         let data_dir = root.path().join("coordinator");
         std::fs::create_dir_all(&data_dir).expect("data dir");
         let db = TestDatabase::create(options.backend, &data_dir);
-        let mut cluster = Cluster {
+        let lease = PortLease::new();
+        Cluster {
             options,
             bins,
             mark: uuid::Uuid::new_v4().simple().to_string(),
-            port: 0,
+            port: lease.port(),
             coordinator: None,
             coordinator_starts: 0,
+            lease: Some(lease),
             peers: Vec::new(),
             agents: Vec::new(),
             db,
             root: Some(root),
             _turn: turn,
-        };
-        cluster.start_coordinator_on_free_port().await;
-        if !cluster.options.defer_agents {
-            cluster.start_agents().await;
         }
-        cluster
     }
 
-    /// Starts every agent and waits until the coordinator lists their GPUs.
-    pub async fn start_agents(&mut self) {
-        for i in 0..self.options.agents {
-            self.start_agent(i);
+    /// Starts coordinator 0, waits until it is SERVING, and starts the
+    /// agents unless [`ClusterOptions::defer_agents`].
+    pub async fn launch(&mut self) {
+        let lease = self.lease.take().expect("a cluster is launched once");
+        self.spawn_coordinator_on(lease);
+        if let Err(e) = self.wait_serving().await {
+            self.fail(&e);
         }
-        if self.options.agents > 0 {
-            self.wait_for_gpus().await;
+        if !self.options.defer_agents {
+            self.start_agents().await;
         }
     }
 
@@ -161,32 +161,18 @@ impl Cluster {
             .path()
     }
 
-    /// The coordinator's gRPC URL.
+    /// Coordinator 0's gRPC URL (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.coordinator_url(0)
+    }
+
+    /// Coordinator 0's data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root().join("coordinator")
     }
 
     pub fn db(&self) -> &TestDatabase {
         &self.db
-    }
-
-    /// The work dir of agent `i`.
-    pub fn agent_work_dir(&self, i: usize) -> PathBuf {
-        self.root().join(format!("agent-{i}"))
-    }
-
-    /// The name of agent `i`.
-    pub fn agent_name(&self, i: usize) -> String {
-        format!("agent-{i}")
-    }
-
-    async fn start_coordinator_on_free_port(&mut self) {
-        let lease = PortLease::new();
-        self.port = lease.port();
-        self.spawn_coordinator_on(lease);
-        if let Err(e) = self.wait_serving().await {
-            self.fail(&e);
-        }
     }
 
     /// Starts the coordinator again on its port (free again once the last
@@ -232,6 +218,7 @@ impl Cluster {
             .args(&self.options.coordinator_args)
             .args(extra)
             .envs(self.options.env.iter().cloned());
+        self.options.security.apply(&mut command);
         lease.pass_to(&mut command, 3);
         let _ = std::fs::write(&log, format!("---- {name} start #{start} ----\n"));
         // The child holds the only copy of the socket from now on.
@@ -239,7 +226,8 @@ impl Cluster {
     }
 
     /// Polls grpc.health.v1 Check of TrainingService until SERVING: up,
-    /// and leading (at once on SQLite; on PostgreSQL once elected).
+    /// and leading (at once on SQLite; on PostgreSQL once elected). Health
+    /// needs no token, so this holds with any [`Security`].
     async fn wait_serving(&mut self) -> Result<(), String> {
         let mut process = self.coordinator.take().expect("a coordinator was started");
         let serving = launch::until_ready(&mut process, COORDINATOR_READY_TIMEOUT, || async {
@@ -258,69 +246,6 @@ impl Cluster {
         self.health_at(0, service).await
     }
 
-    /// Starts agent `i` with `--simulate-gpus` and its own work dir.
-    pub fn start_agent(&mut self, i: usize) {
-        let work_dir = self.agent_work_dir(i);
-        std::fs::create_dir_all(&work_dir).expect("agent work dir");
-        let log = self.root().join(format!("agent-{i}.log"));
-        let name = self.agent_name(i);
-        let coordinators = self.coordinator_urls().join(",");
-        let mut command = launch::agent(
-            &self.bins,
-            &launch::AgentLaunch {
-                coordinators: &coordinators,
-                name: &name,
-                gpus: self.options.gpus_per_agent,
-                work_dir: &work_dir,
-                interval: "500ms",
-                mark: &self.mark,
-                rank_env: &self.options.env,
-            },
-        );
-        command
-            .args(&self.options.agent_args)
-            .envs(self.options.env.iter().cloned());
-        let agent = ChildProc::spawn(&name, command, &log);
-        if i < self.agents.len() {
-            self.agents[i] = agent;
-        } else {
-            self.agents.push(agent);
-        }
-    }
-
-    /// Waits until ListGpus shows every agent's GPUs.
-    pub async fn wait_for_gpus(&mut self) {
-        let want = self.options.agents * self.options.gpus_per_agent;
-        let url = self.url();
-        let check = || {
-            let url = url.clone();
-            async move {
-                let live = live_gpus(&url).await?;
-                if live >= want {
-                    Ok(())
-                } else {
-                    Err(format!("{live} of {want} GPUs connected"))
-                }
-            }
-        };
-        let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
-        loop {
-            match check().await {
-                Ok(()) => return,
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    self.fail(&format!("agents did not register their GPUs: {e}"))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-            for agent in &mut self.agents {
-                if let Some(status) = agent.try_exit() {
-                    let msg = format!("{} exited ({status}) while registering", agent.name);
-                    self.fail(&msg);
-                }
-            }
-        }
-    }
-
     /// Kills the coordinator with SIGKILL (no shutdown, no goodbye to the agents).
     pub fn kill_coordinator(&mut self) {
         if let Some(mut c) = self.coordinator.take() {
@@ -335,6 +260,11 @@ impl Cluster {
         if let Err(e) = self.wait_serving().await {
             self.fail(&e);
         }
+    }
+
+    /// Coordinator 0's log so far.
+    pub fn coordinator_log(&self) -> String {
+        std::fs::read_to_string(self.root().join("coordinator.log")).unwrap_or_default()
     }
 
     /// The tails of every log, for failure messages.

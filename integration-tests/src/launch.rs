@@ -1,8 +1,7 @@
-//! The command lines of what the harnesses start, written once for the
-//! plaintext [`crate::Cluster`] and the secured
-//! [`crate::secure::SecureCoordinator`]: a coordinator serving a socket
-//! handed over bound, an agent with simulated GPUs, each marked as this
-//! test's and deaf to the test runner's own `COHORT_*` settings.
+//! The command lines of what [`crate::Cluster`] starts: a coordinator
+//! serving a socket handed over bound, an agent with simulated GPUs, each
+//! marked as this test's and deaf to the test runner's own `COHORT_*`
+//! settings.
 
 use crate::bins::Binaries;
 use crate::procs::{ChildProc, MARK_VAR};

@@ -2,12 +2,14 @@
 //!
 //! - [`bins`]: finds the binaries under test (building them once per test run).
 //! - [`cluster`]: a coordinator on a fresh database plus N simulated agents,
-//!   typed gRPC clients and the `cohort` CLI; everything is killed on drop.
+//!   plaintext or secured (TLS, tokens, an agent CA), typed gRPC clients and
+//!   the `cohort` CLI; everything is killed on drop.
 //! - [`db`]: the test database (a SQLite file or a private PostgreSQL schema)
 //!   and direct reads of what the coordinator wrote.
 //! - [`job`]: small SAE configs, as TOML files for the CLI and as protos.
 //! - [`launch`]: the coordinator's and the agents' command lines, and
-//!   waiting until a started process is ready, for both harnesses.
+//!   waiting until a started process is ready.
+//! - [`secure`]: certificates made by `openssl`, and requests with a token.
 //! - [`s3`]: moto's S3 server on 127.0.0.1 and test shards uploaded to it.
 //! - [`proxy`]: a TCP proxy to cut (PostgreSQL gone, from the coordinator's side).
 //! - [`procs`]: child processes in their own process groups, and a scan of

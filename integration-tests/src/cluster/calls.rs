@@ -16,14 +16,13 @@ use std::time::Duration;
 use tonic::transport::Channel;
 
 impl Cluster {
+    /// A channel to coordinator 0, trusting the cluster's CA with TLS.
     pub(super) async fn try_channel(&self) -> Result<Channel, tonic::transport::Error> {
-        tonic::transport::Endpoint::from_shared(self.url())?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
-            .await
+        let ca = self.options.security.client_ca();
+        super::connect(&self.url(), ca, Duration::from_secs(2)).await
     }
 
-    /// A connected channel to the coordinator.
+    /// A connected channel to coordinator 0 (TLS when the cluster has it).
     pub async fn channel(&self) -> Channel {
         self.try_channel()
             .await
@@ -125,12 +124,22 @@ impl Cluster {
 
     /// Runs the `cohort` CLI against this coordinator: `cohort --coordinator URL <args>`.
     pub async fn cli(&self, args: &[&str]) -> Output {
-        self.cli_at(&self.url(), args).await
+        self.cli_as(None, args).await
     }
 
     /// Runs the CLI and panics unless it exits 0; returns its stdout.
     pub async fn cli_ok(&self, args: &[&str]) -> String {
-        let output = self.cli(args).await;
+        self.cli_ok_as(None, args).await
+    }
+
+    /// [`Cluster::cli`] presenting `token` (`COHORT_TOKEN`) when given.
+    pub async fn cli_as(&self, token: Option<&str>, args: &[&str]) -> Output {
+        self.cli_at_as(&self.url(), token, args).await
+    }
+
+    /// [`Cluster::cli_ok`] presenting `token` when given.
+    pub async fn cli_ok_as(&self, token: Option<&str>, args: &[&str]) -> String {
+        let output = self.cli_as(token, args).await;
         assert!(
             output.status.success(),
             "cohort {args:?} failed ({}):\nstdout: {}\nstderr: {}",

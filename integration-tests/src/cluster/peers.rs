@@ -43,7 +43,7 @@ impl Cluster {
         } else {
             self.peers[i - 1].port
         };
-        format!("http://127.0.0.1:{port}")
+        format!("{}://127.0.0.1:{port}", self.options.security.scheme())
     }
 
     /// Starts one more coordinator on the same database and waits until it
@@ -104,11 +104,9 @@ impl Cluster {
     /// a second.
     pub async fn health_at(&self, i: usize, service: &str) -> Result<ServingStatus, String> {
         let url = self.coordinator_url(i);
+        let ca = self.options.security.client_ca();
         let check = async {
-            let channel = tonic::transport::Endpoint::from_shared(url.clone())
-                .map_err(|e| e.to_string())?
-                .connect_timeout(PROBE_TIMEOUT)
-                .connect()
+            let channel = super::connect(&url, ca, PROBE_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string())?;
             HealthClient::new(channel)
@@ -167,7 +165,8 @@ impl Cluster {
 
     /// GetTraining on the coordinator at `url` (a standby answers too).
     pub async fn get_training_at(&self, url: &str, id: &str) -> v1::Training {
-        let channel = cohort_proto::channel(url)
+        let ca = self.options.security.client_ca();
+        let channel = super::connect(url, ca, Duration::from_secs(2))
             .await
             .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
         TrainingServiceClient::new(channel)
@@ -179,14 +178,32 @@ impl Cluster {
 
     /// The `cohort` CLI told `coordinators` (one URL or a comma-separated list).
     pub async fn cli_at(&self, coordinators: &str, args: &[&str]) -> Output {
+        self.cli_at_as(coordinators, None, args).await
+    }
+
+    /// [`Cluster::cli_at`] presenting `token` when given; with TLS it
+    /// trusts the cluster's CA (`--ca-cert`).
+    pub async fn cli_at_as(
+        &self,
+        coordinators: &str,
+        token: Option<&str>,
+        args: &[&str],
+    ) -> Output {
         let mut command = tokio::process::Command::new(&self.bins.cli);
+        command.arg("--coordinator").arg(coordinators);
+        if let Some(ca) = self.options.security.client_ca() {
+            command.arg("--ca-cert").arg(ca);
+        }
         command
-            .arg("--coordinator")
-            .arg(coordinators)
             .args(args)
             .env_remove("COHORT_COORDINATOR")
+            .env_remove("COHORT_TOKEN")
+            .env_remove("COHORT_CA_CERT")
             // The member sets the CLI learns stay with this cluster.
             .env("COHORT_CACHE_DIR", self.root().join("cli-cache"));
+        if let Some(token) = token {
+            command.env("COHORT_TOKEN", token);
+        }
         procs::output_within(
             &mut command,
             super::CLI_TIMEOUT,

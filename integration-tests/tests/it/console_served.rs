@@ -5,7 +5,9 @@
 //! token. The console's pages themselves are tested in a real Chromium
 //! (console/tests/e2e).
 
-use cohort_integration_tests::secure::{authed, Pki, SecureCoordinator, SecureOptions};
+use cohort_integration_tests::cluster::{Security, ServerTls};
+use cohort_integration_tests::secure::{authed, Pki};
+use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::v1::admin_service_client::AdminServiceClient;
 use std::process::Command;
 
@@ -30,19 +32,20 @@ fn curl(ca: &std::path::Path, url: &str, extra: &[&str]) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_is_served_over_tls_beside_the_authenticated_api() {
     let dir = tempfile::tempdir().unwrap();
-    // The CA where SecureCoordinator::channel looks for it.
     let pki = Pki::new(&dir.path().join("pki"), "main");
     let server = pki.server("server");
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            tls: Some(server),
-            auth: "token".into(),
-            ..Default::default()
+    let mut c = Cluster::prepare(ClusterOptions {
+        security: Security {
+            tls: Some(ServerTls {
+                pair: server,
+                ca: pki.ca(),
+            }),
+            ..Security::tokens()
         },
-    );
+        ..ClusterOptions::new(Backend::Sqlite, 0)
+    });
     let token = c.bootstrap_token("vision", "dev", "viewer");
-    c.start().await;
+    c.launch().await;
     let ca = pki.ca();
 
     for page in [

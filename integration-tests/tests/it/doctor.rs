@@ -7,7 +7,8 @@
 //! to anyone but a cluster-admin.
 
 use cohort_integration_tests::bins::binaries;
-use cohort_integration_tests::secure::{authed, SecureCoordinator};
+use cohort_integration_tests::cluster::AgentSpec;
+use cohort_integration_tests::secure::authed;
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::error::Reason;
@@ -285,9 +286,8 @@ async fn agents_doctor_through_the_coordinator_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_cluster_admin_runs_the_doctor_and_it_is_audited() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut c, [root, editor, _]) = SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
-    c.start_agent("agent-a", "agent-a", 1, &[]);
+    let (mut c, [root, editor, _]) = Cluster::with_team_tokens(vec![]).await;
+    c.start_agent_as(AgentSpec::new("agent-a", 1, &[]));
     let mut client = AgentServiceClient::new(c.channel().await);
     eventually("the agent to connect", Duration::from_secs(30), || {
         let mut client = client.clone();
@@ -324,7 +324,7 @@ async fn only_a_cluster_admin_runs_the_doctor_and_it_is_audited() {
         .into_inner();
     assert!(report.ok, "{report:?}");
     let audit = c
-        .cli_ok(Some(&root), &["-o", "json", "audit", "list"])
+        .cli_ok_as(Some(&root), &["-o", "json", "audit", "list"])
         .await;
     let rows: Vec<Value> = audit
         .lines()

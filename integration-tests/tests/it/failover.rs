@@ -372,7 +372,7 @@ async fn three_coordinators_one_dies_the_rest_find_the_new_leader() {
         "the agent to join the new leader",
         Duration::from_secs(30),
         || async {
-            let live = cohort_integration_tests::cluster::live_gpus(&url).await?;
+            let live = cluster.live_gpus_at(leader).await?;
             (live == 2).then_some(()).ok_or(format!("{live} GPUs live"))
         },
     )

@@ -4,9 +4,10 @@
 //! the queue, no restart spent, and runs again once the GPUs are free), and
 //! a training that may not borrow waits within its team's guarantee.
 
+use cohort_integration_tests::cluster::AgentSpec;
 use cohort_integration_tests::job::create_request;
-use cohort_integration_tests::secure::{authed, SecureCoordinator};
-use cohort_integration_tests::SaeJob;
+use cohort_integration_tests::secure::authed;
+use cohort_integration_tests::{Cluster, SaeJob};
 use cohort_proto::error::Reason;
 use cohort_proto::v1;
 use cohort_proto::v1::admin_service_client::AdminServiceClient;
@@ -18,7 +19,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(120);
 
 struct Teams {
-    c: SecureCoordinator,
+    c: Cluster,
     root: String,
     vision: String,
     nlp: String,
@@ -85,13 +86,8 @@ fn quota<'a>(quotas: &'a [v1::TeamQuota], team: &str) -> &'a v1::TeamQuota {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
-    let dir = tempfile::Builder::new()
-        .prefix("cohort-lend-")
-        .tempdir()
-        .unwrap();
-    let (mut c, [root, vision, nlp]) =
-        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
-    c.start_agent("agent-0", "agent-0", 2, &[]);
+    let (mut c, [root, vision, nlp]) = Cluster::with_team_tokens(vec![]).await;
+    c.start_agent_as(AgentSpec::new("agent-0", 2, &[]));
     let teams = Teams {
         c,
         root,
@@ -100,7 +96,7 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
     };
     teams
         .c
-        .cli_ok(
+        .cli_ok_as(
             Some(&teams.root),
             &[
                 "admin",
@@ -118,7 +114,7 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
         .await;
     teams
         .c
-        .cli_ok(
+        .cli_ok_as(
             Some(&teams.root),
             &["admin", "quota", "set", "nlp", "--gpus", "1"],
         )
@@ -164,7 +160,7 @@ async fn a_team_borrows_idle_quota_and_the_lender_reclaims_it() {
     assert_eq!((n.gpus_in_use, n.gpus_borrowed, n.gpus_lent), (0, 0, 1));
     let table = teams
         .c
-        .cli_ok(Some(&teams.root), &["admin", "quota", "list"])
+        .cli_ok_as(Some(&teams.root), &["admin", "quota", "list"])
         .await;
     assert!(
         table.contains("BORROWED") && table.contains("LENT"),

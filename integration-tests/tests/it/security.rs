@@ -5,8 +5,9 @@
 //! refusal to listen openly without authentication.
 
 use cohort_integration_tests::bins::{binaries, grpcurl};
+use cohort_integration_tests::cluster::{AgentSpec, Security, ServerTls};
 use cohort_integration_tests::job::{create_request, SaeJob};
-use cohort_integration_tests::secure::{authed, Pki, SecureCoordinator, SecureOptions};
+use cohort_integration_tests::secure::{authed, Pki};
 use cohort_integration_tests::status::expect_error;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
 use cohort_proto::error::Reason;
@@ -21,6 +22,18 @@ use tonic::Code;
 
 const AGENT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// An agent whose host holds an S3 secret of its own, which no rank may
+/// see and no team's S3 access may use.
+fn host_agent(name: &str, gpus: usize, flags: &[String]) -> AgentSpec {
+    AgentSpec {
+        env: vec![(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            "the-agent-host-s-own".into(),
+        )],
+        ..AgentSpec::new(name, gpus, flags)
+    }
+}
+
 fn temp() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("cohort-sec-")
@@ -29,7 +42,7 @@ fn temp() -> tempfile::TempDir {
 }
 
 /// The live GPUs `token` sees.
-async fn live_gpus(c: &SecureCoordinator, token: &str) -> Result<Vec<v1::Gpu>, String> {
+async fn live_gpus(c: &Cluster, token: &str) -> Result<Vec<v1::Gpu>, String> {
     live_on(c.channel().await, token).await
 }
 
@@ -49,11 +62,7 @@ async fn live_on(channel: tonic::transport::Channel, token: &str) -> Result<Vec<
 
 /// How many GPUs are live, asked over a channel that trusts `ca` (a
 /// rotated server's).
-async fn live_trusting(
-    c: &SecureCoordinator,
-    ca: &std::path::Path,
-    token: &str,
-) -> Result<usize, String> {
+async fn live_trusting(c: &Cluster, ca: &std::path::Path, token: &str) -> Result<usize, String> {
     let channel = c
         .channel_with(Some(ca))
         .await
@@ -78,24 +87,27 @@ async fn tls_agent_certificates_and_rotation() {
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            tls: Some(server.clone()),
+    let mut c = Cluster::prepare(ClusterOptions {
+        security: Security {
+            tls: Some(ServerTls {
+                pair: server.clone(),
+                ca: pki.ca(),
+            }),
             agent_ca: Some(pki.ca()),
-            auth: "token".into(),
-            extra: vec![
-                "--health-listen".into(),
-                format!("127.0.0.1:{probe_port}"),
-                // The main CA may certify agents named agent-* only.
-                "--agent-names".into(),
-                "main test CA=agent-*".into(),
-            ],
+            auth: Some("token".into()),
         },
-    );
+        coordinator_args: vec![
+            "--health-listen".into(),
+            format!("127.0.0.1:{probe_port}"),
+            // The main CA may certify agents named agent-* only.
+            "--agent-names".into(),
+            "main test CA=agent-*".into(),
+        ],
+        ..ClusterOptions::new(Backend::Sqlite, 0)
+    });
     let admin = c.bootstrap_token("ops", "root", "cluster-admin");
     assert!(admin.len() >= 32, "a secret of some length: {admin}");
-    c.start().await;
+    c.launch().await;
 
     // Kubernetes-style probes: plaintext grpc.health.v1 on --health-listen,
     // and nothing else there.
@@ -143,11 +155,11 @@ async fn tls_agent_certificates_and_rotation() {
     );
 
     // The CLI over TLS with the token; without it, UNAUTHENTICATED (exit 9).
-    let me = c.cli_ok(Some(&admin), &["-o", "json", "whoami"]).await;
+    let me = c.cli_ok_as(Some(&admin), &["-o", "json", "whoami"]).await;
     let me: serde_json::Value = serde_json::from_str(&me).unwrap();
     assert_eq!(me["team"], "ops");
     assert_eq!(me["role"], "ROLE_CLUSTER_ADMIN");
-    let anonymous = c.cli(None, &["-o", "json", "gpus"]).await;
+    let anonymous = c.cli_as(None, &["-o", "json", "gpus"]).await;
     assert_eq!(anonymous.status.code(), Some(9), "{anonymous:?}");
     let err: serde_json::Value = serde_json::from_slice(&anonymous.stderr).unwrap();
     assert_eq!(
@@ -171,7 +183,7 @@ async fn tls_agent_certificates_and_rotation() {
     // agent-0 trusts its own copy of the CA, replaced at the rotation below.
     let agent_trust = dir.path().join("agent-0-trust.pem");
     std::fs::copy(pki.ca(), &agent_trust).unwrap();
-    c.start_agent("agent-0", "agent-0", 1, &tls_flags(&good, &agent_trust));
+    c.start_agent_as(host_agent("agent-0", 1, &tls_flags(&good, &agent_trust)));
     eventually("agent-0's GPU", AGENT_TIMEOUT, || async {
         let gpus = live_gpus(&c, &admin).await?;
         (gpus.len() == 1)
@@ -182,20 +194,20 @@ async fn tls_agent_certificates_and_rotation() {
 
     // A certificate of agent-0 claiming another name is refused and audited.
     let stolen = pki.agent("stolen", "agent-0");
-    c.start_agent("impostor", "impostor", 1, &tls_flags(&stolen, &pki.ca()));
+    c.start_agent_as(host_agent("impostor", 1, &tls_flags(&stolen, &pki.ca())));
     // A certificate the CA may not give (outside `agent-*`) is refused.
     let rogue = pki.agent("rogue-1", "rogue-1");
-    c.start_agent("rogue-1", "rogue-1", 1, &tls_flags(&rogue, &pki.ca()));
+    c.start_agent_as(host_agent("rogue-1", 1, &tls_flags(&rogue, &pki.ca())));
     // A certificate of another CA fails the handshake.
     let foreign = Pki::new(&dir.path().join("foreign"), "foreign");
     let outsider = foreign.agent("outsider", "outsider");
-    c.start_agent("outsider", "outsider", 1, &tls_flags(&outsider, &pki.ca()));
+    c.start_agent_as(host_agent("outsider", 1, &tls_flags(&outsider, &pki.ca())));
     eventually(
         "the impostor's denial in the audit trail",
         AGENT_TIMEOUT,
         || async {
             let out = c
-                .cli_ok(Some(&admin), &["-o", "json", "audit", "list"])
+                .cli_ok_as(Some(&admin), &["-o", "json", "audit", "list"])
                 .await;
             let events: serde_json::Value =
                 serde_json::from_str(&out).map_err(|e| e.to_string())?;
@@ -209,7 +221,7 @@ async fn tls_agent_certificates_and_rotation() {
     )
     .await;
     eventually("the outsider's failed handshake", AGENT_TIMEOUT, || async {
-        let log = c.log();
+        let log = c.coordinator_log();
         let refused = log
             .lines()
             .any(|l| l.contains("TLS handshake refused") && l.to_lowercase().contains("cert"));
@@ -238,7 +250,7 @@ async fn tls_agent_certificates_and_rotation() {
     )
     .await;
     let out = c
-        .cli_ok(Some(&admin), &["-o", "json", "audit", "list"])
+        .cli_ok_as(Some(&admin), &["-o", "json", "audit", "list"])
         .await;
     let events: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(
@@ -296,7 +308,7 @@ async fn tls_agent_certificates_and_rotation() {
     );
     std::fs::copy(&rotated.cert, &server.cert).unwrap();
     std::fs::copy(&rotated.key, &server.key).unwrap();
-    c.signal(nix::sys::signal::Signal::SIGHUP);
+    c.signal_coordinator(0, nix::sys::signal::Signal::SIGHUP);
     eventually(
         "the rotated certificate",
         Duration::from_secs(10),
@@ -313,9 +325,10 @@ async fn tls_agent_certificates_and_rotation() {
     )
     .await;
     assert!(
-        c.log().contains("TLS certificate and keys reloaded"),
+        c.coordinator_log()
+            .contains("TLS certificate and keys reloaded"),
         "{}",
-        c.log()
+        c.coordinator_log()
     );
 
     // The agent's side: SIGHUP reconnects with its files as they are. With
@@ -354,13 +367,13 @@ async fn tls_agent_certificates_and_rotation() {
     // session of agent-0, whose certificate the old CA signed, ends at
     // once, and it cannot come back with that certificate.
     std::fs::copy(next.ca(), pki.ca()).unwrap();
-    c.signal(nix::sys::signal::Signal::SIGHUP);
+    c.signal_coordinator(0, nix::sys::signal::Signal::SIGHUP);
     eventually(
         "agent-0's session ended by the CA reload",
         Duration::from_secs(10),
         || async {
             let live = live_trusting(&c, &next.ca(), &admin).await?;
-            (live == 0 && c.log().contains("no longer verifies"))
+            (live == 0 && c.coordinator_log().contains("no longer verifies"))
                 .then_some(())
                 .ok_or(format!("{live} live"))
         },
@@ -381,17 +394,13 @@ async fn tls_agent_certificates_and_rotation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roles_teams_revocation_queue_cap_and_audit() {
-    let dir = temp();
-    let mut c = SecureCoordinator::new(
-        dir.path(),
-        SecureOptions {
-            auth: "token".into(),
-            extra: vec!["--max-queued-per-team".into(), "50".into()],
-            ..Default::default()
-        },
-    );
+    let mut c = Cluster::prepare(ClusterOptions {
+        security: Security::tokens(),
+        coordinator_args: vec!["--max-queued-per-team".into(), "50".into()],
+        ..ClusterOptions::new(Backend::Sqlite, 0)
+    });
     let root = c.bootstrap_token("ops", "root", "cluster-admin");
-    c.start().await;
+    c.launch().await;
 
     // Tokens through the CLI: the secret is the last line.
     let mut secrets = std::collections::HashMap::new();
@@ -402,7 +411,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         ("nlp", "dev", "editor"),
     ] {
         let out = c
-            .cli_ok(
+            .cli_ok_as(
                 Some(&root),
                 &[
                     "admin", "token", "create", "--team", team, "--name", name, "--role", role,
@@ -414,7 +423,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     }
     let token = |k: &str| secrets[k].clone();
     let dup = c
-        .cli(
+        .cli_as(
             Some(&root),
             &[
                 "admin", "token", "create", "--team", "nlp", "--name", "dev", "--role", "viewer",
@@ -575,7 +584,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     );
     // A team admin cannot revoke a token above its role, even of its team.
     let boss = c
-        .cli_ok(
+        .cli_ok_as(
             Some(&root),
             &[
                 "admin",
@@ -605,9 +614,9 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         Code::PermissionDenied,
         Reason::PermissionDenied,
     );
-    let still = c.cli_ok(Some(&boss), &["-o", "json", "whoami"]).await;
+    let still = c.cli_ok_as(Some(&boss), &["-o", "json", "whoami"]).await;
     assert!(still.contains("\"boss\""), "{still}");
-    c.cli_ok(
+    c.cli_ok_as(
         Some(&root),
         &["admin", "token", "revoke", "--team", "vision", "boss"],
     )
@@ -657,7 +666,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     );
 
     // The queue cap: vision may have 1 QUEUED; the next is QUEUE_FULL.
-    c.cli_ok(
+    c.cli_ok_as(
         Some(&root),
         &["admin", "quota", "set", "vision", "--max-queued", "1"],
     )
@@ -670,7 +679,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         Code::ResourceExhausted,
         Reason::QueueFull,
     );
-    let quotas = c.cli_ok(Some(&root), &["admin", "quota", "list"]).await;
+    let quotas = c.cli_ok_as(Some(&root), &["admin", "quota", "list"]).await;
     assert!(
         quotas
             .lines()
@@ -712,7 +721,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         .into_inner();
     // Revocation takes effect within 5 s.
     let out = c
-        .cli_ok(
+        .cli_ok_as(
             Some(&root),
             &["admin", "token", "revoke", "--team", "nlp", "dev"],
         )
@@ -773,7 +782,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
 
     // An expired token stops working the same way.
     let out = c
-        .cli_ok(
+        .cli_ok_as(
             Some(&root),
             &[
                 "admin", "token", "create", "--team", "nlp", "--name", "brief", "--role", "viewer",
@@ -782,13 +791,13 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         )
         .await;
     let brief = out.lines().last().unwrap().trim().to_string();
-    let me = c.cli_ok(Some(&brief), &["-o", "json", "whoami"]).await;
+    let me = c.cli_ok_as(Some(&brief), &["-o", "json", "whoami"]).await;
     assert!(me.contains("\"brief\""), "{me}");
     eventually(
         "the expired token refused",
         Duration::from_secs(3 + 5),
         || async {
-            let out = c.cli(Some(&brief), &["whoami"]).await;
+            let out = c.cli_as(Some(&brief), &["whoami"]).await;
             (out.status.code() == Some(9))
                 .then_some(())
                 .ok_or(format!("{out:?}"))
@@ -799,7 +808,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
     // The audit trail: the creations, the cancel, the denials, the
     // revocation; a team admin sees its team's alone.
     let out = c
-        .cli_ok(Some(&root), &["-o", "json", "audit", "list"])
+        .cli_ok_as(Some(&root), &["-o", "json", "audit", "list"])
         .await;
     let events: serde_json::Value = serde_json::from_str(&out).unwrap();
     for (method, code) in [
@@ -831,7 +840,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         "no denial naming {cross_team} of team vision in {out}"
     );
     let out = c
-        .cli_ok(
+        .cli_ok_as(
             Some(&token("vision/lead")),
             &["-o", "json", "audit", "list"],
         )
@@ -845,7 +854,7 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
         assert!(teams.contains(&"vision"), "vision's admin saw {e}");
     }
     let denied = c
-        .cli(
+        .cli_as(
             Some(&token("vision/lead")),
             &["audit", "list", "--team", "nlp"],
         )
@@ -855,16 +864,14 @@ async fn roles_teams_revocation_queue_cap_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
-    let dir = temp();
-    let (mut c, [root, vision, nlp]) =
-        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
-    c.start_agent("agent-0", "agent-0", 3, &[]);
+    let (mut c, [root, vision, nlp]) = Cluster::with_team_tokens(vec![]).await;
+    c.start_agent_as(host_agent("agent-0", 3, &[]));
     eventually("three GPUs", AGENT_TIMEOUT, || async {
         let n = live_gpus(&c, &root).await?.len();
         (n == 3).then_some(()).ok_or(format!("{n} GPUs"))
     })
     .await;
-    c.cli_ok(
+    c.cli_ok_as(
         Some(&root),
         &["admin", "quota", "set", "vision", "--gpus", "1"],
     )
@@ -1003,7 +1010,7 @@ async fn quotas_hold_a_team_back_and_gpus_are_redacted() {
     }
 
     // Raising the quota lets the second one run.
-    c.cli_ok(
+    c.cli_ok_as(
         Some(&root),
         &["admin", "quota", "set", "vision", "--gpus", "2"],
     )
@@ -1148,9 +1155,9 @@ fn write_npy(path: &std::path::Path, rows: usize, cols: usize) {
 }
 
 /// Submits `config` as the holder of `token`; the new training's id.
-async fn submit_as(c: &SecureCoordinator, token: &str, config: &std::path::Path) -> String {
+async fn submit_as(c: &Cluster, token: &str, config: &std::path::Path) -> String {
     let out = c
-        .cli_ok(
+        .cli_ok_as(
             Some(token),
             &[
                 "-o",
@@ -1172,12 +1179,7 @@ async fn submit_as(c: &SecureCoordinator, token: &str, config: &std::path::Path)
 }
 
 /// Waits for `id` (as `token` sees it) to reach `state`.
-async fn wait_for(
-    c: &SecureCoordinator,
-    token: &str,
-    id: &str,
-    state: v1::training::State,
-) -> v1::Training {
+async fn wait_for(c: &Cluster, token: &str, id: &str, state: v1::training::State) -> v1::Training {
     let what = format!("{id} to reach {state:?}");
     eventually(&what, Duration::from_secs(60), || async {
         let got = TrainingServiceClient::new(c.channel().await)
@@ -1188,7 +1190,7 @@ async fn wait_for(
         if got.state() == state {
             Ok(got)
         } else {
-            Err(format!("{got:#?}\n{}", c.log()))
+            Err(format!("{got:#?}\n{}", c.coordinator_log()))
         }
     })
     .await
@@ -1201,8 +1203,7 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_teams_on_one_agent_reach_only_their_own() {
     let dir = temp();
-    let (mut c, [root, vision, nlp]) =
-        SecureCoordinator::with_team_tokens(dir.path(), vec![]).await;
+    let (mut c, [root, vision, nlp]) = Cluster::with_team_tokens(vec![]).await;
     let (vision_dir, nlp_dir) = (dir.path().join("vision"), dir.path().join("nlp"));
     std::fs::create_dir_all(&vision_dir).unwrap();
     std::fs::create_dir_all(&nlp_dir).unwrap();
@@ -1211,8 +1212,7 @@ async fn two_teams_on_one_agent_reach_only_their_own() {
     let vision_env = dir.path().join("vision.env");
     std::fs::write(&vision_env, "VISION_SECRET=only-vision\n").unwrap();
     let at = |p: &std::path::Path| p.display().to_string();
-    c.start_agent(
-        "agent-0",
+    c.start_agent_as(host_agent(
         "agent-0",
         2,
         &[
@@ -1223,7 +1223,7 @@ async fn two_teams_on_one_agent_reach_only_their_own() {
             "--team-env-file".into(),
             format!("vision={}", at(&vision_env)),
         ],
-    );
+    ));
     eventually("two GPUs", AGENT_TIMEOUT, || async {
         let n = live_gpus(&c, &root).await?.len();
         (n == 2).then_some(()).ok_or(format!("{n} GPUs"))
@@ -1309,9 +1309,8 @@ async fn a_team_s_checkpoints_in_s3_come_out_with_its_own_credentials() {
     std::fs::write(&env_file, text).unwrap();
     let team_env = format!("vision={}", env_file.display());
     let extra = vec!["--team-env-file".into(), team_env.clone()];
-    let (mut c, [root, vision, _]) = SecureCoordinator::with_team_tokens(dir.path(), extra).await;
-    c.start_agent(
-        "agent-0",
+    let (mut c, [root, vision, _]) = Cluster::with_team_tokens(extra).await;
+    c.start_agent_as(host_agent(
         "agent-0",
         1,
         &[
@@ -1320,7 +1319,7 @@ async fn a_team_s_checkpoints_in_s3_come_out_with_its_own_credentials() {
             "--team-s3-prefix".into(),
             "vision=s3://vision-ckpt/runs".into(),
         ],
-    );
+    ));
     eventually("one GPU", AGENT_TIMEOUT, || async {
         let n = live_gpus(&c, &root).await?.len();
         (n == 1).then_some(()).ok_or(format!("{n} GPUs"))
@@ -1340,7 +1339,7 @@ async fn a_team_s_checkpoints_in_s3_come_out_with_its_own_credentials() {
     wait_for(&c, &vision, &id, v1::training::State::Succeeded).await;
     let out = dir.path().join("weights");
     let listed = c
-        .cli_ok(
+        .cli_ok_as(
             Some(&vision),
             &[
                 "checkpoints",
