@@ -7,15 +7,28 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ONCE=0; [ "${1:-}" = "--once" ] && ONCE=1
-bash scripts/setup.sh
+STATE="$PWD/.cohort"
+mkdir -p "$STATE/logs"
+bash scripts/setup.sh system console
 source scripts/env.sh
-echo "demo: building (the first build takes several minutes)"
+# Only cohort-rank links libtorch: PyTorch downloads (minutes, once) while
+# the coordinator, the agent and the CLI build (with cohort-rank's features
+# on the crates they share: build-unify/, so nothing builds twice).
+bash scripts/setup.sh torch > "$STATE/logs/setup-torch.log" 2>&1 &
+torch_setup=$!
+echo "demo: building the coordinator, the agent and the CLI while PyTorch installs (the first build takes minutes)"
+cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli
+if ! wait "$torch_setup"; then
+  cat "$STATE/logs/setup-torch.log" >&2
+  echo "demo: installing PyTorch failed (above)" >&2
+  exit 1
+fi
+cat "$STATE/logs/setup-torch.log"
+echo "demo: building cohort-rank against PyTorch's libtorch"
 cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli -p cohort-rank
 BIN="$PWD/target/release"
 PORT="${COHORT_DEMO_PORT:-50051}"
 URL="http://127.0.0.1:$PORT"
-STATE="$PWD/.cohort"
-mkdir -p "$STATE/logs"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

@@ -18,6 +18,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked --bins
 # deploy/: Kubernetes manifests, Dockerfiles and systemd units, offline.
 bash scripts/check-deploy.sh
+# The demo's two-step build shares its artifacts (build-unify/).
+bash scripts/check-unify.sh
 cargo test --workspace --locked
 # The programs' Python helper.
 "$COHORT_VENV/bin/python" -m pytest -q sdk/python/tests
