@@ -192,6 +192,37 @@ async fn register_agents(args: &Args, url: &str) -> anyhow::Result<(Vec<agents::
     ))
 }
 
+/// When the agents start sending, the measured window (t0..t1, also as
+/// Unix milliseconds for the samples' own timestamps) and the drain's end.
+struct Schedule {
+    start: Instant,
+    t0: Instant,
+    t1: Instant,
+    stop: Instant,
+    window: window::Window,
+}
+
+impl Schedule {
+    /// Half a second from now, then the warm-up, the window and the drain.
+    fn new(args: &Args) -> Schedule {
+        let lead = Duration::from_millis(500);
+        let start = Instant::now() + lead;
+        let from_ms = window::unix_ms(SystemTime::now() + lead + args.warmup);
+        let t0 = start + args.warmup;
+        let t1 = t0 + args.duration;
+        Schedule {
+            start,
+            t0,
+            t1,
+            stop: t1 + args.drain,
+            window: window::Window {
+                from_ms,
+                to_ms: from_ms + args.duration.as_millis() as i64,
+            },
+        }
+    }
+}
+
 async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
     let url = coordinator.url.clone();
     let backend = match (&args.coordinator, &args.database_url) {
@@ -212,18 +243,13 @@ async fn run(args: &Args, coordinator: &Coordinator) -> anyhow::Result<()> {
     let (registered, retries) = register_agents(args, &url).await?;
     let connect_took = connect_started.elapsed();
 
-    // The schedule, on both clocks.
-    let lead = Duration::from_millis(500);
-    let start = Instant::now() + lead;
-    let start_sys = SystemTime::now() + lead;
-    let from_ms = window::unix_ms(start_sys + args.warmup);
-    let window = window::Window {
-        from_ms,
-        to_ms: from_ms + args.duration.as_millis() as i64,
-    };
-    let t0 = start + args.warmup;
-    let t1 = t0 + args.duration;
-    let stop = t1 + args.drain;
+    let Schedule {
+        start,
+        t0,
+        t1,
+        stop,
+        window,
+    } = Schedule::new(args);
     eprintln!(
         "bench: {} agents registered in {:.1}s ({} refused Connects retried); warm-up {:?}, window {:?}, drain {:?}",
         args.agents,
