@@ -16,6 +16,7 @@ source scripts/env.sh
 # on the crates they share: build-unify/, so nothing builds twice).
 bash scripts/setup.sh torch > "$STATE/logs/setup-torch.log" 2>&1 &
 torch_setup=$!
+echo "demo: PyTorch installs in the background (log: $STATE/logs/setup-torch.log)"
 echo "demo: building the coordinator, the agent and the CLI while PyTorch installs (the first build takes minutes)"
 cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli
 if ! wait "$torch_setup"; then
@@ -23,7 +24,6 @@ if ! wait "$torch_setup"; then
   echo "demo: installing PyTorch failed (above)" >&2
   exit 1
 fi
-cat "$STATE/logs/setup-torch.log"
 echo "demo: building cohort-rank against PyTorch's libtorch"
 cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli -p cohort-rank
 BIN="$PWD/target/release"

@@ -19,7 +19,9 @@ PIP=("$COHORT_VENV/bin/pip" install -q --disable-pip-version-check)
 
 # apt_install [APT OPTION...] PACKAGE...
 apt_install() {
-  echo "setup: installing ${*//--*/}"
+  local packages=() arg
+  for arg in "$@"; do [[ $arg == -* ]] || packages+=("$arg"); done
+  echo "setup: installing ${packages[*]}"
   local sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
