@@ -386,7 +386,7 @@ async fn lead(args: &Args) -> anyhow::Result<()> {
 
 /// How the coordinator's group commit wrote the `creates`: its
 /// transactions of several creates and of one, with their mean time (from
-/// the database operation histogram on /metrics).
+/// the database operation histogram on /metrics); and its estimate writes.
 async fn report_create_batches(
     metrics: std::net::SocketAddr,
     creates: usize,
@@ -408,6 +408,15 @@ async fn report_create_batches(
     println!(
         "create transactions: {batches:.0} batches (mean {:.1} creates, {batch_ms:.1} ms each), {singles:.0} single creates ({single_ms:.1} ms each)",
         if batches > 0.0 { in_batches / batches } else { 0.0 }
+    );
+    // The start estimates are written beside the creates (every
+    // `--estimate-interval`): what they held SQLite's one writer for.
+    let (writes, write_ms) = of("write_estimates").await;
+    let last = metric(metrics, "cohort_estimate_run_seconds").await? * 1e3;
+    let forecast = metric(metrics, "cohort_estimate_forecast_seconds").await? * 1e3;
+    let written = metric(metrics, "cohort_estimate_written").await?;
+    println!(
+        "estimate transactions: {writes:.0} ({write_ms:.1} ms each); the last run took {last:.0} ms ({forecast:.0} ms forecast) and wrote {written:.0}"
     );
     Ok(())
 }

@@ -143,12 +143,16 @@ async fn metrics_endpoint_serves_dcgm_named_gpu_gauges_and_cohort_gauges() {
         value(&body, "cohort_agent_refused_rank_events_total "),
         Some(0.0)
     );
-    // What the scheduling passes cost: gauges with one value each.
+    // What the scheduling passes and the estimate runs cost: gauges with
+    // one value each.
     for name in [
         "cohort_scheduler_pass_seconds",
         "cohort_scheduler_pass_max_seconds",
         "cohort_scheduler_pass_trainings",
         "cohort_scheduler_pass_reasons_rewritten",
+        "cohort_estimate_run_seconds",
+        "cohort_estimate_forecast_seconds",
+        "cohort_estimate_written",
     ] {
         assert!(body.contains(&format!("# TYPE {name} gauge")), "{name}");
         assert!(value(&body, &format!("{name} ")).is_some(), "{name}");

@@ -572,3 +572,136 @@ async fn a_batch_of_placements_places_each_whole_or_not_at_all() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn estimates_are_written_in_chunks_with_an_event_only_for_a_change() {
+    use cohort_coordinator::persistence::estimates::{EstimateWrite, StoredEstimate};
+    let at = |s: i64| chrono::DateTime::from_timestamp(2_000_000_000 + s, 0);
+    for t in common::databases().await {
+        // More than two write transactions' worth.
+        let mut ids = Vec::new();
+        for _ in 0..260 {
+            ids.push(
+                t.db.create_training(new_training(None))
+                    .await
+                    .unwrap()
+                    .training
+                    .id,
+            );
+        }
+        let writes = |start: i64, event: bool| -> Vec<EstimateWrite> {
+            ids.iter()
+                .map(|id| EstimateWrite {
+                    training_id: id.clone(),
+                    attempt: 1,
+                    estimate: StoredEstimate {
+                        start_time: at(start),
+                        end_time: None,
+                        reason: String::new(),
+                    },
+                    event,
+                })
+                .collect()
+        };
+        // First estimates: stored, no event.
+        t.db.write_estimates(writes(60, false), Vec::new())
+            .await
+            .unwrap();
+        let stored = t.db.estimates(ids.clone()).await.unwrap();
+        assert_eq!(stored.len(), ids.len(), "{}", t.name);
+        assert!(
+            stored.values().all(|e| e.start_time == at(60)),
+            "{}",
+            t.name
+        );
+        for id in [&ids[0], &ids[259]] {
+            let got = t.db.get_training(id).await.unwrap().unwrap();
+            assert_eq!(
+                got.last_event_seq, 1,
+                "{}: no event for a first estimate",
+                t.name
+            );
+        }
+        // Moved: rewritten, each with its one event, sequence numbers dense.
+        t.db.write_estimates(writes(3600, true), Vec::new())
+            .await
+            .unwrap();
+        let stored = t.db.estimates(ids.clone()).await.unwrap();
+        assert!(
+            stored.values().all(|e| e.start_time == at(3600)),
+            "{}",
+            t.name
+        );
+        for id in &ids {
+            let events = t.db.events_after(id, 1, 10).await.unwrap();
+            assert_eq!(events.len(), 1, "{}: {id}", t.name);
+            assert_eq!(events[0].seq, 2);
+            match &events[0].payload {
+                EventPayload::Estimate(e) => assert_eq!(e.start_time, at(3600)),
+                other => panic!("{}: {other:?}", t.name),
+            }
+        }
+        // Gone: dropped.
+        t.db.write_estimates(Vec::new(), ids.clone()).await.unwrap();
+        assert!(
+            t.db.estimates(ids.clone()).await.unwrap().is_empty(),
+            "{}",
+            t.name
+        );
+    }
+}
+
+/// SQLite's writers take turns in the coordinator before they take a
+/// connection: with a pool of two, one writer inside its transaction and
+/// another waiting for its turn, a read still gets the second connection
+/// (it would wait for the first writer if the second held a connection in
+/// SQLite's busy handler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_writer_waiting_its_turn_holds_no_connection() {
+    use cohort_coordinator::persistence::{DatabaseTarget, PersistenceOptions};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let options = PersistenceOptions {
+        max_connections: Some(2),
+        checkout_timeout: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let db = Persistence::open_with(DatabaseTarget::Sqlite(dir.path().join("c.db")), options)
+        .await
+        .unwrap();
+    let (inside_tx, inside) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let (inside_tx, released) = (Mutex::new(inside_tx), Arc::new(Mutex::new(released)));
+    let holder = tokio::spawn({
+        let db = db.clone();
+        async move {
+            db.transaction("hold", move |_| {
+                inside_tx.lock().unwrap().send(()).unwrap();
+                released
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(20))
+                    .unwrap();
+                Ok(())
+            })
+            .await
+        }
+    });
+    tokio::task::spawn_blocking(move || inside.recv_timeout(Duration::from_secs(10)).unwrap())
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let db = db.clone();
+        async move { db.create_training(new_training(None)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let read = db.get_training("trn-none").await;
+    release.send(()).unwrap();
+    assert!(
+        matches!(read, Ok(None)),
+        "the read waited for a connection: {read:?}"
+    );
+    holder.await.unwrap().unwrap();
+    waiter.await.unwrap().unwrap();
+}

@@ -2,8 +2,9 @@
 //! request path, the policy is run forward ([`crate::policy::forecast`])
 //! over a fresh snapshot on a blocking thread; estimates that appeared,
 //! went, or moved by more than 10 % of the time left to them are written
-//! (so every coordinator answers with them) with an `estimate` event for
-//! watchers. What one run cost is kept for the metrics.
+//! (so every coordinator answers with them), with an `estimate` event for
+//! watchers when a stored one changed (a training's first estimate is only
+//! stored). What one run cost is kept for the metrics.
 
 use super::Jobs;
 use crate::persistence::estimates::{EstimateWrite, StoredEstimate};
@@ -26,6 +27,8 @@ pub struct EstimateFigures {
     pub trainings: usize,
     pub passes: usize,
     pub took: Duration,
+    /// The forward run of the policy (on a blocking thread).
+    pub forecast: Duration,
     pub written: usize,
 }
 
@@ -120,8 +123,10 @@ impl Jobs {
         let policy = self.settings.policy.clone();
         let half_life = self.settings.fair_share_half_life;
         let snapshot = built.snapshot;
-        let f = tokio::task::spawn_blocking(move || {
-            forecast(snapshot, &policy, half_life, Horizon::default())
+        let (f, forecast_took) = tokio::task::spawn_blocking(move || {
+            let began = std::time::Instant::now();
+            let f = forecast(snapshot, &policy, half_life, Horizon::default());
+            (f, began.elapsed())
         })
         .await
         .map_err(|e| DatabaseError::Task(format!("the forecast panicked: {e}")))?;
@@ -138,16 +143,17 @@ impl Jobs {
             .chain(running.into_iter().map(|(i, a)| (i, a, false)))
         {
             let new = estimate_of(&f, &id, is_waiting);
-            match kept.remove(&id) {
+            let old = kept.remove(&id);
+            match old {
                 Some(old) if !moved(&old, &new, now) => {
                     current.insert(id, old);
                 }
-                _ => {
+                old => {
                     changed.push(EstimateWrite {
                         training_id: id.clone(),
                         attempt,
                         estimate: new.clone(),
-                        event: true,
+                        event: old.is_some(),
                     });
                     current.insert(id, new);
                 }
@@ -167,6 +173,7 @@ impl Jobs {
             trainings: f.starts.len() + f.ends.len(),
             passes: f.passes,
             took: began.elapsed(),
+            forecast: forecast_took,
             written,
         };
         *self
@@ -177,6 +184,7 @@ impl Jobs {
         tracing::debug!(
             passes = figures.passes,
             took_ms = figures.took.as_millis() as u64,
+            forecast_ms = figures.forecast.as_millis() as u64,
             written,
             "estimates"
         );

@@ -79,6 +79,7 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
     families.extend(alert_families(ctx));
     families.extend(ingest_families(ctx));
     families.extend(scheduler_families(ctx));
+    families.extend(estimate_families(ctx));
     let mut out = String::new();
     for family in &families {
         family.write(&mut out);
@@ -346,6 +347,32 @@ fn scheduler_families(ctx: &Context) -> [Family; 4] {
             "gauge",
             "Pending reasons the last scheduling pass rewrote.",
             pass.rewritten as f64,
+        ),
+    ]
+}
+
+/// What the last start/end estimate run cost: all of it, its forward run
+/// of the policy, and how many estimates it wrote.
+fn estimate_families(ctx: &Context) -> [Family; 3] {
+    let run = ctx.jobs.estimate_figures();
+    [
+        Family::single(
+            "cohort_estimate_run_seconds",
+            "gauge",
+            "How long the last estimate run took, its writes included.",
+            run.took.as_secs_f64(),
+        ),
+        Family::single(
+            "cohort_estimate_forecast_seconds",
+            "gauge",
+            "How long the last estimate run's forward run of the policy took.",
+            run.forecast.as_secs_f64(),
+        ),
+        Family::single(
+            "cohort_estimate_written",
+            "gauge",
+            "Estimates the last estimate run wrote (appeared, went or moved).",
+            run.written as f64,
         ),
     ]
 }

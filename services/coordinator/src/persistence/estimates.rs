@@ -2,17 +2,20 @@
 //! coordinator (a standby too) answers with them, and rewritten only when
 //! one moves by more than 10 % (with an `estimate` event for watchers).
 
-use super::events::append_event_in;
+use super::connection::on_backend;
+use super::events::append_events_in;
 use super::rows::{from_db_time, now, to_db_time};
 use super::schema::training_estimates;
-use super::{DatabaseError, Persistence};
+use super::{DatabaseError, DbConnection, Outbox, Persistence};
 use crate::model::{EstimateChange, EventPayload};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Ids per `IN (...)` list.
 const CHUNK: usize = 500;
+/// Estimates per write transaction.
+const WRITE_CHUNK: usize = 100;
 
 /// A training's stored estimate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +33,9 @@ pub struct EstimateWrite {
     /// The training's current attempt (its event's).
     pub attempt: i32,
     pub estimate: StoredEstimate,
-    /// Write an `estimate` event too (it appeared or moved by more than 10 %).
+    /// Whether it changed a stored one (it moved, or a time appeared or
+    /// went): an `estimate` event for watchers. A training's first
+    /// estimate is only stored (GetTraining carries it).
     pub event: bool,
 }
 
@@ -103,49 +108,82 @@ impl Persistence {
         .await
     }
 
-    /// Writes `changed` (with their events) and drops the estimates of
-    /// `gone` (trainings that ended), in one transaction.
+    /// Writes `changed` (with their `estimate` events) and drops the
+    /// estimates of `gone` (trainings that ended). One transaction per
+    /// [`WRITE_CHUNK`] trainings, each a handful of statements, so that a
+    /// run that moved thousands of estimates never holds SQLite's one
+    /// writer for long: creates and state changes get in between. A reader
+    /// may see some of a run's estimates new and some old, as it would a
+    /// moment later or earlier.
     pub async fn write_estimates(
         &self,
         changed: Vec<EstimateWrite>,
         gone: Vec<String>,
     ) -> Result<(), DatabaseError> {
-        self.transaction_noting("write_estimates", move |c, out| {
-            let at = now();
-            for chunk in gone.chunks(CHUNK) {
+        for chunk in gone.chunks(CHUNK) {
+            let chunk = chunk.to_vec();
+            self.transaction("drop_estimates", move |c| {
                 diesel::delete(
-                    training_estimates::table.filter(training_estimates::training_id.eq_any(chunk)),
+                    training_estimates::table
+                        .filter(training_estimates::training_id.eq_any(&chunk)),
                 )
                 .execute(c)?;
-            }
-            for w in &changed {
-                diesel::delete(training_estimates::table.find(&w.training_id)).execute(c)?;
-                diesel::insert_into(training_estimates::table)
-                    .values((
-                        training_estimates::training_id.eq(&w.training_id),
-                        training_estimates::start_time.eq(w.estimate.start_time.map(to_db_time)),
-                        training_estimates::end_time.eq(w.estimate.end_time.map(to_db_time)),
-                        training_estimates::reason.eq(&w.estimate.reason),
-                        training_estimates::update_time.eq(to_db_time(at)),
-                    ))
-                    .execute(c)?;
-                if w.event {
-                    append_event_in(
-                        c,
-                        out,
-                        &w.training_id,
-                        w.attempt,
-                        &EventPayload::Estimate(EstimateChange {
-                            start_time: w.estimate.start_time,
-                            end_time: w.estimate.end_time,
-                            reason: w.estimate.reason.clone(),
-                        }),
-                        at,
-                    )?;
-                }
-            }
-            Ok(())
-        })
-        .await
+                Ok(())
+            })
+            .await?;
+        }
+        let mut changed = changed.into_iter().peekable();
+        while changed.peek().is_some() {
+            let chunk: Vec<EstimateWrite> = changed.by_ref().take(WRITE_CHUNK).collect();
+            self.transaction_noting("write_estimates", move |c, out| write_chunk(c, out, &chunk))
+                .await?;
+        }
+        Ok(())
     }
+}
+
+/// Replaces the estimates of `chunk` and appends their events.
+fn write_chunk(
+    c: &mut DbConnection,
+    out: &mut Outbox,
+    chunk: &[EstimateWrite],
+) -> Result<(), DatabaseError> {
+    let at = now();
+    let ids: Vec<&str> = chunk.iter().map(|w| w.training_id.as_str()).collect();
+    diesel::delete(training_estimates::table.filter(training_estimates::training_id.eq_any(&ids)))
+        .execute(c)?;
+    let events: Vec<(&str, i32, EventPayload)> = chunk
+        .iter()
+        .filter(|w| w.event)
+        .map(|w| {
+            let payload = EventPayload::Estimate(EstimateChange {
+                start_time: w.estimate.start_time,
+                end_time: w.estimate.end_time,
+                reason: w.estimate.reason.clone(),
+            });
+            (w.training_id.as_str(), w.attempt, payload)
+        })
+        .collect();
+    let evented: HashSet<String> = append_events_in(c, out, &events, at)?.into_iter().collect();
+    // (Trainings are never deleted; one that was would fail the chunk on
+    // its foreign key, and the next run would write it again.)
+    let rows: Vec<_> = chunk
+        .iter()
+        .filter(|w| !w.event || evented.contains(&w.training_id))
+        .map(|w| {
+            (
+                training_estimates::training_id.eq(&w.training_id),
+                training_estimates::start_time.eq(w.estimate.start_time.map(to_db_time)),
+                training_estimates::end_time.eq(w.estimate.end_time.map(to_db_time)),
+                training_estimates::reason.eq(&w.estimate.reason),
+                training_estimates::update_time.eq(to_db_time(at)),
+            )
+        })
+        .collect();
+    if !rows.is_empty() {
+        on_backend!(c, |c| diesel::insert_into(training_estimates::table)
+            .values(&rows)
+            .execute(c))?;
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! replays). Sequence numbers come from `trainings.last_event_seq`, bumped in
 //! the same transaction as the insert, so they are dense and never reused.
 
+use super::connection::on_backend;
 use super::rows::{now, to_db_time, EventRow};
 use super::schema::{training_events, trainings};
 use super::{DatabaseError, DbConnection, LogicalError, Outbox, Persistence};
@@ -52,6 +53,59 @@ pub fn append_event_in(
         payload: payload.clone(),
         time: row.event_time.and_utc(),
     })
+}
+
+/// One event for each of several distinct trainings, appended inside the
+/// caller's transaction in three statements whatever their number (the
+/// sequence numbers move on together, then the rows go in as one insert).
+/// Trainings that are gone are skipped: the ids that got their event are
+/// returned. Keep a call to a few hundred events (SQLite binds six values
+/// per row).
+pub fn append_events_in(
+    conn: &mut DbConnection,
+    out: &mut Outbox,
+    events: &[(&str, i32, EventPayload)],
+    at: DateTime<Utc>,
+) -> Result<Vec<String>, DatabaseError> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = events.iter().map(|(id, _, _)| *id).collect();
+    debug_assert!(
+        ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len(),
+        "one event per training"
+    );
+    diesel::update(trainings::table.filter(trainings::id.eq_any(&ids)))
+        .set(trainings::last_event_seq.eq(trainings::last_event_seq + 1))
+        .execute(conn)?;
+    let seqs: std::collections::HashMap<String, i64> = trainings::table
+        .filter(trainings::id.eq_any(&ids))
+        .select((trainings::id, trainings::last_event_seq))
+        .load::<(String, i64)>(conn)?
+        .into_iter()
+        .collect();
+    let rows: Vec<EventRow> = events
+        .iter()
+        .filter_map(|(id, attempt, payload)| {
+            Some(EventRow {
+                training_id: id.to_string(),
+                seq: *seqs.get(*id)?,
+                attempt: *attempt,
+                kind: payload.kind(),
+                payload_json: payload.to_json(),
+                event_time: to_db_time(at),
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        on_backend!(conn, |c| diesel::insert_into(training_events::table)
+            .values(&rows)
+            .execute(c))?;
+    }
+    for row in &rows {
+        out.event(&row.training_id, row.seq);
+    }
+    Ok(rows.into_iter().map(|r| r.training_id).collect())
 }
 
 impl Persistence {

@@ -112,6 +112,12 @@ pub struct Persistence {
     fence: Option<std::sync::Arc<lease::Fence>>,
     /// The group commit of CreateTraining, started by the first create.
     creates: std::sync::Arc<std::sync::OnceLock<lifecycle::creates::CreateQueue>>,
+    /// SQLite has one writer at a time: this process's writers take turns
+    /// here, each handed the lock the moment the last one lets go, instead
+    /// of in SQLite's busy handler, which polls with sleeps growing to
+    /// 100 ms (a create behind a 20 ms write waited up to 50 ms more).
+    /// `busy_timeout` still covers another process on the file.
+    writers: Option<std::sync::Arc<std::sync::Mutex<()>>>,
 }
 
 impl std::fmt::Debug for Persistence {
@@ -185,6 +191,7 @@ impl Persistence {
             migrations_applied = applied,
             "database ready"
         );
+        let writers = matches!(target, DatabaseTarget::Sqlite(_)).then(Default::default);
         Ok(Self {
             pool,
             target,
@@ -193,6 +200,7 @@ impl Persistence {
             metrics: OpMetrics::default(),
             fence: None,
             creates: Default::default(),
+            writers,
         })
     }
 
@@ -278,7 +286,16 @@ impl Persistence {
             },
             _ => None,
         };
+        let writers = match mode {
+            Mode::Write | Mode::Unfenced => self.writers.clone(),
+            Mode::Read => None,
+        };
         let outcome = tokio::task::spawn_blocking(move || {
+            // The turn first, then a connection: a writer waiting its turn
+            // holds none that a reader could use.
+            let _turn = writers
+                .as_ref()
+                .map(|w| w.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
             let mut conn = pool.get().map_err(|e| DatabaseError::Pool(e.to_string()))?;
             let mut attempt = 1;
             loop {
