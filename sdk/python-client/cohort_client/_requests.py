@@ -1,0 +1,150 @@
+"""The requests both clients send, built one way."""
+
+import uuid
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence, Union
+
+from ._pb.cohort.v1 import checkpoint_pb2, config_pb2, training_pb2
+from ._pb.cohort.v1 import training_logs_pb2, training_service_pb2 as ts
+
+State = training_pb2.Training.State
+#: The states a training never leaves.
+FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+
+ConfigLike = Union[str, Path, config_pb2.TrainingConfig]
+GpusLike = Union[None, int, Sequence[str]]
+
+
+def config_source(config: ConfigLike):
+    """A TrainingConfig as given, or the TOML text of a path or string: a
+    ``Path`` (or a string naming an existing file) is read; any other
+    string is the TOML itself."""
+    if isinstance(config, config_pb2.TrainingConfig):
+        return config
+    if isinstance(config, Path) or (isinstance(config, str) and "\n" not in config
+                                    and Path(config).is_file()):
+        return Path(config).read_text()
+    if isinstance(config, str):
+        return config
+    raise TypeError(f"config must be a path, TOML text or a TrainingConfig, not {type(config)}")
+
+
+def parse_request(text: str) -> ts.ParseTrainingConfigRequest:
+    return ts.ParseTrainingConfigRequest(
+        text=text, format=ts.ParseTrainingConfigRequest.FORMAT_TOML)
+
+
+def gpu_request(gpus: GpusLike, queue: bool = True) -> training_pb2.GpuRequest:
+    request = training_pb2.GpuRequest(queue=queue)
+    if gpus is None:
+        request.auto.SetInParent()
+    elif isinstance(gpus, bool):
+        raise TypeError("gpus is a count or a list of GPU ids")
+    elif isinstance(gpus, int):
+        request.count = gpus
+    else:
+        request.gpu_ids.ids.extend(gpus)
+    return request
+
+
+def create_request(config: config_pb2.TrainingConfig, gpus: GpusLike, *, name: str = "",
+                   priority_class: str = "", labels: Optional[Dict[str, str]] = None,
+                   request_id: Optional[str] = None, max_restarts: Optional[int] = None,
+                   borrow: Optional[bool] = None, queue: bool = True) -> ts.CreateTrainingRequest:
+    """A CreateTraining request; its request id (a fresh UUID unless given)
+    makes a retry return the training the first attempt created."""
+    request = ts.CreateTrainingRequest(
+        request_id=request_id or str(uuid.uuid4()), config=config,
+        gpus=gpu_request(gpus, queue), display_name=name,
+        priority_class=priority_class, labels=labels or {})
+    if max_restarts is not None:
+        request.max_restarts = max_restarts
+    if borrow is not None:
+        request.borrow = borrow
+    return request
+
+
+def states(values: Optional[Iterable[Union[str, int]]]):
+    """State names (``"RUNNING"``) or numbers as the enum's numbers."""
+    out = []
+    for value in values or ():
+        out.append(State.Value(value.upper()) if isinstance(value, str) else int(value))
+    return out
+
+
+def list_request(states_, labels, team, page_size, page_token="") -> ts.ListTrainingsRequest:
+    return ts.ListTrainingsRequest(page_size=page_size, page_token=page_token,
+                                   states=states(states_), labels=labels or {}, team=team or "")
+
+
+def watch_request(training_id: str, after: int, rank_stats: bool) -> ts.WatchTrainingRequest:
+    return ts.WatchTrainingRequest(id=training_id, after_sequence=after,
+                                   include_rank_stats=rank_stats)
+
+
+def logs_request(training_id, follow, tail, ranks, attempt) -> training_logs_pb2.WatchLogsRequest:
+    request = training_logs_pb2.WatchLogsRequest(
+        training_id=training_id, follow=follow, tail=tail, ranks=list(ranks or ()))
+    if attempt is not None:
+        request.attempt = attempt
+    return request
+
+
+FORMATS = {
+    "native": checkpoint_pb2.CHECKPOINT_FORMAT_NATIVE,
+    "saelens": checkpoint_pb2.CHECKPOINT_FORMAT_SAELENS,
+}
+
+
+def download_request(training_id, step, fmt, best) -> ts.DownloadCheckpointRequest:
+    if fmt not in FORMATS:
+        raise ValueError(f"format is one of {sorted(FORMATS)}, not {fmt!r}")
+    request = ts.DownloadCheckpointRequest(training_id=training_id, format=FORMATS[fmt], best=best)
+    if step is not None:
+        request.step = step
+    return request
+
+
+class CheckpointWriter:
+    """Writes DownloadCheckpoint's chunks into ``dest`` (a directory made if
+    needed): files come one after another, each in order. A file's name
+    with a directory in it, or a chunk out of order, is refused."""
+
+    def __init__(self, dest: Union[str, Path]):
+        self.dest = Path(dest)
+        self.dest.mkdir(parents=True, exist_ok=True)
+        self.step: Optional[int] = None
+        self.files = []
+        self._open = None
+        self._name = None
+        self._written = 0
+        self._size = 0
+
+    def add(self, chunk) -> None:
+        name = chunk.file
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ValueError(f"the coordinator sent a file name that is not plain: {name!r}")
+        if name != self._name:
+            self._close()
+            if (self.dest / name) in self.files:
+                raise ValueError(f"{name}: sent twice")
+            self._open = open(self.dest / name, "wb")
+            self._name, self._written = name, 0
+            self.files.append(self.dest / name)
+        self._size = chunk.file_size
+        if chunk.offset != self._written:
+            raise ValueError(f"{name}: chunk at {chunk.offset}, expected {self._written}")
+        self._open.write(chunk.data)
+        self._written += len(chunk.data)
+        self.step = chunk.step
+
+    def _close(self) -> None:
+        if self._open is not None:
+            self._open.close()
+            self._open = None
+            if self._written != self._size:
+                raise ValueError(f"{self._name}: {self._written} of {self._size} bytes came")
+
+    def finish(self):
+        self._close()
+        return self.step, self.files

@@ -1,0 +1,205 @@
+"""The asyncio client: :class:`Client`'s calls as coroutines and async
+iterators, on ``grpc.aio``."""
+
+import asyncio
+import time
+from pathlib import Path
+from typing import AsyncIterator, Dict, List, Optional, Sequence, Union
+
+import grpc
+import grpc.aio
+
+from . import _requests as rq
+from ._connection import MAX_FOLLOWS, Settings, stubs_for, target_of
+from ._pb.cohort.v1 import training_pb2, training_report_pb2, training_service_pb2 as ts
+from ._pb.cohort.v1 import training_events_pb2, training_logs_pb2
+from ._pb.cohort.v1 import gpu_pb2
+from .client import RESUME_FOR_S
+from .errors import CohortError
+
+
+class AsyncClient:
+    """:class:`cohort_client.Client` for asyncio: the same arguments, the
+    same defaults, the same errors. ``async with AsyncClient() as c: ...``"""
+
+    def __init__(self, coordinator: Union[str, Sequence[str], None] = None, *,
+                 token: Optional[str] = None, ca_cert: Union[bytes, str, Path, None] = None,
+                 connect_timeout: float = 5.0, timeout: Optional[float] = 30.0,
+                 allow_plaintext_token: bool = False):
+        self._settings = Settings.resolve(coordinator, token, ca_cert, connect_timeout,
+                                          timeout, allow_plaintext_token)
+        self._channel: Optional[grpc.aio.Channel] = None
+        self._stubs: Optional[dict] = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = self._stubs = None
+
+    async def _connect(self) -> dict:
+        if self._stubs is not None:
+            return self._stubs
+        last = None
+        for url in self._settings.urls:
+            credentials = self._settings.credentials(url)
+            channel = (grpc.aio.insecure_channel(target_of(url)) if credentials is None
+                       else grpc.aio.secure_channel(target_of(url), credentials))
+            try:
+                await asyncio.wait_for(channel.channel_ready(), self._settings.connect_timeout)
+            except asyncio.TimeoutError:
+                await channel.close()
+                last = url
+                continue
+            self._channel, self._stubs = channel, stubs_for(channel)
+            return self._stubs
+        raise self._settings.unreachable(last)
+
+    async def _follow(self, error: CohortError) -> bool:
+        if not self._settings.follow(error.leader):
+            return False
+        await self.close()
+        return True
+
+    async def _unary(self, method: str, request, service: str = "training"):
+        for follows in range(MAX_FOLLOWS + 1):
+            stub = (await self._connect())[service]
+            try:
+                return await getattr(stub, method)(request, metadata=self._settings.metadata,
+                                                   timeout=self._settings.timeout)
+            except grpc.RpcError as e:
+                error = CohortError.from_rpc_error(e)
+                if follows < MAX_FOLLOWS and await self._follow(error):
+                    continue
+                raise error from None
+        raise AssertionError("unreachable")
+
+    async def _stream(self, method: str, request, service: str = "training"
+                      ) -> AsyncIterator:
+        for follows in range(MAX_FOLLOWS + 1):
+            stub = (await self._connect())[service]
+            call = getattr(stub, method)(request, metadata=self._settings.metadata)
+            stream = call.__aiter__()
+            try:
+                first = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            except grpc.RpcError as e:
+                error = CohortError.from_rpc_error(e)
+                if follows < MAX_FOLLOWS and await self._follow(error):
+                    continue
+                raise error from None
+            try:
+                yield first
+                async for message in stream:
+                    yield message
+            except grpc.RpcError as e:
+                raise CohortError.from_rpc_error(e) from None
+            finally:
+                call.cancel()
+            return
+
+    async def gpus(self) -> List[gpu_pb2.Gpu]:
+        gpus, token = [], ""
+        while True:
+            page = await self._unary("ListGpus", gpu_pb2.ListGpusRequest(page_token=token),
+                                     service="gpu")
+            gpus.extend(page.gpus)
+            token = page.next_page_token
+            if not token:
+                return gpus
+
+    async def parse_config(self, config: rq.ConfigLike):
+        source = rq.config_source(config)
+        if not isinstance(source, str):
+            return source
+        return await self._unary("ParseTrainingConfig", rq.parse_request(source))
+
+    async def submit(self, config: rq.ConfigLike, gpus: rq.GpusLike = None, *, name: str = "",
+                     priority_class: str = "", labels: Optional[Dict[str, str]] = None,
+                     request_id: Optional[str] = None, max_restarts: Optional[int] = None,
+                     borrow: Optional[bool] = None, queue: bool = True
+                     ) -> training_pb2.Training:
+        request = rq.create_request(await self.parse_config(config), gpus, name=name,
+                                    priority_class=priority_class, labels=labels,
+                                    request_id=request_id, max_restarts=max_restarts,
+                                    borrow=borrow, queue=queue)
+        return await self._unary("CreateTraining", request)
+
+    async def get(self, training_id: str) -> training_pb2.Training:
+        return await self._unary("GetTraining", ts.GetTrainingRequest(id=training_id))
+
+    async def list(self, *, states: Optional[Sequence[Union[str, int]]] = None,
+                   labels: Optional[Dict[str, str]] = None, team: Optional[str] = None,
+                   page_size: int = 100) -> AsyncIterator[training_pb2.Training]:
+        token = ""
+        while True:
+            page = await self._unary("ListTrainings",
+                                     rq.list_request(states, labels, team, page_size, token))
+            for training in page.trainings:
+                yield training
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def cancel(self, training_id: str, reason: str = "") -> training_pb2.Training:
+        return await self._unary("CancelTraining",
+                                 ts.CancelTrainingRequest(id=training_id, reason=reason))
+
+    async def report(self, training_id: str, *, omit_metrics: bool = False
+                     ) -> training_report_pb2.TrainingReport:
+        return await self._unary(
+            "GetTrainingReport",
+            ts.GetTrainingReportRequest(id=training_id, omit_metrics=omit_metrics))
+
+    async def watch(self, training_id: str, *, after_sequence: int = 0,
+                    rank_stats: bool = False
+                    ) -> AsyncIterator[training_events_pb2.TrainingEvent]:
+        last, failing_since = after_sequence, None
+        while True:
+            lagged = False
+            try:
+                async for event in self._stream("WatchTraining",
+                                                rq.watch_request(training_id, last, rank_stats)):
+                    failing_since = None
+                    if event.WhichOneof("event") == "lagged":
+                        lagged = True
+                        break
+                    last = event.sequence
+                    yield event
+                if not lagged:
+                    return
+            except CohortError as error:
+                if error.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RESUME_FOR_S:
+                    raise
+                await self.close()
+                await asyncio.sleep(0.5)
+
+    async def wait(self, training_id: str) -> training_pb2.Training:
+        async for _ in self.watch(training_id):
+            pass
+        return await self.get(training_id)
+
+    async def logs(self, training_id: str, *, follow: bool = True, tail: int = 0,
+                   ranks: Optional[Sequence[int]] = None, attempt: Optional[int] = None
+                   ) -> AsyncIterator[training_logs_pb2.LogLine]:
+        async for line in self._stream(
+                "WatchLogs", rq.logs_request(training_id, follow, tail, ranks, attempt)):
+            yield line
+
+    async def download_checkpoint(self, training_id: str, dest: Union[str, Path], *,
+                                  step: Optional[int] = None, format: str = "native",
+                                  best: bool = False) -> List[Path]:
+        writer = rq.CheckpointWriter(dest)
+        async for chunk in self._stream("DownloadCheckpoint",
+                                        rq.download_request(training_id, step, format, best)):
+            writer.add(chunk)
+        return writer.finish()[1]

@@ -1,0 +1,239 @@
+"""The synchronous client."""
+
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import grpc
+
+from . import _requests as rq
+from ._connection import MAX_FOLLOWS, Settings, stubs_for
+from ._pb.cohort.v1 import training_pb2, training_report_pb2, training_service_pb2 as ts
+from ._pb.cohort.v1 import training_events_pb2, training_logs_pb2
+from ._pb.cohort.v1 import gpu_pb2
+from .errors import CohortError
+
+#: How long ``watch`` keeps trying to resume a broken stream.
+RESUME_FOR_S = 60.0
+
+
+class Client:
+    """A client of a cohort coordinator (or of several sharing PostgreSQL).
+
+    Every argument defaults as the CLI's does: ``coordinator`` from
+    ``COHORT_COORDINATOR`` (else ``http://127.0.0.1:50051``; several,
+    comma-separated or a list: the first that answers is used, and a
+    standby's NOT_LEADER answer sends the call on to the leader),
+    ``token`` from ``COHORT_TOKEN``, ``ca_cert`` (PEM bytes or a path) from
+    ``COHORT_CA_CERT``. ``timeout`` bounds each unary call (None: none).
+    Failed calls raise :class:`CohortError`. Use it as a context manager,
+    or call :meth:`close`.
+    """
+
+    def __init__(self, coordinator: Union[str, Sequence[str], None] = None, *,
+                 token: Optional[str] = None, ca_cert: Union[bytes, str, Path, None] = None,
+                 connect_timeout: float = 5.0, timeout: Optional[float] = 30.0,
+                 allow_plaintext_token: bool = False):
+        self._settings = Settings.resolve(coordinator, token, ca_cert, connect_timeout,
+                                          timeout, allow_plaintext_token)
+        self._channel: Optional[grpc.Channel] = None
+        self._stubs: Optional[dict] = None
+
+    # -- connection ---------------------------------------------------------
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = self._stubs = None
+
+    def _connect(self) -> dict:
+        if self._stubs is not None:
+            return self._stubs
+        last = None
+        for url in self._settings.urls:
+            channel = _open_channel(self._settings, url)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self._settings.connect_timeout)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                last = url
+                continue
+            self._channel, self._stubs = channel, stubs_for(channel)
+            return self._stubs
+        raise self._settings.unreachable(last)
+
+    def _follow(self, error: CohortError) -> bool:
+        """Points the client at the leader a NOT_LEADER answer named."""
+        if not self._settings.follow(error.leader):
+            return False
+        self.close()
+        return True
+
+    def _unary(self, method: str, request, timeout: Optional[float] = -1.0,
+               service: str = "training"):
+        timeout = self._settings.timeout if timeout == -1.0 else timeout
+        for follows in range(MAX_FOLLOWS + 1):
+            stub = self._connect()[service]
+            try:
+                return getattr(stub, method)(request, metadata=self._settings.metadata,
+                                             timeout=timeout)
+            except grpc.RpcError as e:
+                error = CohortError.from_rpc_error(e)
+                if follows < MAX_FOLLOWS and self._follow(error):
+                    continue
+                raise error from None
+        raise AssertionError("unreachable")
+
+    def _stream(self, method: str, request, service: str = "training") -> Iterator:
+        """A server stream; a NOT_LEADER answer before its first message is
+        followed to the leader."""
+        for follows in range(MAX_FOLLOWS + 1):
+            stub = self._connect()[service]
+            call = getattr(stub, method)(request, metadata=self._settings.metadata)
+            try:
+                first = next(call)
+            except StopIteration:
+                return
+            except grpc.RpcError as e:
+                error = CohortError.from_rpc_error(e)
+                if follows < MAX_FOLLOWS and self._follow(error):
+                    continue
+                raise error from None
+            yield first
+            try:
+                yield from call
+            except grpc.RpcError as e:
+                raise CohortError.from_rpc_error(e) from None
+            finally:
+                call.cancel()
+            return
+
+    # -- trainings ----------------------------------------------------------
+
+    def gpus(self) -> List[gpu_pb2.Gpu]:
+        """Every GPU the agents report, with its state and owner."""
+        gpus, token = [], ""
+        while True:
+            page = self._unary("ListGpus", gpu_pb2.ListGpusRequest(page_token=token),
+                               service="gpu")
+            gpus.extend(page.gpus)
+            token = page.next_page_token
+            if not token:
+                return gpus
+
+    def parse_config(self, config: rq.ConfigLike):
+        """The TrainingConfig of a TOML file or text, as the coordinator reads it."""
+        source = rq.config_source(config)
+        if not isinstance(source, str):
+            return source
+        return self._unary("ParseTrainingConfig", rq.parse_request(source))
+
+    def submit(self, config: rq.ConfigLike, gpus: rq.GpusLike = None, *, name: str = "",
+               priority_class: str = "", labels: Optional[Dict[str, str]] = None,
+               request_id: Optional[str] = None, max_restarts: Optional[int] = None,
+               borrow: Optional[bool] = None, queue: bool = True) -> training_pb2.Training:
+        """Creates a training from a config (a TOML path or text, or a
+        TrainingConfig). ``gpus``: a count, a list of GPU ids, or None (as
+        many free GPUs as fit). A retry with the same ``request_id`` returns
+        the training the first call created."""
+        request = rq.create_request(self.parse_config(config), gpus, name=name,
+                                    priority_class=priority_class, labels=labels,
+                                    request_id=request_id, max_restarts=max_restarts,
+                                    borrow=borrow, queue=queue)
+        return self._unary("CreateTraining", request)
+
+    def get(self, training_id: str) -> training_pb2.Training:
+        return self._unary("GetTraining", ts.GetTrainingRequest(id=training_id))
+
+    def list(self, *, states: Optional[Sequence[Union[str, int]]] = None,
+             labels: Optional[Dict[str, str]] = None, team: Optional[str] = None,
+             page_size: int = 100) -> Iterator[training_pb2.Training]:
+        """Every training matching the filters, newest first (pages fetched
+        as the iterator goes)."""
+        token = ""
+        while True:
+            page = self._unary("ListTrainings",
+                               rq.list_request(states, labels, team, page_size, token))
+            yield from page.trainings
+            token = page.next_page_token
+            if not token:
+                return
+
+    def cancel(self, training_id: str, reason: str = "") -> training_pb2.Training:
+        return self._unary("CancelTraining",
+                           ts.CancelTrainingRequest(id=training_id, reason=reason))
+
+    def report(self, training_id: str, *, omit_metrics: bool = False
+               ) -> training_report_pb2.TrainingReport:
+        return self._unary("GetTrainingReport",
+                           ts.GetTrainingReportRequest(id=training_id, omit_metrics=omit_metrics))
+
+    def watch(self, training_id: str, *, after_sequence: int = 0, rank_stats: bool = False
+              ) -> Iterator[training_events_pb2.TrainingEvent]:
+        """The training's events in order, from after ``after_sequence`` (0:
+        its whole history) until it ends. A broken stream, or one that fell
+        behind (a ``lagged`` notice), is resumed after the last event
+        received, for up to a minute of failed attempts: no event is missed
+        or repeated."""
+        last = after_sequence
+        failing_since = None
+        while True:
+            try:
+                for event in self._stream("WatchTraining",
+                                          rq.watch_request(training_id, last, rank_stats)):
+                    failing_since = None
+                    if event.WhichOneof("event") == "lagged":
+                        break
+                    last = event.sequence
+                    yield event
+                else:
+                    return
+            except CohortError as error:
+                if error.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RESUME_FOR_S:
+                    raise
+                self.close()
+                time.sleep(0.5)
+
+    def wait(self, training_id: str) -> training_pb2.Training:
+        """Watches until the training ends; its final state."""
+        for _ in self.watch(training_id):
+            pass
+        return self.get(training_id)
+
+    def logs(self, training_id: str, *, follow: bool = True, tail: int = 0,
+             ranks: Optional[Sequence[int]] = None, attempt: Optional[int] = None
+             ) -> Iterator[training_logs_pb2.LogLine]:
+        """The ranks' log lines: each rank's last ``tail`` (0: 100), then,
+        with ``follow``, new lines until the attempt ends."""
+        yield from self._stream("WatchLogs",
+                                rq.logs_request(training_id, follow, tail, ranks, attempt))
+
+    def download_checkpoint(self, training_id: str, dest: Union[str, Path], *,
+                            step: Optional[int] = None, format: str = "native",
+                            best: bool = False) -> List[Path]:
+        """Writes a checkpoint's files into ``dest``: the newest (or
+        ``step``'s, or with ``best`` the lowest validation loss's), as
+        stored (``"native"``) or as SAELens loads it (``"saelens"``).
+        Returns the files written."""
+        writer = rq.CheckpointWriter(dest)
+        for chunk in self._stream("DownloadCheckpoint",
+                                  rq.download_request(training_id, step, format, best)):
+            writer.add(chunk)
+        return writer.finish()[1]
+
+
+def _open_channel(settings: Settings, url: str) -> grpc.Channel:
+    from ._connection import target_of
+    credentials = settings.credentials(url)
+    if credentials is None:
+        return grpc.insecure_channel(target_of(url))
+    return grpc.secure_channel(target_of(url), credentials)

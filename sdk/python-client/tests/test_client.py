@@ -1,0 +1,160 @@
+"""cohort_client against a real coordinator and agent (conftest.py)."""
+
+import asyncio
+
+import grpc
+import pytest
+
+from cohort_client import AsyncClient, Client, CohortError, FINAL_STATES, State
+from conftest import job, start_cohort, wait_for_gpus, wait_leading
+
+
+def test_submit_watch_report_and_download(cohort, tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text(job(60))
+    with Client(cohort.url) as client:
+        wait_for_gpus(client)
+        training = client.submit(config, gpus=2, name="from python",
+                                 labels={"suite": "py-client"})
+        assert training.id.startswith("trn-")
+        assert training.display_name == "from python"
+        kinds, sequences = [], []
+        for event in client.watch(training.id, rank_stats=True):
+            kinds.append(event.WhichOneof("event"))
+            sequences.append(event.sequence)
+        # The whole history (rank stats included), in order, each event
+        # once, to the end.
+        assert sequences == list(range(1, len(sequences) + 1)), sequences
+        assert "progress" in kinds and "checkpoint" in kinds and "finished" in kinds, kinds
+        done = client.get(training.id)
+        assert done.state == State.SUCCEEDED, done
+        assert done.state in FINAL_STATES
+        # Label filters, with paging hidden (a page of one).
+        listed = list(client.list(labels={"suite": "py-client"}, page_size=1))
+        assert [t.id for t in listed] == [training.id]
+        assert list(client.list(states=["QUEUED"], labels={"suite": "py-client"})) == []
+        report = client.report(training.id)
+        assert report.training_id == training.id
+        files = client.download_checkpoint(training.id, tmp_path / "ckpt")
+        names = sorted(f.name for f in files)
+        assert "manifest.json" in names and "state.safetensors" in names, names
+        assert all(f.stat().st_size > 0 for f in files)
+        lines = list(client.logs(training.id, follow=False))
+        assert lines and {line.rank for line in lines} == {0, 1}
+
+
+def test_errors_carry_the_code_and_the_stable_reason(cohort):
+    with Client(cohort.url) as client:
+        with pytest.raises(CohortError) as missing:
+            client.get("trn-nonesuch")
+        assert missing.value.code == grpc.StatusCode.NOT_FOUND
+        assert missing.value.reason == "TRAINING_NOT_FOUND"
+        with pytest.raises(CohortError) as bad:
+            client.submit("[model]\nd_in = -1\n", gpus=1)
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad.value.reason, bad.value
+
+
+def test_cancel_and_a_resumed_watch(cohort):
+    with Client(cohort.url) as client:
+        training = client.submit(job(1_000_000), gpus=2)
+        seen = []
+        for event in client.watch(training.id, rank_stats=True):
+            seen.append(event.sequence)
+            if event.WhichOneof("event") == "progress":
+                break
+        # A new watch from the last event received goes on from there.
+        client.cancel(training.id, "enough")
+        rest = [e.sequence for e in
+                client.watch(training.id, after_sequence=seen[-1], rank_stats=True)]
+        assert rest and rest[0] == seen[-1] + 1, (seen, rest)
+        assert client.get(training.id).state == State.CANCELLED
+
+
+def test_several_coordinators_the_first_that_answers(cohort):
+    dead = "http://127.0.0.1:9"  # discard: nothing listens
+    with Client([dead, cohort.url], connect_timeout=1.0) as client:
+        assert client.gpus()
+
+
+def test_asyncio(cohort):
+    async def main():
+        async with AsyncClient(cohort.url) as client:
+            training = await client.submit(job(30), gpus=2, labels={"suite": "py-aio"})
+            events = [e async for e in client.watch(training.id)]
+            assert events[-1].WhichOneof("event") in ("state_change", "finished")
+            done = await client.get(training.id)
+            assert done.state == State.SUCCEEDED, done
+            listed = [t.id async for t in client.list(labels={"suite": "py-aio"})]
+            assert listed == [training.id]
+            with pytest.raises(CohortError) as missing:
+                await client.get("trn-nonesuch")
+            assert missing.value.reason == "TRAINING_NOT_FOUND"
+    asyncio.run(main())
+
+
+def test_tls_with_a_token(secured):
+    token = secured.tokens["vision"]
+    with Client(secured.url, token=token, ca_cert=secured.ca) as client:
+        training = client.submit(job(30), gpus=1)
+        assert client.get(training.id).state == State.QUEUED
+        assert [t.id for t in client.list()] == [training.id]
+        client.cancel(training.id)
+    with Client(secured.url, ca_cert=secured.ca) as anonymous:
+        with pytest.raises(CohortError) as refused:
+            anonymous.get(training.id)
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.reason == "UNAUTHENTICATED"
+
+
+def test_environment_and_plaintext_token_refusal(monkeypatch, secured, tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(secured.ca)
+    monkeypatch.setenv("COHORT_COORDINATOR", secured.url)
+    monkeypatch.setenv("COHORT_TOKEN", secured.tokens["ops"])
+    monkeypatch.setenv("COHORT_CA_CERT", str(ca))
+    with Client() as client:
+        assert isinstance(list(client.list()), list)
+    with pytest.raises(ValueError, match="plaintext"):
+        Client("http://10.1.2.3:50051", token="secret")
+
+
+def test_a_standby_sends_the_call_to_the_leader(pg_schema, tmp_path):
+    """Two coordinators on one PostgreSQL: the standby (which forwards
+    nothing) answers NOT_LEADER naming the leader; the client follows."""
+    flags = ["--database-url", pg_schema, "--no-forward"]
+    leader = start_cohort(tmp_path, agent=False, extra=flags, name="leader")
+    standby = None
+    try:
+        wait_leading(leader.url)
+        standby = start_cohort(tmp_path, agent=False, extra=flags, name="standby")
+        with Client(standby.url) as client:
+            training = client.submit(job(30), gpus=1)
+            assert client.get(training.id).id == training.id
+            assert client._settings.urls[0] == leader.url
+    finally:
+        for running in (standby, leader):
+            if running is not None:
+                running.stop()
+
+
+def test_watch_resumes_after_the_coordinator_restarts(tmp_path):
+    """The stream breaks when the coordinator dies; the iterator resumes
+    from the last event it gave once one answers again: every event once,
+    in order, to the end."""
+    cohort = start_cohort(tmp_path)
+    try:
+        with Client(cohort.url) as client:
+            wait_for_gpus(client)
+            training = client.submit(job(600), gpus=2)
+            sequences, restarted = [], False
+            for event in client.watch(training.id, rank_stats=True):
+                sequences.append(event.sequence)
+                if not restarted and event.WhichOneof("event") == "progress":
+                    cohort.restart_coordinator()
+                    restarted = True
+            assert restarted
+            assert sequences == list(range(1, len(sequences) + 1)), sequences
+            assert client.get(training.id).state == State.SUCCEEDED
+    finally:
+        cohort.stop()
