@@ -10,7 +10,8 @@
 #                by the coordinator)
 #   test-tools   what only the tests use: Debian's Chromium (the console's
 #                end-to-end tests), the Python packages that write test
-#                shards and serve S3, pytest, the CUDA/NCCL header wheels,
+#                shards and serve S3, pytest, lightning and transformers
+#                (the helper's integrations), the CUDA/NCCL header wheels,
 #                and a running PostgreSQL
 #   scripts/setup.sh                 every part
 #   scripts/setup.sh system console  the parts named, in that order
@@ -75,6 +76,10 @@ test_tools() {
   # reflection is the external client of cohort-bench-control.
   "$COHORT_VENV/bin/python" -c "import numpy, safetensors, pyarrow, boto3, moto.server, grpc, grpc_reflection, pytest" 2>/dev/null ||
     "${PIP[@]}" numpy safetensors pyarrow "moto[server]" grpcio grpcio-reflection pytest
+  # The real frameworks the helper's Lightning logger and Hugging Face
+  # callback are tested with (CPU; they use the venv's torch).
+  "$COHORT_VENV/bin/python" -c "import lightning, transformers, accelerate" 2>/dev/null ||
+    "${PIP[@]}" lightning transformers accelerate
   # The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles
   # against (header-only wheels, ~3 MB; NCCL's own come with torch).
   local nv
