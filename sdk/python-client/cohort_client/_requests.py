@@ -1,5 +1,8 @@
 """The requests both clients send, built one way."""
 
+import itertools
+import json
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence, Union
@@ -148,3 +151,69 @@ class CheckpointWriter:
     def finish(self):
         self._close()
         return self.step, self.files
+
+
+#: The most trainings one sweep submits (as `cohort train sweep`).
+MAX_GRID = 256
+
+
+def _toml(text: str) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+def _label_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sweep_plan(base_text: str, grid: Dict[str, Sequence], name: Optional[str],
+               labels: Optional[Dict[str, str]]):
+    """What `cohort train sweep` submits, as (config JSON, labels, display
+    name, request id) per combination, first key slowest: the base config
+    with each combination's dotted keys set, labelled ``sweep=NAME`` and
+    ``KEY=VALUE``; the request id ``NAME/i`` makes a retried sweep create
+    nothing twice."""
+    if not grid:
+        raise ValueError("grid names no key to sweep")
+    for key, values in grid.items():
+        if not key or any(not part for part in key.split(".")):
+            raise ValueError(f"{key!r}: a key is a dotted path such as model.k")
+        if isinstance(values, (str, bytes)) or not list(values):
+            raise ValueError(f"{key}: give a list of values")
+    combos = list(itertools.product(*[[(k, v) for v in vs] for k, vs in grid.items()]))
+    if len(combos) > MAX_GRID:
+        raise ValueError(f"the grid has {len(combos)} trainings; at most {MAX_GRID} per sweep")
+    name = name or f"sweep-{int(time.time())}"
+    base = _toml(base_text)
+    plan = []
+    for i, combo in enumerate(combos):
+        config = json.loads(json.dumps(base))
+        for key, value in combo:
+            *parents, leaf = key.split(".")
+            at = config
+            for part in parents:
+                if not isinstance(at.get(part), dict):
+                    at[part] = {}
+                at = at[part]
+            at[leaf] = value
+        tags = dict(labels or {})
+        tags.update({key: _label_value(value) for key, value in combo})
+        tags["sweep"] = name
+        display = " ".join(f"{key.rsplit('.', 1)[-1]}={_label_value(v)}" for key, v in combo)
+        plan.append((json.dumps(config), tags, f"{name} {display}", f"{name}/{i}"))
+    return name, plan
+
+
+def parse_json_request(text: str) -> ts.ParseTrainingConfigRequest:
+    return ts.ParseTrainingConfigRequest(
+        text=text, format=ts.ParseTrainingConfigRequest.FORMAT_JSON)
+
+
+def base_text(config: "ConfigLike") -> str:
+    source = config_source(config)
+    if not isinstance(source, str):
+        raise TypeError("a sweep's base config is a TOML path or text")
+    return source

@@ -131,6 +131,18 @@ class AsyncClient:
                                     borrow=borrow, queue=queue)
         return await self._unary("CreateTraining", request)
 
+    async def sweep(self, config: rq.ConfigLike, grid: Dict[str, Sequence], *,
+                    name: Optional[str] = None, gpus: rq.GpusLike = None,
+                    priority_class: str = "", labels: Optional[Dict[str, str]] = None
+                    ) -> List[training_pb2.Training]:
+        name, plan = rq.sweep_plan(rq.base_text(config), grid, name, labels)
+        configs = [await self._unary("ParseTrainingConfig", rq.parse_json_request(text))
+                   for text, *_ in plan]
+        return [await self._unary("CreateTraining", rq.create_request(
+                    parsed, gpus, name=display, priority_class=priority_class, labels=tags,
+                    request_id=request_id))
+                for parsed, (_, tags, display, request_id) in zip(configs, plan)]
+
     async def get(self, training_id: str) -> training_pb2.Training:
         return await self._unary("GetTraining", ts.GetTrainingRequest(id=training_id))
 

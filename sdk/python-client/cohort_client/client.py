@@ -148,6 +148,21 @@ class Client:
                                     borrow=borrow, queue=queue)
         return self._unary("CreateTraining", request)
 
+    def sweep(self, config: rq.ConfigLike, grid: Dict[str, Sequence], *,
+              name: Optional[str] = None, gpus: rq.GpusLike = None, priority_class: str = "",
+              labels: Optional[Dict[str, str]] = None) -> List[training_pb2.Training]:
+        """A grid of trainings from one base config, as ``cohort train
+        sweep``: every combination of ``grid`` (``{"model.k": [16, 32]}``,
+        at most 256), each labelled ``sweep=NAME`` and ``KEY=VALUE``. Every
+        config is checked by the coordinator before any is submitted."""
+        name, plan = rq.sweep_plan(rq.base_text(config), grid, name, labels)
+        configs = [self._unary("ParseTrainingConfig", rq.parse_json_request(text))
+                   for text, *_ in plan]
+        return [self._unary("CreateTraining", rq.create_request(
+                    parsed, gpus, name=display, priority_class=priority_class, labels=tags,
+                    request_id=request_id))
+                for parsed, (_, tags, display, request_id) in zip(configs, plan)]
+
     def get(self, training_id: str) -> training_pb2.Training:
         return self._unary("GetTraining", ts.GetTrainingRequest(id=training_id))
 

@@ -43,6 +43,31 @@ def test_submit_watch_report_and_download(cohort, tmp_path):
         assert lines and {line.rank for line in lines} == {0, 1}
 
 
+def test_a_sweep_submits_the_grid_checked_first(cohort):
+    with Client(cohort.url) as client:
+        made = client.sweep(job(1_000_000), {"model.d_sae": [64, 96], "optim.seed": [1, 2]},
+                            name="py-sweep", gpus=1, priority_class="low")
+        assert len(made) == 4
+        listed = {t.id: t for t in client.list(labels={"sweep": "py-sweep"})}
+        assert set(listed) == {t.id for t in made}
+        combos = {(t.labels["model.d_sae"], t.labels["optim.seed"]) for t in listed.values()}
+        assert combos == {("64", "1"), ("64", "2"), ("96", "1"), ("96", "2")}
+        first = client.get(made[0].id)
+        assert first.config.model.d_sae == 64 and first.config.optim.seed == 1
+        assert first.display_name == "py-sweep d_sae=64 seed=1"
+        # Retried: nothing twice.
+        again = client.sweep(job(1_000_000), {"model.d_sae": [64, 96], "optim.seed": [1, 2]},
+                             name="py-sweep", gpus=1, priority_class="low")
+        assert [t.id for t in again] == [t.id for t in made]
+        for t in made:
+            client.cancel(t.id, "test over")
+        # A combination the coordinator refuses: nothing submitted.
+        with pytest.raises(CohortError) as bad:
+            client.sweep(job(), {"model.d_sae": [64, -1]}, name="py-bad")
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert list(client.list(labels={"sweep": "py-bad"})) == []
+
+
 def test_errors_carry_the_code_and_the_stable_reason(cohort):
     with Client(cohort.url) as client:
         with pytest.raises(CohortError) as missing:
