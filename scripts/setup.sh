@@ -11,7 +11,8 @@
 #   test-tools   what only the tests use: Debian's Chromium (the console's
 #                end-to-end tests), the Python packages that write test
 #                shards and serve S3, pytest, lightning and transformers
-#                (the helper's integrations), the CUDA/NCCL header wheels,
+#                (the helper's integrations), tensorboard (reads the CLI's
+#                exports back), the CUDA/NCCL header wheels,
 #                and a running PostgreSQL
 #   scripts/setup.sh                 every part
 #   scripts/setup.sh system console  the parts named, in that order
@@ -77,9 +78,10 @@ test_tools() {
   "$COHORT_VENV/bin/python" -c "import numpy, safetensors, pyarrow, boto3, moto.server, grpc, grpc_reflection, pytest" 2>/dev/null ||
     "${PIP[@]}" numpy safetensors pyarrow "moto[server]" grpcio grpcio-reflection pytest
   # The real frameworks the helper's Lightning logger and Hugging Face
-  # callback are tested with (CPU; they use the venv's torch).
-  "$COHORT_VENV/bin/python" -c "import lightning, transformers, accelerate" 2>/dev/null ||
-    "${PIP[@]}" lightning transformers accelerate
+  # callback are tested with (CPU; they use the venv's torch), and
+  # TensorBoard, whose loader reads back `cohort train tensorboard`'s files.
+  "$COHORT_VENV/bin/python" -c "import lightning, transformers, accelerate, tensorboard" 2>/dev/null ||
+    "${PIP[@]}" lightning transformers accelerate tensorboard
   # The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles
   # against (header-only wheels, ~3 MB; NCCL's own come with torch).
   local nv

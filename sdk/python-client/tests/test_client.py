@@ -1,12 +1,14 @@
 """cohort_client against a real coordinator and agent (conftest.py)."""
 
 import asyncio
+import json
+import subprocess
 
 import grpc
 import pytest
 
 from cohort_client import AsyncClient, Client, CohortError, FINAL_STATES, State
-from conftest import job, start_cohort, wait_for_gpus, wait_leading
+from conftest import BINS, job, start_cohort, wait_for_gpus, wait_leading
 
 
 def test_submit_watch_report_and_download(cohort, tmp_path):
@@ -183,3 +185,40 @@ def test_watch_resumes_after_the_coordinator_restarts(tmp_path):
             assert client.get(training.id).state == State.SUCCEEDED
     finally:
         cohort.stop()
+
+
+def test_the_cli_exports_tensorboard_curves_its_loader_reads(cohort, tmp_path):
+    """`cohort train tensorboard` (the CLI) writes an event file that
+    TensorBoard's own loader reads back, one point per progress event:
+    after the end, and with --follow from the start to the end."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def cli(*args):
+        return [str(BINS / "cohort"), "--coordinator", cohort.url, "-o", "json",
+                "train", "tensorboard", *args]
+
+    def loss_curve(run_dir):
+        loaded = EventAccumulator(str(run_dir))
+        loaded.Reload()
+        assert {"train/loss", "train/explained_variance", "train/l0"} <= set(
+            loaded.Tags()["scalars"])
+        return [(p.step, round(p.value, 4)) for p in loaded.Scalars("train/loss")]
+
+    with Client(cohort.url) as client:
+        training = client.submit(job(120), gpus=2)
+        follower = subprocess.Popen(cli(training.id, "--out", str(tmp_path / "live"),
+                                        "--follow"),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        progress = [e.progress for e in client.watch(training.id)
+                    if e.WhichOneof("event") == "progress"]
+        assert client.get(training.id).state == State.SUCCEEDED
+    expected = [(p.step, round(p.loss, 4)) for p in progress]
+    followed, errors = follower.communicate(timeout=60)
+    assert follower.returncode == 0, errors
+    assert json.loads(followed)["events"] == len(progress)
+    assert loss_curve(tmp_path / "live") == expected
+
+    done = subprocess.run(cli(training.id, "--out", str(tmp_path / "after")),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert loss_curve(tmp_path / "after") == expected

@@ -89,6 +89,9 @@ pub enum CliError {
     /// A downloaded file could not be written, or the stream was malformed.
     #[error("{path}: {reason}")]
     Download { path: String, reason: String },
+    /// A file the command writes (an export) could not be written.
+    #[error("{path}: {reason}")]
+    WriteFile { path: String, reason: String },
 }
 
 impl From<Status> for CliError {
@@ -120,7 +123,9 @@ impl CliError {
             CliError::Rpc(status) => status_exit_code(status.code()),
             CliError::Config(_) => exit::INVALID,
             CliError::TrainingEnded { code, .. } => *code,
-            CliError::Output(_) | CliError::Download { .. } => exit::GENERIC,
+            CliError::Output(_) | CliError::Download { .. } | CliError::WriteFile { .. } => {
+                exit::GENERIC
+            }
             CliError::BrokenPipe => exit::OK,
         }
     }

@@ -15,6 +15,7 @@ pub mod logs;
 pub mod maintenance;
 pub mod report;
 pub mod telemetry;
+pub mod tensorboard;
 pub mod train;
 pub mod watch;
 

@@ -49,6 +49,9 @@ pub enum TrainCommand {
     },
     /// Follow a training live until it ends; exit code 0 only if it SUCCEEDED.
     Watch(WatchArgs),
+    /// Write a training's curves as a TensorBoard event file (`--out DIR`,
+    /// then `tensorboard --logdir DIR`); `--follow` until it ends.
+    Tensorboard(super::tensorboard::TensorboardArgs),
     /// The coordinator's priority classes (what --priority-class takes),
     /// highest first; preempting classes may preempt lower ones.
     Classes,
@@ -409,6 +412,9 @@ pub async fn run(
                 reconnect_for: args.reconnect_timeout,
             };
             watch::watch(coordinator, &args.id, &options, out).await
+        }
+        TrainCommand::Tensorboard(args) => {
+            super::tensorboard::export(coordinator, &args, out).await
         }
         TrainCommand::Classes => classes(coordinator, out).await,
     }

@@ -61,6 +61,7 @@ impl From<&Training> for v1::Training {
             estimated_start_time: None,
             estimated_end_time: None,
             estimate_reason: String::new(),
+            last_event_sequence: t.last_event_seq.max(0) as u64,
         }
     }
 }
