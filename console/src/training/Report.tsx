@@ -27,7 +27,7 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
       <dl className="totals">
         <div><dt>ranks</dt><dd>{s.worldSize}</dd></div>
         <div><dt>attempts</dt><dd>{s.attempts}</dd></div>
-        <div><dt>steps</dt><dd>{String(s.steps)} / {String(s.totalSteps)}</dd></div>
+        <div><dt>steps</dt><dd>{s.stepsUnknown ? "unknown (no progress line)" : `${String(s.steps)} / ${String(s.totalSteps)}`}</dd></div>
         <div><dt>final loss</dt><dd>{num(s.finalLoss)}</dd></div>
         <div><dt>wall time</dt><dd>{duration(s.wallTimeS)}</dd></div>
         <div><dt>samples/s (mean)</dt><dd>{num(s.meanSamplesPerSec)}</dd></div>
@@ -67,7 +67,7 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
           <h3 id="cost">Cost</h3>
           <dl className="totals" aria-label="cost">
             <div><dt>GPU-hours</dt><dd>{report.cost.gpuHours.toFixed(3)}</dd></div>
-            <div><dt>idle GPU-hours</dt><dd>{report.cost.idleGpuHours.toFixed(3)}</dd></div>
+            <div><dt>idle GPU-hours</dt><dd>{report.cost.idleUnknown ? (report.cost.attempts.every((a) => a.idleUnknown) ? "unknown (no progress line)" : `${report.cost.idleGpuHours.toFixed(3)}, more unknown`) : report.cost.idleGpuHours.toFixed(3)}</dd></div>
             <div><dt>attempts</dt><dd>{report.cost.attempts.length}</dd></div>
             <div><dt>GPU</dt><dd>{report.cost.gpuModel || "–"}</dd></div>
             <div><dt>price</dt><dd>{report.cost.price ? `$${report.cost.price.usdPerGpuHour.toFixed(2)}/GPU-hour (${report.cost.price.pattern})` : "no --gpu-price matches"}</dd></div>

@@ -63,12 +63,15 @@ fn summary(r: &v1::TrainingReport, s: &v1::PerformanceSummary) -> String {
         state_name(r.state),
         if r.r#final { "" } else { " (not final)" }
     );
+    let steps = if s.steps_unknown {
+        "unknown (no progress line)".to_string()
+    } else {
+        format!("{}/{}", s.steps, s.total_steps)
+    };
     out += &format!(
-        "world size {}  attempts {}  steps {}/{}  final loss {}\n",
+        "world size {}  attempts {}  steps {steps}  final loss {}\n",
         s.world_size,
         s.attempts,
-        s.steps,
-        s.total_steps,
         opt_num(s.final_loss, 5, "")
     );
     out += &format!(
@@ -227,6 +230,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
             "attempts": s.attempts,
             "steps": s.steps,
             "total_steps": s.total_steps,
+            "steps_unknown": s.steps_unknown,
             "final_loss": s.final_loss,
             "wall_time_s": s.wall_time_s,
             "training_time_s": s.training_time_s,
@@ -440,6 +444,7 @@ mod tests {
             cost_usd: Some(10.0),
             samples: 2_000_000,
             cost_per_million_samples_usd: Some(5.0),
+            idle_unknown: false,
         });
         let text = render(&r);
         assert!(text.contains("cost: 4.000 GPU-hours (0.500 idle) over 1 attempt(s); NVIDIA H100 80GB HBM3 at $2.50/GPU-hour (H100): $10.00, $5.0000 per million samples"), "{text}");
@@ -450,6 +455,35 @@ mod tests {
         r.cost.as_mut().unwrap().price = None;
         r.cost.as_mut().unwrap().cost_usd = None;
         assert!(render(&r).contains("no --gpu-price matches \"NVIDIA H100 80GB HBM3\""));
+    }
+
+    #[test]
+    fn a_program_that_reported_nothing_shows_unknown_not_zero() {
+        let mut r = sample();
+        let s = r.summary.as_mut().unwrap();
+        (s.steps, s.total_steps, s.steps_unknown) = (0, 0, true);
+        r.cost = Some(v1::CostAnalysis {
+            gpu_hours: 2.0,
+            idle_unknown: true,
+            attempts: vec![v1::AttemptCost {
+                attempt: 1,
+                gpus: 2,
+                gpu_hours: 2.0,
+                idle_unknown: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let text = render(&r);
+        assert!(text.contains("steps unknown (no progress line)"), "{text}");
+        assert!(!text.contains("steps 0/0"), "{text}");
+        assert!(
+            text.contains("cost: 2.000 GPU-hours (idle unknown: no progress line)"),
+            "{text}"
+        );
+        let v = to_json(&r);
+        assert_eq!(v["summary"]["steps_unknown"], true);
+        assert_eq!(v["cost"]["idle_unknown"], true);
     }
 
     #[test]

@@ -5,10 +5,16 @@ use serde_json::{json, Value};
 
 /// The cost lines: GPU-hours (idle part), the price and what it came to.
 pub fn text(c: &v1::CostAnalysis) -> String {
+    // A program that reported no progress line says nothing of when it
+    // worked: its idle part is not guessed.
+    let idle = match (c.idle_unknown, c.attempts.iter().all(|a| a.idle_unknown)) {
+        (false, _) => format!("{:.3} idle", c.idle_gpu_hours),
+        (true, true) => "idle unknown: no progress line".to_string(),
+        (true, false) => format!("{:.3} idle, more unknown", c.idle_gpu_hours),
+    };
     let mut out = format!(
-        "\n\ncost: {:.3} GPU-hours ({:.3} idle) over {} attempt(s)",
+        "\n\ncost: {:.3} GPU-hours ({idle}) over {} attempt(s)",
         c.gpu_hours,
-        c.idle_gpu_hours,
         c.attempts.len()
     );
     match (&c.price, c.cost_usd) {
@@ -33,6 +39,7 @@ pub fn json(c: &v1::CostAnalysis) -> Value {
     json!({
         "gpu_hours": c.gpu_hours,
         "idle_gpu_hours": c.idle_gpu_hours,
+        "idle_unknown": c.idle_unknown,
         "attempts": c.attempts.iter().map(|a| json!({
             "attempt": a.attempt,
             "gpus": a.gpus,
@@ -40,6 +47,7 @@ pub fn json(c: &v1::CostAnalysis) -> Value {
             "end_time": time(&a.end_time),
             "gpu_hours": a.gpu_hours,
             "idle_gpu_hours": a.idle_gpu_hours,
+            "idle_unknown": a.idle_unknown,
             "cost_usd": a.cost_usd,
         })).collect::<Vec<_>>(),
         "gpu_model": c.gpu_model,

@@ -71,6 +71,7 @@ fn summary(s: Summary) -> v1::PerformanceSummary {
         attempts: s.attempts,
         steps: s.steps,
         total_steps: s.total_steps,
+        steps_unknown: s.steps_unknown,
         final_loss: s.final_loss,
         wall_time_s: s.wall_time_s,
         training_time_s: s.training_time_s,

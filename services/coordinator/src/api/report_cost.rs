@@ -18,6 +18,7 @@ pub fn to_proto(c: CostAnalysis) -> v1::CostAnalysis {
                 end_time: a.end_time.map(timestamp),
                 gpu_hours: a.gpu_hours,
                 idle_gpu_hours: a.idle_gpu_hours,
+                idle_unknown: a.idle_unknown,
                 cost_usd: a.cost_usd,
             })
             .collect(),
@@ -29,5 +30,6 @@ pub fn to_proto(c: CostAnalysis) -> v1::CostAnalysis {
         cost_usd: c.cost_usd,
         samples: c.samples,
         cost_per_million_samples_usd: c.cost_per_million_samples_usd,
+        idle_unknown: c.idle_unknown,
     }
 }

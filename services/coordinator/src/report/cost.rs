@@ -76,6 +76,9 @@ pub struct AttemptCost {
     pub end_time: Option<DateTime<Utc>>,
     pub gpu_hours: f64,
     pub idle_gpu_hours: f64,
+    /// A program's attempt with no progress line: its idle part is not
+    /// known (and `idle_gpu_hours` is 0).
+    pub idle_unknown: bool,
     pub cost_usd: Option<f64>,
 }
 
@@ -93,6 +96,8 @@ pub struct CostAnalysis {
     /// Samples trained on (0 when unknown, e.g. a program).
     pub samples: u64,
     pub cost_per_million_samples_usd: Option<f64>,
+    /// Some attempt's idle part is not known (left out of `idle_gpu_hours`).
+    pub idle_unknown: bool,
 }
 
 const MS_PER_HOUR: f64 = 3_600_000.0;
@@ -162,10 +167,12 @@ fn ends_attempt(to: JobState) -> bool {
     to == JobState::Restarting || to.is_final()
 }
 
-/// The analysis of one training.
+/// The analysis of one training (`program`: a team's program, which
+/// reports its start only with its first progress line, if at all).
 pub fn analyse(
     transitions: &[StateTransition],
     events: &[StoredEvent],
+    program: bool,
     world_size: i32,
     gpu_model: &str,
     prices: &Prices,
@@ -189,7 +196,13 @@ pub fn analyse(
         let working = got.and_then(|a| a.started.or(a.first_progress));
         let waiting = working.map_or(until, |s| s.min(until));
         let data_wait = got.map_or(0.0, |a| a.data_wait_ms / MS_PER_HOUR);
-        let idle = (hours(t.at, waiting) * f64::from(gpus) + data_wait).min(gpu_hours);
+        // A program that never reported says nothing of when it worked.
+        let idle_unknown = program && working.is_none();
+        let idle = if idle_unknown {
+            0.0
+        } else {
+            (hours(t.at, waiting) * f64::from(gpus) + data_wait).min(gpu_hours)
+        };
         attempts.push(AttemptCost {
             attempt: t.attempt,
             gpus,
@@ -197,11 +210,13 @@ pub fn analyse(
             end_time: end,
             gpu_hours,
             idle_gpu_hours: idle,
+            idle_unknown,
             cost_usd: price.as_ref().map(|p| gpu_hours * p.usd_per_gpu_hour),
         });
     }
     let gpu_hours: f64 = attempts.iter().map(|a| a.gpu_hours).sum();
     let idle_gpu_hours: f64 = attempts.iter().map(|a| a.idle_gpu_hours).sum();
+    let idle_unknown = attempts.iter().any(|a| a.idle_unknown);
     // Samples: the newest attempt's last step over its global batch (a
     // restart resumes from a checkpoint, so the last attempt's step counts
     // the whole run's steps).
@@ -223,6 +238,7 @@ pub fn analyse(
             .map(|c| c / (samples as f64 / 1e6)),
         price,
         cost_usd,
+        idle_unknown,
         samples,
     }
 }
@@ -316,6 +332,7 @@ mod tests {
         let c = analyse(
             &transitions,
             &events,
+            false,
             2,
             "NVIDIA H100 80GB HBM3",
             &prices(),
@@ -344,6 +361,7 @@ mod tests {
         let c = analyse(
             &transitions,
             &[],
+            false,
             4,
             "cohort simulated gpu (16 GiB)",
             &prices(),
@@ -372,6 +390,7 @@ mod tests {
         let c = analyse(
             &transitions,
             &events,
+            false,
             2,
             "A100-SXM4-40GB",
             &prices(),
@@ -394,13 +413,30 @@ mod tests {
             change(1, JobState::Succeeded, 3600),
         ];
         let metrics = line(1, 360, r#"{"event":"progress","step":1,"loss":2.0}"#);
-        let c = analyse(&transitions, &[metrics], 1, "x", &prices(), at(9999));
+        let c = analyse(&transitions, &[metrics], true, 1, "x", &prices(), at(9999));
         assert!(
             (c.idle_gpu_hours - 0.1).abs() < 1e-9,
             "{}",
             c.idle_gpu_hours
         );
+        assert!(!c.idle_unknown);
         assert_eq!(c.samples, 0);
+    }
+
+    #[test]
+    fn a_program_that_reports_nothing_has_an_unknown_idle_part() {
+        let transitions = [
+            change(1, JobState::Scheduled, 0),
+            change(1, JobState::Succeeded, 3600),
+        ];
+        let c = analyse(&transitions, &[], true, 2, "x", &prices(), at(9999));
+        assert!((c.gpu_hours - 2.0).abs() < 1e-9);
+        assert!(c.idle_unknown && c.attempts[0].idle_unknown);
+        assert_eq!(c.idle_gpu_hours, 0.0, "not guessed");
+        // The SAE, which always says when it started, is idle throughout.
+        let sae = analyse(&transitions, &[], false, 2, "x", &prices(), at(9999));
+        assert!(!sae.idle_unknown);
+        assert!((sae.idle_gpu_hours - 2.0).abs() < 1e-9);
     }
 
     #[test]

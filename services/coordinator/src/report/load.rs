@@ -62,6 +62,7 @@ pub async fn build_report(
     let cost = super::cost::analyse(
         &transitions,
         &events,
+        training.config.program().is_some(),
         training.world_size,
         &gpu_model,
         prices,
@@ -106,6 +107,7 @@ fn facts_of(training: &Training) -> TrainingFacts {
         world_size: training.world_size,
         attempts: training.attempt,
         wall_time_s,
+        program: training.config.program().is_some(),
     }
 }
 

@@ -19,6 +19,8 @@ pub struct TrainingFacts {
     /// Seconds from the first start to the end (or to now while running);
     /// 0 if it never started.
     pub wall_time_s: f64,
+    /// A team's program (its steps are known only from its progress lines).
+    pub program: bool,
 }
 
 /// Global and per-rank performance of one training.
@@ -30,6 +32,9 @@ pub struct Summary {
     pub steps: i64,
     /// Steps the config asks for (from the started line; 0 if none yet).
     pub total_steps: i64,
+    /// A program that reported no progress line: `steps` and `total_steps`
+    /// are 0 because they are not known.
+    pub steps_unknown: bool,
     /// The finished line's loss, else the newest progress window's.
     pub final_loss: Option<f64>,
     /// See [`TrainingFacts::wall_time_s`].
@@ -107,6 +112,7 @@ pub fn summarize(
         attempts: facts.attempts,
         steps: finished.map_or(run.last_step, |f| f.0),
         total_steps: run.total_steps,
+        steps_unknown: facts.program && !run.reported,
         final_loss: finished.map(|f| f.1).or(run.last_loss),
         wall_time_s: facts.wall_time_s,
         training_time_s: finished.map(|f| f.2),
@@ -141,10 +147,18 @@ struct Run {
     /// (step, loss, wall time) of the Finished line.
     finished: Option<(i64, f64, f64)>,
     ranks: BTreeMap<i32, RankAcc>,
+    /// A progress, metrics or finished line was read.
+    reported: bool,
 }
 
 impl Run {
     fn read(&mut self, line: &ProgressLine) {
+        if matches!(
+            line,
+            ProgressLine::Progress(_) | ProgressLine::Metrics(_) | ProgressLine::Finished { .. }
+        ) {
+            self.reported = true;
+        }
         match line {
             ProgressLine::Started {
                 total_steps,

@@ -65,6 +65,7 @@ fn facts() -> TrainingFacts {
         world_size: 2,
         attempts: 1,
         wall_time_s: 12.5,
+        program: false,
     }
 }
 
@@ -350,4 +351,23 @@ fn metrics_lines_carry_what_the_rank_wrote_plus_where_it_was_stored() {
             host_memory_bytes: 7,
         })
     );
+}
+
+#[test]
+fn a_program_that_reported_nothing_has_unknown_steps() {
+    let program = TrainingFacts {
+        program: true,
+        ..facts()
+    };
+    let silent = summarize(&program, &[], BTreeMap::new());
+    assert!(silent.steps_unknown);
+    assert_eq!((silent.steps, silent.total_steps), (0, 0));
+    // One progress line is enough to know; the SAE's 0 steps are known.
+    let spoke = summarize(
+        &program,
+        &events(vec![progress(3, 10.0, 5.0, 1.0)]),
+        BTreeMap::new(),
+    );
+    assert!(!spoke.steps_unknown);
+    assert!(!summarize(&facts(), &[], BTreeMap::new()).steps_unknown);
 }
