@@ -64,7 +64,11 @@ export function TrainingPage({ id }: { id: string }) {
       {t.stateReason && <p className="small">{t.stateReason}</p>}
       {(() => {
         const left = p.total && !ended(t.state) ? secondsLeft(view.recent, Number(p.total)) : undefined;
-        const label = `${p.total ? `step ${p.step} / ${p.total}` : `step ${p.step}`}${left !== undefined ? ` · ETA ${duration(left)}` : ""}`;
+        // A program that has printed no progress line: its step is not known, not 0.
+        const silent = program && !t.latestProgramProgress && !t.latestProgress;
+        const label = silent
+          ? `no progress line${ended(t.state) ? "" : " yet"}`
+          : `${p.total ? `step ${p.step} / ${p.total}` : `step ${p.step}`}${left !== undefined ? ` · ETA ${duration(left)}` : ""}`;
         return <ProgressBar fraction={p.fraction} label={label} />;
       })()}
       <p className="small">loss {num(loss(t))}{t.globalBatchSize > 0n ? ` · global batch ${t.globalBatchSize}` : ""}</p>
