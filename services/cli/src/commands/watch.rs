@@ -431,7 +431,7 @@ struct Outage {
 }
 
 /// An event's time in seconds (0 when it has none).
-fn seconds(t: &Option<prost_types::Timestamp>) -> f64 {
+pub(crate) fn seconds(t: &Option<prost_types::Timestamp>) -> f64 {
     t.as_ref()
         .map_or(0.0, |t| t.seconds as f64 + f64::from(t.nanos) / 1e9)
 }

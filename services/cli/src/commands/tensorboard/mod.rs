@@ -91,10 +91,6 @@ fn scalars(event: &Event) -> Option<(i64, Vec<(String, f64)>)> {
     }
 }
 
-fn seconds(t: Option<&prost_types::Timestamp>) -> f64 {
-    t.map_or(0.0, |t| t.seconds as f64 + f64::from(t.nanos) / 1e9)
-}
-
 pub async fn export(
     coordinator: &Coordinator,
     args: &TensorboardArgs,
@@ -145,7 +141,7 @@ pub async fn export(
             }
             last = event.sequence;
             if let Some((step, values)) = scalars(kind) {
-                file.scalars(seconds(event.time.as_ref()), step, &values)
+                file.scalars(super::watch::seconds(&event.time), step, &values)
                     .map_err(write_err)?;
                 points += values.len();
                 events += 1;
