@@ -32,8 +32,12 @@ pub const ATTEMPT: &str = "COHORT_ATTEMPT";
 pub const RUN_DIR: &str = "COHORT_RUN_DIR";
 /// Where rank 0 writes its `step-<N>/` checkpoint directories.
 pub const CHECKPOINT_DIR: &str = "COHORT_CHECKPOINT_DIR";
-/// The newest complete checkpoint to resume from (absent on a fresh start).
+/// The newest complete checkpoint to resume from (absent on a fresh
+/// start): its directory (a Hugging Face checkpoint's own `checkpoint-<N>`).
 pub const RESUME_DIR: &str = "COHORT_RESUME_DIR";
+/// The same checkpoint itself: a Lightning checkpoint's `.ckpt` file, the
+/// directory otherwise (absent on a fresh start).
+pub const RESUME_PATH: &str = "COHORT_RESUME_PATH";
 /// A file the agent writes `COHORT_PREEMPTED=1` into when the rank gets a
 /// preemption notice (before SIGTERM); absent until then.
 pub const NOTICE_FILE: &str = "COHORT_NOTICE_FILE";
@@ -107,6 +111,7 @@ impl Launch {
                 RUN_DIR,
                 CHECKPOINT_DIR,
                 RESUME_DIR,
+                RESUME_PATH,
                 NOTICE_FILE,
             ]
             .contains(&name)

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use cohort_proto::error::Reason;
-use cohort_spec::checkpoint::CHECKPOINTS_DIR;
+use cohort_spec::checkpoint::{step_of, CHECKPOINTS_DIR};
 use cohort_spec::launch;
 use cohort_spec::location::Location;
 use cohort_spec::resume::Published;
@@ -19,6 +19,7 @@ use cohort_spec::{ProgramTraining, Workload};
 use super::{Refusal, StartRanks};
 use crate::config::AgentConfig;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
+use crate::program::frameworks;
 use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
@@ -213,9 +214,23 @@ pub(super) fn program(
         None => resume_dir(&dir, published, attempt),
         Some(spec) => fetch_resume(spec, published, attempt, &run_dir.join("resume"))?,
     };
+    if attempt > 1 {
+        let step = resume
+            .as_deref()
+            .and_then(|r| r.file_name()?.to_str().and_then(step_of));
+        frameworks::discard_after(&dir, step);
+    }
     if let Some(resume) = resume {
-        tracing::info!(training = training_id, attempt, resume = %resume.display(), "program resumes");
-        extra_env.push((launch::RESUME_DIR.to_string(), resume.display().to_string()));
+        let (resume_dir, resume_path) = frameworks::resume_paths(&resume);
+        tracing::info!(training = training_id, attempt, resume = %resume_path.display(), "program resumes");
+        extra_env.push((
+            launch::RESUME_DIR.to_string(),
+            resume_dir.display().to_string(),
+        ));
+        extra_env.push((
+            launch::RESUME_PATH.to_string(),
+            resume_path.display().to_string(),
+        ));
     }
     let (first, rest) = p
         .program

@@ -5,12 +5,15 @@
 //! complete checkpoint is reported (a `checkpoint` line for the
 //! coordinator, which records training, attempt, step and time) and the
 //! oldest beyond `keep` are removed. On a restart the newest one the
-//! coordinator published becomes `COHORT_RESUME_DIR`.
+//! coordinator published becomes `COHORT_RESUME_DIR`. Checkpoints as
+//! Lightning and Hugging Face write them are adopted into `step-<N>/`
+//! directories first ([`super::frameworks`]).
 //!
 //! Everything here touches the file system synchronously: callers run it
 //! off the async runtime (`spawn_blocking`).
 #![allow(clippy::disallowed_methods)]
 
+use super::frameworks;
 use cohort_spec::checkpoint::step_of;
 use cohort_spec::progress::ProgressLine;
 use cohort_spec::resume::Published;
@@ -63,6 +66,8 @@ pub fn resume_dir(dir: &Path, published: &Published, attempt: u32) -> Option<Pat
 pub struct Watcher {
     watch: CheckpointWatch,
     seen: BTreeSet<i64>,
+    /// What the frameworks' `.ckpt` files were found to hold.
+    frameworks: frameworks::Seen,
     /// The bucket, once its client could be built.
     remote: Option<Result<super::remote::Remote, String>>,
 }
@@ -76,6 +81,7 @@ impl Watcher {
         Self {
             watch,
             seen,
+            frameworks: frameworks::Seen::default(),
             remote,
         }
     }
@@ -103,6 +109,7 @@ impl Watcher {
     /// The `checkpoint` lines of the checkpoints that appeared since the
     /// last look, oldest first; then removes all but the newest `keep`.
     pub fn poll(&mut self) -> Vec<ProgressLine> {
+        frameworks::adopt(&self.watch.dir, &mut self.frameworks);
         let found = complete(&self.watch.dir);
         let mut lines = Vec::new();
         let mut failed = BTreeSet::new();
@@ -136,6 +143,7 @@ impl Watcher {
             .take(excess)
             .filter(|(s, _)| !failed.contains(s))
         {
+            frameworks::remove_original(&self.watch.dir, path);
             match std::fs::remove_dir_all(path) {
                 Ok(()) => {
                     self.seen.remove(step);

@@ -6,6 +6,8 @@
 //! `[program.env]` — never the agent's (its credentials included).
 
 pub mod checkpoints;
+pub mod frameworks;
+mod lightning;
 pub mod remote;
 pub mod sandbox;
 

@@ -27,6 +27,7 @@ mod opentelemetry;
 mod preemption_faults;
 mod program_confinement;
 mod program_examples;
+mod program_frameworks;
 mod program_storage;
 mod programs;
 mod queueing;

@@ -90,6 +90,13 @@ def resume_dir() -> Optional[Path]:
     return _path_of("COHORT_RESUME_DIR")
 
 
+def resume_path() -> Optional[Path]:
+    """The checkpoint to resume from itself (COHORT_RESUME_PATH): a
+    Lightning checkpoint's `.ckpt` file, the directory otherwise; None on a
+    fresh start."""
+    return _path_of("COHORT_RESUME_PATH")
+
+
 def step_of(path) -> Optional[int]:
     """The step a `step-<N>` directory name stands for; None for any other."""
     name = Path(path).name

@@ -82,6 +82,9 @@ def test_resume_dir_is_none_on_a_fresh_start(rank0, monkeypatch, tmp_path):
     monkeypatch.setenv("COHORT_RESUME_DIR", str(tmp_path / "ck" / "step-00000020"))
     assert ct.resume_dir().name == "step-00000020"
     assert ct.checkpoint_dir() == rank0
+    assert ct.resume_path() is None
+    monkeypatch.setenv("COHORT_RESUME_PATH", str(tmp_path / "ck" / "step-00000020" / "last.ckpt"))
+    assert ct.resume_path().name == "last.ckpt"
 
 
 def test_a_notice_file_or_sigterm_asks_to_stop(monkeypatch, tmp_path):
