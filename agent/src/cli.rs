@@ -82,6 +82,17 @@ pub struct Args {
     #[arg(long, default_value = STOP_GRACE_DEFAULT, value_parser = parse_duration)]
     pub stop_grace: Duration,
 
+    /// The largest checkpoint (GiB) fetched from another agent on a
+    /// restart of a program whose checkpoints are on one host's disk; a
+    /// bigger one fails the start, naming the size: use shared or s3://
+    /// checkpoint storage for checkpoints that large.
+    #[arg(long, default_value_t = 16.0)]
+    pub resume_fetch_max_gib: f64,
+
+    /// How long fetching that checkpoint may take.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub resume_fetch_timeout: Duration,
+
     /// A directory trainings may read data from and write checkpoints to
     /// (repeatable). With any, a training whose local paths lie outside
     /// every root is refused before a rank starts; without, any path goes.

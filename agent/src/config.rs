@@ -28,6 +28,9 @@ pub struct AgentConfig {
     pub program_sandbox: crate::program::sandbox::SandboxMode,
     /// SIGTERM-to-SIGKILL grace when a StopRanks names none.
     pub stop_grace: Duration,
+    /// How much and how long a restarted program's checkpoint is fetched
+    /// from the agent that holds it ([`crate::program::peer`]).
+    pub resume_fetch: crate::program::peer::FetchLimits,
     /// First reconnect delay; doubles up to `backoff_max`.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,

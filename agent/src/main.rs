@@ -178,6 +178,10 @@ async fn agent_config(args: &Args, name: &str) -> anyhow::Result<AgentConfig> {
         .map_err(anyhow::Error::msg)?,
         program_sandbox: args.program_sandbox,
         stop_grace: args.stop_grace,
+        resume_fetch: cohort_agent::program::peer::FetchLimits {
+            max_bytes: (args.resume_fetch_max_gib.max(0.0) * (1u64 << 30) as f64) as u64,
+            timeout: args.resume_fetch_timeout,
+        },
         backoff_initial: BACKOFF_INITIAL,
         backoff_max: BACKOFF_MAX,
         teams: cohort_agent::teams::TeamPolicy::load(&args.team_flags())

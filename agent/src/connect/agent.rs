@@ -30,6 +30,9 @@ pub struct Agent {
     pub(super) targets: Targets,
     /// A host doctor runs now (one at a time).
     pub(super) doctor_running: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The current session's coordinator and our id there (a restart
+    /// fetches checkpoints through it).
+    pub(super) peer: Option<crate::program::peer::PeerLink>,
 }
 
 impl Agent {
@@ -48,6 +51,7 @@ impl Agent {
             placements: HashMap::new(),
             reload: Default::default(),
             doctor_running: Default::default(),
+            peer: None,
         }
     }
 

@@ -56,6 +56,7 @@ async fn start_ranks(agent: &mut Agent, cmd: v1::StartRanks) -> Vec<v1::RankEven
                 config: &agent.config,
                 gpus: &agent.gpus,
                 supervisor: &mut agent.supervisor,
+                peer: agent.peer.as_ref(),
             };
             launch::start(host, start).await
         }

@@ -100,7 +100,7 @@ pub(super) async fn run(
         },
         _ = stopped(shutdown) => return Ok(()),
     };
-    let mut client = AgentServiceClient::new(channel);
+    let mut client = AgentServiceClient::new(channel.clone());
     let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
     tx.send(message(Out::Register(register(agent))))
         .await
@@ -154,6 +154,10 @@ pub(super) async fn run(
         pending_events = agent.outbox.len(),
         "registered with the coordinator"
     );
+    agent.peer = Some(crate::program::peer::PeerLink {
+        channel,
+        agent_id: registered.agent_id.clone(),
+    });
     let cadence = Cadence {
         heartbeat: heartbeat_every,
         telemetry: telemetry_every,

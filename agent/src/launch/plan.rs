@@ -20,6 +20,7 @@ use super::{Refusal, StartRanks};
 use crate::config::AgentConfig;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
 use crate::program::frameworks;
+use crate::program::peer::{self, PeerLink};
 use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
@@ -185,6 +186,7 @@ pub(super) fn program(
     run_dir: &Path,
     roots: &DataRoots,
     published: &Published,
+    fetched: Option<PathBuf>,
 ) -> Result<Plan, Refusal> {
     let working_dir = program_roots
         .check(team, &p.program.working_dir)
@@ -210,9 +212,10 @@ pub(super) fn program(
         launch::CHECKPOINT_DIR.to_string(),
         dir.display().to_string(),
     )];
-    let resume = match &remote {
-        None => resume_dir(&dir, published, attempt),
-        Some(spec) => fetch_resume(spec, published, attempt, &run_dir.join("resume"))?,
+    let resume = match (&remote, fetched) {
+        (_, Some(fetched)) => Some(fetched),
+        (None, None) => resume_dir(&dir, published, attempt),
+        (Some(spec), None) => fetch_resume(spec, published, attempt, &run_dir.join(RESUME))?,
     };
     if attempt > 1 {
         let step = resume
@@ -263,6 +266,51 @@ pub(super) fn program(
     })
 }
 
+/// Where a restart's checkpoint is downloaded to (from a bucket or
+/// another agent), under the run directory.
+const RESUME: &str = "resume";
+
+/// On a restart of a program whose checkpoints are on one host's disk: the
+/// newest recorded checkpoint, fetched from the agent that holds it when
+/// this host does not (`None`: a first attempt, shared storage, or this
+/// host holds it).
+async fn fetch_from_peer(
+    config: &AgentConfig,
+    cmd: &StartRanks,
+    p: &ProgramTraining,
+    run_dir: &Path,
+    peer: Option<&PeerLink>,
+) -> Result<Option<PathBuf>, Refusal> {
+    let newest = cmd.published.pairs().iter().map(|(_, s)| *s).max();
+    let (Some(link), Some(newest)) = (peer, newest) else {
+        return Ok(None);
+    };
+    if p.checkpoint.storage.is_some() || cmd.attempt <= 1 {
+        return Ok(None);
+    }
+    let dir = run_dir.join(CHECKPOINTS_DIR);
+    let (published, attempt) = (cmd.published.clone(), cmd.attempt);
+    let local = tokio::task::spawn_blocking(move || resume_dir(&dir, &published, attempt))
+        .await
+        .map_err(|e| Refusal::failed(format!("launch planning failed: {e}")))?;
+    if local
+        .as_deref()
+        .and_then(|d| d.file_name()?.to_str().and_then(step_of))
+        == Some(newest)
+    {
+        return Ok(None);
+    }
+    let into = run_dir.join(RESUME);
+    peer::fetch(link, &cmd.training_id, newest, &into, config.resume_fetch)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            Refusal::failed(format!(
+                "cannot copy checkpoint {newest} from the agent that holds it: {e}"
+            ))
+        })
+}
+
 /// The plan for a StartRanks: a program's when its config is one, the
 /// SAE's otherwise.
 pub(super) async fn plan(
@@ -270,6 +318,7 @@ pub(super) async fn plan(
     cmd: &StartRanks,
     paths: &Paths,
     reach: &Reach,
+    peer: Option<&PeerLink>,
 ) -> Result<Plan, Refusal> {
     let p = match &cmd.workload {
         Workload::Sae(sae_config) => {
@@ -280,6 +329,7 @@ pub(super) async fn plan(
         }
         Workload::Program(p) => p.clone(),
     };
+    let fetched = fetch_from_peer(config, cmd, &p, &paths.run_dir, peer).await?;
     let team_env = config.teams.rank_env(&cmd.team, std::iter::empty());
     let program_roots = config.program_roots.clone();
     let sandbox = config.program_sandbox;
@@ -299,6 +349,7 @@ pub(super) async fn plan(
             &run_dir,
             &reach.roots,
             &published,
+            fetched,
         )
     })
     .await

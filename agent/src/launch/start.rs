@@ -26,6 +26,9 @@ pub struct Host<'a> {
     pub config: &'a AgentConfig,
     pub gpus: &'a [GpuInfo],
     pub supervisor: &'a mut Supervisor,
+    /// The coordinator of the current session, to fetch a checkpoint
+    /// another agent holds.
+    pub peer: Option<&'a crate::program::peer::PeerLink>,
 }
 
 /// Starts the command's ranks. Returns the ranks that did not start;
@@ -43,7 +46,9 @@ pub async fn start(host: Host<'_>, cmd: StartRanks) -> Vec<StartFailure> {
     // The span is never entered across an await (the task may resume on
     // another thread, leaving it entered there): the awaits are
     // instrumented instead.
-    let prepared = prepare(host.config, &cmd).instrument(span.clone()).await;
+    let prepared = prepare(host.config, &cmd, host.peer)
+        .instrument(span.clone())
+        .await;
     let ready = match prepared {
         Ok(ready) => ready,
         Err(refusal) => {
@@ -91,10 +96,14 @@ fn trace(cmd: &StartRanks) -> (tracing::Span, Vec<(String, String)>) {
 
 /// Everything before the ranks: directories, the team's reach (refusing
 /// data outside it), the launch plan and the contract's environment.
-async fn prepare(config: &AgentConfig, cmd: &StartRanks) -> Result<Prepared, Refusal> {
+async fn prepare(
+    config: &AgentConfig,
+    cmd: &StartRanks,
+    peer: Option<&crate::program::peer::PeerLink>,
+) -> Result<Prepared, Refusal> {
     let paths = prepare_dirs(config, cmd).await.map_err(Refusal::failed)?;
     let reach = reach(config, cmd, &paths.run_dir)?;
-    let plan = plan::plan(config, cmd, &paths, &reach).await?;
+    let plan = plan::plan(config, cmd, &paths, &reach, peer).await?;
     if log_path(&config.work_dir, &cmd.training_id, cmd.attempt, 0, false).is_none() {
         return Err(Refusal::failed(format!(
             "training id {:?} cannot name a directory",

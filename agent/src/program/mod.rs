@@ -8,6 +8,7 @@
 pub mod checkpoints;
 pub mod frameworks;
 mod lightning;
+pub mod peer;
 pub mod remote;
 pub mod sandbox;
 

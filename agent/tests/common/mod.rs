@@ -177,7 +177,20 @@ impl AgentService for FakeCoordinator {
     ) -> Result<Response<v1::Agent>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    type FetchCheckpointStream = FetchStream;
+
+    async fn fetch_checkpoint(
+        &self,
+        _: Request<v1::FetchCheckpointRequest>,
+    ) -> Result<Response<Self::FetchCheckpointStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
+
+/// FetchCheckpoint's stream (never served by the fakes).
+pub type FetchStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::CheckpointChunk, Status>> + Send>>;
 
 pub async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -246,6 +259,15 @@ impl AgentService for Standby {
     ) -> Result<Response<v1::Agent>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    type FetchCheckpointStream = FetchStream;
+
+    async fn fetch_checkpoint(
+        &self,
+        _: Request<v1::FetchCheckpointRequest>,
+    ) -> Result<Response<Self::FetchCheckpointStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 pub async fn serve_standby(listener: TcpListener, leader: String) {
@@ -311,6 +333,7 @@ pub fn start_agent(
         program_roots: Default::default(),
         program_sandbox: Default::default(),
         stop_grace: Duration::from_secs(5),
+        resume_fetch: Default::default(),
         backoff_initial: Duration::from_millis(50),
         backoff_max: Duration::from_millis(300),
         teams: Default::default(),

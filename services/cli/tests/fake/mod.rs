@@ -603,6 +603,13 @@ impl AgentService for Fake {
     async fn drain_agent(&self, _: Request<v1::DrainAgentRequest>) -> Reply<v1::Agent> {
         Err(Status::unimplemented("not in the fake"))
     }
+    type FetchCheckpointStream = BoxStream<v1::CheckpointChunk>;
+    async fn fetch_checkpoint(
+        &self,
+        _: Request<v1::FetchCheckpointRequest>,
+    ) -> Reply<Self::FetchCheckpointStream> {
+        Err(Status::unimplemented("not in the fake"))
+    }
 }
 
 /// Serves `fake` on `listener` until the returned future is dropped.

@@ -200,6 +200,42 @@ fn choose(
     })
 }
 
+/// A program's checkpoint on the disk of the agent that recorded it,
+/// streamed to `caller` (another agent of its gang, resuming from it):
+/// listed before the stream starts, so a checkpoint that is gone is a
+/// status, not a broken stream. `on_chunk` runs as each chunk goes out.
+pub(crate) async fn stream_program_checkpoint(
+    ctx: &Context,
+    checkpoint: &CheckpointRecord,
+    caller: &str,
+    on_chunk: impl Fn() + Send + 'static,
+) -> Result<ChunkStream, Status> {
+    let (id, step) = (checkpoint.training_id.clone(), checkpoint.step);
+    let holder = Holder {
+        fleet: &ctx.fleet,
+        agent_id: &checkpoint.agent_id,
+        caller,
+    };
+    let source = Source::open(&checkpoint.path, false, holder, None, Layout::Program)
+        .await
+        .map_err(|e| export_status(&id, step, e))?;
+    let files = source
+        .list()
+        .await
+        .map_err(|e| export_status(&id, step, e))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        if let Err(e) = send_files(&source, Files::Program(files), step, &tx).await {
+            let _ = tx.send(Err(export_status(&id, step, e))).await;
+        }
+    });
+    let chunks = tokio_stream::StreamExt::map(ReceiverStream::new(rx), move |chunk| {
+        on_chunk();
+        chunk
+    });
+    Ok(ctx.until_stopping(chunks))
+}
+
 /// Where the checkpoint's files are read from: shared storage under its
 /// configured root and the training's id (never at a path an agent
 /// reported), else the agent that holds it.

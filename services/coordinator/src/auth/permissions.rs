@@ -97,6 +97,7 @@ pub const METHODS: &[(&str, Permission)] = &[
     ),
     ("/cohort.v1.TelemetryService/WatchAlerts", Permission::Read),
     ("/cohort.v1.AgentService/Connect", Permission::Agent),
+    ("/cohort.v1.AgentService/FetchCheckpoint", Permission::Agent),
     ("/cohort.v1.AgentService/ListAgents", Permission::Read),
     (
         "/cohort.v1.AgentService/RunDoctor",

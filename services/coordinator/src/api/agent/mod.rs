@@ -9,6 +9,7 @@
 
 mod convert;
 mod doctor;
+mod fetch;
 #[cfg(test)]
 mod fuzz;
 mod maintenance;
@@ -118,6 +119,18 @@ impl AgentService for AgentApi {
         });
         let stream = tokio_stream::once(accepted.registered).chain(commands);
         Ok(Response::new(ctx.until_stopping(stream.map(Ok))))
+    }
+
+    type FetchCheckpointStream = BoxStream<v1::CheckpointChunk>;
+
+    async fn fetch_checkpoint(
+        &self,
+        request: Request<v1::FetchCheckpointRequest>,
+    ) -> Result<Response<Self::FetchCheckpointStream>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        fetch::fetch(&self.ctx, who, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn list_agents(

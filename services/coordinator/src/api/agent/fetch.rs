@@ -1,0 +1,99 @@
+//! FetchCheckpoint: an agent of a restarted program's gang fetches the
+//! checkpoint it resumes from when that checkpoint is on another agent's
+//! disk (no shared `checkpoint.storage`), relayed through the coordinator
+//! from the agent that recorded it — the same relay DownloadCheckpoint
+//! reads through. Only an agent holding ranks of the training's current
+//! attempt may fetch, as itself (its certificate's name, when it has one),
+//! and only a step the training still keeps. While the chunks go out the
+//! fetching agent counts as seen: its session loop waits for the fetch.
+
+use super::ApiError;
+use crate::api::checkpoints::stream_program_checkpoint;
+use crate::context::Context;
+use crate::model::Principal;
+use crate::persistence::{DatabaseError, LogicalError};
+use cohort_proto::v1;
+use tonic::Status;
+
+use crate::api::StatusStream as BoxStream;
+
+pub(super) async fn fetch(
+    ctx: &Context,
+    who: Principal,
+    req: v1::FetchCheckpointRequest,
+) -> Result<BoxStream<v1::CheckpointChunk>, Status> {
+    let denied = |message: String| ApiError::PermissionDenied {
+        message,
+        permission: "agent".into(),
+        team: String::new(),
+    };
+    let agent = ctx
+        .fleet
+        .agent(&req.agent_id)
+        .ok_or_else(|| denied(format!("agent {} is not connected", req.agent_id)))?;
+    if let Principal::Agent { name } = &who {
+        if *name != agent.name {
+            return Err(ApiError::AgentIdentityMismatch {
+                certificate: name.clone(),
+                agent_name: agent.name.clone(),
+            }
+            .into());
+        }
+    }
+    let training = ctx
+        .db
+        .get_training(&req.training_id)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(|| {
+            ApiError::from(DatabaseError::Logical(LogicalError::TrainingNotFound(
+                req.training_id.clone(),
+            )))
+        })?;
+    if training.config.program().is_none() {
+        return Err(ApiError::field(
+            "training_id",
+            "not a program training: the SAE's ranks resume from their own storage",
+        )
+        .into());
+    }
+    if let Some(storage) = training.config.checkpoint_storage() {
+        return Err(ApiError::field(
+            "training_id",
+            format!("its checkpoints are in {storage}, which every agent reads itself"),
+        )
+        .into());
+    }
+    let ranks = ctx
+        .db
+        .ranks(&training.id, training.attempt)
+        .await
+        .map_err(ApiError::from)?;
+    if !ranks.iter().any(|r| r.slot.agent_id == agent.id) {
+        return Err(denied(format!(
+            "agent {} holds no rank of attempt {} of {}",
+            agent.id, training.attempt, training.id
+        ))
+        .into());
+    }
+    let keep = training.config.checkpoint_keep().max(1) as usize;
+    let checkpoints = ctx
+        .db
+        .checkpoints(&training.id)
+        .await
+        .map_err(ApiError::from)?;
+    let checkpoint = checkpoints
+        .into_iter()
+        .filter(|c| !c.best)
+        .rev()
+        .take(keep)
+        .find(|c| c.step == req.step)
+        .ok_or_else(|| ApiError::CheckpointNotFound {
+            training_id: training.id.clone(),
+            what: format!("no kept checkpoint at step {}", req.step),
+        })?;
+    tracing::info!(training_id = %training.id, step = checkpoint.step, from = %checkpoint.agent_id, to = %agent.id, "an agent fetches a checkpoint to resume from");
+    let (fleet, fetching) = (ctx.fleet.clone(), agent.id.clone());
+    let caller = format!("agent:{}", agent.id);
+    stream_program_checkpoint(ctx, &checkpoint, &caller, move || fleet.touch(&fetching)).await
+}
