@@ -35,3 +35,4 @@ mod report;
 mod restart;
 mod security;
 mod sharing;
+mod webhooks;

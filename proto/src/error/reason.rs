@@ -65,6 +65,9 @@ reasons! {
     AgentNameNotAllowed = "AGENT_NAME_NOT_ALLOWED",
     TokenExists = "TOKEN_EXISTS",
     TokenNotFound = "TOKEN_NOT_FOUND",
+    WebhookNotFound = "WEBHOOK_NOT_FOUND",
+    /// The team has as many webhooks as it may; metadata `team`, `max`.
+    WebhooksFull = "WEBHOOKS_FULL",
     QueueFull = "QUEUE_FULL",
     QuotaExceeded = "QUOTA_EXCEEDED",
     DataOutsideRoots = "DATA_OUTSIDE_ROOTS",

@@ -280,6 +280,8 @@ pub fn describe_status(status: &Status) -> String {
         Some(Reason::PriorityClassNotAllowed) => with("the team may not use this priority class"),
         Some(Reason::TokenExists) => with("the team already has a token of that name"),
         Some(Reason::TokenNotFound) => with("no such token"),
+        Some(Reason::WebhookNotFound) => with("no such webhook"),
+        Some(Reason::WebhooksFull) => with("the team has as many webhooks as it may"),
         Some(Reason::QueueFull) => with("the team's queue is full"),
         Some(Reason::QuotaExceeded) => with("the team's GPU quota is exceeded"),
         Some(Reason::Internal) => with("the coordinator failed"),

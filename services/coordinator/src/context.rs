@@ -41,6 +41,8 @@ pub struct Context {
     pub storage_env: std::sync::Arc<crate::export::source::TeamEnv>,
     /// `--agent-ca` as reloaded: agent sessions it no longer trusts end.
     pub agent_ca: crate::tls::AgentCa,
+    /// The operator's webhooks and every hook's deliveries.
+    pub webhooks: crate::webhooks::Webhooks,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -71,6 +73,7 @@ impl Context {
             forwarder: Default::default(),
             storage_env: Default::default(),
             agent_ca: Default::default(),
+            webhooks: Default::default(),
             stopping,
         }
     }
@@ -84,6 +87,12 @@ impl Context {
     /// End agent sessions that a reloaded `--agent-ca` no longer trusts.
     pub fn with_agent_ca(mut self, agent_ca: crate::tls::AgentCa) -> Self {
         self.agent_ca = agent_ca;
+        self
+    }
+
+    /// Announce to these webhooks (the operator's, and how deliveries go).
+    pub fn with_webhooks(mut self, webhooks: crate::webhooks::Webhooks) -> Self {
+        self.webhooks = webhooks;
         self
     }
 

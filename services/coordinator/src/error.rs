@@ -35,6 +35,10 @@ pub enum ApiError {
     TokenNotFound { team: String, name: String },
     #[error("team {team} already has a token named {name}")]
     TokenExists { team: String, name: String },
+    #[error("team {team} has no webhook {id}")]
+    WebhookNotFound { team: String, id: String },
+    #[error("team {team} has {max} webhooks already: remove one first")]
+    WebhooksFull { team: String, max: i64 },
     /// A domain error that says its own code, reason and metadata.
     #[error("{0}")]
     Service(Box<dyn ServiceError + Send + Sync>),

@@ -7,6 +7,7 @@
 //! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the job runner: scheduling passes applied, rank reports, restarts, preemption notices.
+//! - [`webhooks`]: HTTP endpoints told when trainings end, fail or are preempted, and of alerts.
 //! - [`policy`]: the scheduling policy, pure (passes, preemption, lending, estimates; the simulator's too).
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
 //! - [`alerts`]: alert rules on telemetry, presence and progress; WatchAlerts' feed.
@@ -39,3 +40,4 @@ pub mod selection;
 pub mod server;
 pub mod tasks;
 pub mod tls;
+pub mod webhooks;

@@ -109,6 +109,23 @@ struct Args {
     /// wildcard address.
     #[arg(long, env = "COHORT_ADVERTISE", value_name = "URL")]
     advertise: Option<String>,
+    /// An HTTP endpoint told of every team's trainings ending, failing or
+    /// being preempted and of alerts: a signed JSON POST (repeatable;
+    /// teams add their own with `cohort admin webhook add`).
+    #[arg(long = "webhook", value_name = "URL")]
+    webhooks: Vec<String>,
+    /// The secret --webhook bodies are signed with (HMAC-SHA256); required
+    /// with --webhook.
+    #[arg(long, value_name = "FILE")]
+    webhook_secret_file: Option<std::path::PathBuf>,
+    /// The console's URL for the links in webhook bodies; default: the
+    /// --advertise URL.
+    #[arg(long, value_name = "URL")]
+    console_url: Option<String>,
+    /// How long a webhook delivery is retried (with backoff) before it is
+    /// given up.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    webhook_retry_for: Duration,
     /// How long the leader lease lasts unrenewed (PostgreSQL): a dead
     /// leader's standbys take over after at most this plus --lease-renew.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "COHORT_LEASE_TTL")]
@@ -319,6 +336,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_forwarding(forward)
         .with_history(history)
         .with_alert_settings(args.alerts.settings())
+        .with_webhooks(webhooks(&args, tls).await?)
         .with_auth(cohort_coordinator::auth::AuthSettings {
             mode: security.mode,
             agent_certs: security.agent_certs,
@@ -453,6 +471,45 @@ fn job_settings(args: &Args) -> JobSettings {
 }
 
 /// Each team's storage variables (`--team-env-file TEAM=FILE`), read once.
+/// The operator's webhooks (`--webhook`, signed with
+/// `--webhook-secret-file`) and the console's URL for their links.
+async fn webhooks(
+    args: &Args,
+    tls: bool,
+) -> anyhow::Result<cohort_coordinator::webhooks::Webhooks> {
+    let secret = match (&args.webhook_secret_file, args.webhooks.is_empty()) {
+        (Some(file), _) => tokio::fs::read_to_string(file)
+            .await
+            .map_err(|e| anyhow::anyhow!("--webhook-secret-file {}: {e}", file.display()))?
+            .trim()
+            .to_string(),
+        (None, true) => String::new(),
+        (None, false) => {
+            anyhow::bail!("--webhook needs --webhook-secret-file (the bodies are signed)")
+        }
+    };
+    if !args.webhooks.is_empty() && secret.is_empty() {
+        anyhow::bail!("--webhook-secret-file is empty");
+    }
+    for url in &args.webhooks {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!("--webhook {url}: must start with http:// or https://");
+        }
+    }
+    let settings = cohort_coordinator::webhooks::WebhookSettings {
+        urls: args.webhooks.clone(),
+        secret,
+        console_url: args
+            .console_url
+            .clone()
+            .or_else(|| advertise_url(args, tls).ok()),
+    };
+    let deliveries = cohort_coordinator::webhooks::deliver::Deliveries::new(args.webhook_retry_for);
+    Ok(cohort_coordinator::webhooks::Webhooks::new(
+        settings, deliveries,
+    ))
+}
+
 async fn team_storage_env(
     args: &Args,
 ) -> anyhow::Result<cohort_coordinator::export::source::TeamEnv> {

@@ -705,3 +705,96 @@ async fn a_sqlite_writer_waiting_its_turn_holds_no_connection() {
     holder.await.unwrap().unwrap();
     waiter.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_are_kept_per_team_up_to_a_cap_and_transitions_read_after_a_cursor() {
+    use cohort_coordinator::model::{AuditEntry, Principal};
+    use cohort_coordinator::persistence::webhooks::{Added, NewWebhook, MAX_PER_TEAM};
+    for t in common::databases().await {
+        let audit = AuditEntry::ok(
+            &Principal::Anonymous,
+            "cohort.v1.AdminService/AddWebhook",
+            "",
+            "vision",
+        );
+        let hook = |n: i64| NewWebhook {
+            team: "vision".into(),
+            url: format!("http://127.0.0.1:9/{n}"),
+            events: vec!["ended".into(), "failed".into()],
+            format: "json".into(),
+            secret: format!("secret-{n}"),
+            creator: "lead".into(),
+            audit: audit.clone(),
+        };
+        let mut ids = Vec::new();
+        for n in 0..MAX_PER_TEAM {
+            match t.db.add_webhook(hook(n)).await.unwrap() {
+                Added::Done(h) => ids.push(h.id),
+                Added::Full => panic!("{}: full at {n}", t.name),
+            }
+        }
+        assert!(
+            matches!(t.db.add_webhook(hook(99)).await.unwrap(), Added::Full),
+            "{}",
+            t.name
+        );
+        let listed = t.db.webhooks(Some("vision")).await.unwrap();
+        assert_eq!(listed.len() as i64, MAX_PER_TEAM, "{}", t.name);
+        assert_eq!(listed[0].events, ["ended", "failed"]);
+        assert_eq!(listed[0].secret, "secret-0");
+        assert!(t.db.webhooks(Some("nlp")).await.unwrap().is_empty());
+        // Removing: only within its team; then it is gone, once.
+        assert!(t
+            .db
+            .remove_webhook(&ids[0], Some("nlp"), audit.clone())
+            .await
+            .unwrap()
+            .is_none());
+        let removed =
+            t.db.remove_webhook(&ids[0], Some("vision"), audit.clone())
+                .await
+                .unwrap();
+        assert_eq!(removed.map(|h| h.id), Some(ids[0].clone()), "{}", t.name);
+        assert!(t
+            .db
+            .remove_webhook(&ids[0], None, audit.clone())
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            t.db.webhooks(None).await.unwrap().len() as i64,
+            MAX_PER_TEAM - 1
+        );
+
+        // The transitions after a cursor, with their training's team.
+        let cursor = t.db.last_transition_id().await.unwrap();
+        let id =
+            t.db.create_training(new_training(None))
+                .await
+                .unwrap()
+                .training
+                .id;
+        t.db.transition(&id, JobState::Cancelled, "by lead")
+            .await
+            .unwrap();
+        let after = t.db.transitions_after(cursor, 100).await.unwrap();
+        let states: Vec<(&str, &str)> = after
+            .iter()
+            .map(|a| (a.training_id.as_str(), a.to_state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [(id.as_str(), "QUEUED"), (id.as_str(), "CANCELLED")],
+            "{}",
+            t.name
+        );
+        assert_eq!(after[1].reason, "by lead");
+        assert!(after[0].id < after[1].id);
+        assert!(t
+            .db
+            .transitions_after(after[1].id, 100)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -1,4 +1,5 @@
 //! `cohort admin token create|list|revoke`, `cohort admin quota set|list`
+//! (`cohort admin webhook` is [`super::webhook`]'s)
 //! and `cohort whoami`: AdminService. The secret of a new token is shown
 //! once, on the last line of the output (so `| tail -1` captures it).
 
@@ -19,6 +20,10 @@ pub enum AdminCommand {
     /// Set and list teams' GPU quotas and queue caps.
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Add, list and remove webhooks: HTTP endpoints told when a team's
+    /// trainings end, fail or are preempted, and of alerts.
+    #[command(subcommand)]
+    Webhook(super::webhook::WebhookCommand),
     /// Forget a disconnected agent, so another agent may register its GPUs
     /// (a GPU stays bound to the first agent that registered it).
     ForgetAgent {
@@ -111,7 +116,9 @@ pub enum QuotaCommand {
     List,
 }
 
-async fn client(coordinator: &Coordinator) -> Result<AdminServiceClient<Conn>, CliError> {
+pub(super) async fn client(
+    coordinator: &Coordinator,
+) -> Result<AdminServiceClient<Conn>, CliError> {
     Ok(AdminServiceClient::new(coordinator.channel().await?))
 }
 
@@ -123,6 +130,7 @@ pub async fn run(
     match cmd {
         AdminCommand::Token(cmd) => token(coordinator, cmd, out).await,
         AdminCommand::Quota(cmd) => quota(coordinator, cmd, out).await,
+        AdminCommand::Webhook(cmd) => super::webhook::run(coordinator, cmd, out).await,
         AdminCommand::ForgetAgent { name } => {
             let forgotten = client(coordinator)
                 .await?

@@ -18,6 +18,7 @@ pub mod telemetry;
 pub mod tensorboard;
 pub mod train;
 pub mod watch;
+pub mod webhook;
 
 use std::future::Future;
 use std::sync::OnceLock;

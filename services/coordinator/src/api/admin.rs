@@ -106,6 +106,15 @@ fn team_of(who: &Principal, requested: &str) -> Result<String, Status> {
     Ok(team)
 }
 
+/// For a cluster-admin naming no team: every team (`None`); else the team
+/// as [`team_of`] gives it.
+fn every_team_or(who: &Principal, requested: &str) -> Result<Option<String>, Status> {
+    if requested.is_empty() && who.is_cluster_admin() {
+        return Ok(None);
+    }
+    team_of(who, requested).map(Some)
+}
+
 #[tonic::async_trait]
 impl AdminService for AdminApi {
     async fn create_token(
@@ -410,5 +419,41 @@ impl AdminService for AdminApi {
             team,
             role: who.role().map_or(v1::Role::Unspecified, v1::Role::from) as i32,
         }))
+    }
+
+    async fn add_webhook(
+        &self,
+        request: Request<v1::AddWebhookRequest>,
+    ) -> Result<Response<v1::AddWebhookResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = team_of(&who, &req.team)?;
+        super::webhooks::add(&self.ctx, &who, team, req)
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_webhooks(
+        &self,
+        request: Request<v1::ListWebhooksRequest>,
+    ) -> Result<Response<v1::ListWebhooksResponse>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = every_team_or(&who, &req.team)?;
+        super::webhooks::list(&self.ctx, team.as_deref())
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_webhook(
+        &self,
+        request: Request<v1::RemoveWebhookRequest>,
+    ) -> Result<Response<v1::Webhook>, Status> {
+        let who = caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let team = every_team_or(&who, &req.team)?;
+        super::webhooks::remove(&self.ctx, &who, team.as_deref(), &req.id)
+            .await
+            .map(Response::new)
     }
 }

@@ -46,6 +46,18 @@ impl From<ApiError> for Status {
                 message,
                 meta([("team", team), ("name", name)]),
             ),
+            ApiError::WebhookNotFound { team, id } => status(
+                Code::NotFound,
+                Reason::WebhookNotFound,
+                message,
+                meta([("team", team), ("id", id)]),
+            ),
+            ApiError::WebhooksFull { team, max } => status(
+                Code::ResourceExhausted,
+                Reason::WebhooksFull,
+                message,
+                meta([("team", team), ("max", max.to_string())]),
+            ),
             ApiError::Service(e) => e.to_status(),
             ApiError::Unauthenticated(_) => {
                 status(Code::Unauthenticated, Reason::Unauthenticated, message, [])

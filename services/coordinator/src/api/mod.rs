@@ -24,6 +24,7 @@ pub mod telemetry;
 pub mod thinning;
 pub mod training;
 pub mod training_requests;
+pub mod webhooks;
 
 pub use crate::context::BoxStream;
 

@@ -130,6 +130,15 @@ pub const METHODS: &[(&str, Permission)] = &[
         "/cohort.v1.AdminService/ForgetAgent",
         Permission::ClusterAdmin,
     ),
+    ("/cohort.v1.AdminService/AddWebhook", Permission::TeamAdmin),
+    (
+        "/cohort.v1.AdminService/ListWebhooks",
+        Permission::TeamAdmin,
+    ),
+    (
+        "/cohort.v1.AdminService/RemoveWebhook",
+        Permission::TeamAdmin,
+    ),
 ];
 
 /// The RPCs that change something: each success writes its audit row in its
@@ -141,6 +150,8 @@ pub const MUTATING: &[&str] = &[
     "/cohort.v1.AdminService/RevokeToken",
     "/cohort.v1.AdminService/SetQuota",
     "/cohort.v1.AdminService/ForgetAgent",
+    "/cohort.v1.AdminService/AddWebhook",
+    "/cohort.v1.AdminService/RemoveWebhook",
     "/cohort.v1.AgentService/RunDoctor",
     "/cohort.v1.AgentService/CordonAgent",
     "/cohort.v1.AgentService/UncordonAgent",

@@ -40,6 +40,8 @@ impl Background {
         ctx.tasks.spawn(ctx.jobs.clone().run(ctx.tasks.cancelled()));
         ctx.tasks
             .spawn(ctx.jobs.clone().estimate_loop(ctx.tasks.cancelled()));
+        ctx.tasks
+            .spawn(crate::webhooks::run(ctx.clone(), ctx.tasks.cancelled()));
         ctx.tasks.spawn(crate::alerts::engine::run(
             ctx.db.clone(),
             ctx.fleet.clone(),

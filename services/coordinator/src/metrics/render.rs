@@ -80,6 +80,7 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
     families.extend(ingest_families(ctx));
     families.extend(scheduler_families(ctx));
     families.extend(estimate_families(ctx));
+    families.extend(webhook_families(ctx));
     let mut out = String::new();
     for family in &families {
         family.write(&mut out);
@@ -373,6 +374,42 @@ fn estimate_families(ctx: &Context) -> [Family; 3] {
             "gauge",
             "Estimates the last estimate run wrote (appeared, went or moved).",
             run.written as f64,
+        ),
+    ]
+}
+
+/// What webhook deliveries came to, across hooks (since this coordinator
+/// started leading; per hook in `cohort admin webhook list`).
+fn webhook_families(ctx: &Context) -> [Family; 4] {
+    let deliveries = &ctx.webhooks.deliveries;
+    let (delivered, failed, dropped) = deliveries.totals();
+    let retries = deliveries
+        .retries
+        .load(std::sync::atomic::Ordering::Relaxed);
+    [
+        Family::single(
+            "cohort_webhook_delivered_total",
+            "counter",
+            "Webhook deliveries answered 2xx.",
+            delivered as f64,
+        ),
+        Family::single(
+            "cohort_webhook_failed_total",
+            "counter",
+            "Webhook deliveries given up after --webhook-retry-for of retries.",
+            failed as f64,
+        ),
+        Family::single(
+            "cohort_webhook_dropped_total",
+            "counter",
+            "Webhook deliveries never sent: too many were pending.",
+            dropped as f64,
+        ),
+        Family::single(
+            "cohort_webhook_retries_total",
+            "counter",
+            "Webhook POSTs tried again after a failure.",
+            retries as f64,
         ),
     ]
 }

@@ -20,7 +20,8 @@
 //!   drains, quarantined GPUs), [`gpu_metrics`] (`gpu_metrics`,
 //!   `gpu_metrics_rollup`), [`alerts`] (`alerts`);
 //! - teams: [`tokens`] (`tokens`), [`quotas`] (`team_quotas`),
-//!   [`sharing`] (`team_usage`), [`audit`] (`audit_events`);
+//!   [`sharing`] (`team_usage`), [`audit`] (`audit_events`), [`webhooks`]
+//!   (`webhooks`, and the state transitions they announce);
 //! - coordinators (PostgreSQL only, outside diesel's schema): [`lease`]
 //!   (`coordinator_lease`) and `members.rs` (`coordinator_members`);
 //! - the machinery: `connection.rs`, `pool.rs`, [`measure`], [`exclusive`]
@@ -56,6 +57,7 @@ pub mod sharing;
 pub mod tokens;
 pub mod trainings;
 pub mod waiting;
+pub mod webhooks;
 
 pub use bell::{EventBell, Outbox};
 pub use checkpoints::{CheckpointRecord, Recorded};

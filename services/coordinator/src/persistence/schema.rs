@@ -283,6 +283,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhooks (id) {
+        id -> Text,
+        team -> Text,
+        url -> Text,
+        events -> Text,
+        format -> Text,
+        secret -> Text,
+        creator -> Text,
+        create_time -> Timestamp,
+    }
+}
+
 diesel::joinable!(gpus -> agents (agent_id));
 diesel::joinable!(ranks -> trainings (training_id));
 diesel::joinable!(training_labels -> trainings (training_id));
@@ -312,4 +325,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     gpu_metrics,
     gpu_metrics_rollup,
     alerts,
+    webhooks,
 );
