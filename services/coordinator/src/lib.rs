@@ -28,6 +28,7 @@ pub mod error;
 pub mod export;
 pub mod fleet;
 pub mod history;
+pub mod http;
 pub mod instruments;
 pub mod jobs;
 pub mod leader;

@@ -83,10 +83,7 @@ impl Default for Deliveries {
 impl Deliveries {
     pub fn new(retry_for: Duration) -> Self {
         Self {
-            client: reqwest::Client::builder()
-                .timeout(POST_TIMEOUT)
-                .build()
-                .unwrap_or_default(),
+            client: crate::http::client(POST_TIMEOUT),
             sending: Arc::new(Semaphore::new(MAX_SENDING)),
             pending: Arc::new(AtomicUsize::new(0)),
             hooks: Arc::default(),
@@ -196,7 +193,7 @@ impl Deliveries {
                     r.status().is_success(),
                     format!("HTTP {}", r.status().as_u16()),
                 ),
-                Err(e) => (false, describe(&e)),
+                Err(e) => (false, crate::http::describe(&e)),
             };
             record.last_answer = said;
             if ok {
@@ -217,15 +214,4 @@ impl Deliveries {
             gap = (gap * 2).min(MAX_RETRY_GAP);
         }
     }
-}
-
-/// A transport error in a few words (reqwest's Display omits the cause).
-fn describe(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }
