@@ -12,7 +12,8 @@
 #                end-to-end tests), the Python packages that write test
 #                shards and serve S3, pytest, lightning and transformers
 #                (the helper's integrations), tensorboard (reads the CLI's
-#                exports back), the CUDA/NCCL header wheels,
+#                exports back), MLflow (its own venv, <venv>-mlflow: the
+#                tracking tests' server), the CUDA/NCCL header wheels,
 #                and a running PostgreSQL
 #   scripts/setup.sh                 every part
 #   scripts/setup.sh system console  the parts named, in that order
@@ -82,6 +83,14 @@ test_tools() {
   # TensorBoard, whose loader reads back `cohort train tensorboard`'s files.
   "$COHORT_VENV/bin/python" -c "import lightning, transformers, accelerate, tensorboard" 2>/dev/null ||
     "${PIP[@]}" lightning transformers accelerate tensorboard
+  # MLflow, whose tracking server the tracking tests run: a venv of its
+  # own beside the project's, so its many dependencies stay out of the
+  # programs' venv.
+  [ -x "$COHORT_VENV-mlflow/bin/mlflow" ] || {
+    echo "setup: installing MLflow into $COHORT_VENV-mlflow (once)"
+    python3 -m venv "$COHORT_VENV-mlflow"
+    "$COHORT_VENV-mlflow/bin/pip" install -q --disable-pip-version-check mlflow
+  }
   # The CUDA and NCCL headers cohort-rank's ProcessGroupNCCL compiles
   # against (header-only wheels, ~3 MB; NCCL's own come with torch).
   local nv

@@ -32,6 +32,18 @@ pub fn venv_bin(name: &str) -> std::path::PathBuf {
     }
 }
 
+/// The `mlflow` command of the tracking tests' own venv, beside the
+/// project venv (`<venv>-mlflow`, made by scripts/setup.sh test-tools).
+pub fn mlflow() -> std::path::PathBuf {
+    let venv = match std::env::var_os("COHORT_VENV") {
+        Some(venv) => std::path::PathBuf::from(venv),
+        None => workspace_root().join(".venv"),
+    };
+    let mut name = venv.into_os_string();
+    name.push("-mlflow");
+    std::path::PathBuf::from(name).join("bin/mlflow")
+}
+
 /// The workspace's root directory (where `.venv` and the scripts are).
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

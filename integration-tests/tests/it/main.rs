@@ -35,4 +35,5 @@ mod report;
 mod restart;
 mod security;
 mod sharing;
+mod tracking;
 mod webhooks;

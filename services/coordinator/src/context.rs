@@ -43,6 +43,8 @@ pub struct Context {
     pub agent_ca: crate::tls::AgentCa,
     /// The operator's webhooks and every hook's deliveries.
     pub webhooks: crate::webhooks::Webhooks,
+    /// Which tracker each team's trainings go to, and how their runs fare.
+    pub tracking: crate::tracking::Tracking,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -74,6 +76,7 @@ impl Context {
             storage_env: Default::default(),
             agent_ca: Default::default(),
             webhooks: Default::default(),
+            tracking: Default::default(),
             stopping,
         }
     }
@@ -93,6 +96,12 @@ impl Context {
     /// Announce to these webhooks (the operator's, and how deliveries go).
     pub fn with_webhooks(mut self, webhooks: crate::webhooks::Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Track trainings in MLflow as these settings say.
+    pub fn with_tracking(mut self, settings: crate::tracking::TrackingSettings) -> Self {
+        self.tracking = crate::tracking::Tracking::new(settings);
         self
     }
 

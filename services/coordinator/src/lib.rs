@@ -7,6 +7,7 @@
 //! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
 //! - [`jobs`]: the job runner: scheduling passes applied, rank reports, restarts, preemption notices.
+//! - [`tracking`]: every training of a tracked team as an MLflow run.
 //! - [`webhooks`]: HTTP endpoints told when trainings end, fail or are preempted, and of alerts.
 //! - [`policy`]: the scheduling policy, pure (passes, preemption, lending, estimates; the simulator's too).
 //! - [`history`]: GPU telemetry history (batched writer, retention, rollups).
@@ -26,6 +27,7 @@ pub mod console;
 pub mod context;
 pub mod error;
 pub mod export;
+pub mod feed;
 pub mod fleet;
 pub mod history;
 pub mod http;
@@ -41,4 +43,5 @@ pub mod selection;
 pub mod server;
 pub mod tasks;
 pub mod tls;
+pub mod tracking;
 pub mod webhooks;

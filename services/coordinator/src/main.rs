@@ -122,6 +122,13 @@ struct Args {
     /// --advertise URL.
     #[arg(long, value_name = "URL")]
     console_url: Option<String>,
+    /// An MLflow tracking server every team's trainings are runs in
+    /// (unless the team has its own, --team-mlflow).
+    #[arg(long, value_name = "URL", env = "COHORT_MLFLOW_TRACKING_URI")]
+    mlflow_tracking_uri: Option<String>,
+    /// A team's own MLflow tracking server (repeatable).
+    #[arg(long = "team-mlflow", value_name = "TEAM=URL")]
+    team_mlflow: Vec<String>,
     /// How long a webhook delivery is retried (with backoff) before it is
     /// given up.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
@@ -337,6 +344,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_history(history)
         .with_alert_settings(args.alerts.settings())
         .with_webhooks(webhooks(&args, tls).await?)
+        .with_tracking(tracking(&args)?)
         .with_auth(cohort_coordinator::auth::AuthSettings {
             mode: security.mode,
             agent_certs: security.agent_certs,
@@ -471,6 +479,32 @@ fn job_settings(args: &Args) -> JobSettings {
 }
 
 /// Each team's storage variables (`--team-env-file TEAM=FILE`), read once.
+/// Which MLflow server each team's trainings go to.
+fn tracking(args: &Args) -> anyhow::Result<cohort_coordinator::tracking::TrackingSettings> {
+    let http = |flag: &str, url: &str| {
+        if url.starts_with("http://") || url.starts_with("https://") {
+            Ok(url.trim_end_matches('/').to_string())
+        } else {
+            Err(anyhow::anyhow!(
+                "{flag} {url}: must start with http:// or https://"
+            ))
+        }
+    };
+    let default_uri = args
+        .mlflow_tracking_uri
+        .as_deref()
+        .map(|u| http("--mlflow-tracking-uri", u))
+        .transpose()?;
+    let mut teams = std::collections::HashMap::new();
+    for arg in &args.team_mlflow {
+        let (team, url) = arg
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--team-mlflow {arg}: expected TEAM=URL"))?;
+        teams.insert(team.to_string(), http("--team-mlflow", url)?);
+    }
+    Ok(cohort_coordinator::tracking::TrackingSettings { default_uri, teams })
+}
+
 /// The operator's webhooks (`--webhook`, signed with
 /// `--webhook-secret-file`) and the console's URL for their links.
 async fn webhooks(

@@ -132,6 +132,20 @@ impl TrainingApi {
                 * sae.optim.accumulation_steps;
         }
         message.straggler_ranks = self.ctx.jobs.stragglers(&training.id);
+        message.tracking = self
+            .ctx
+            .tracking
+            .status(&training.id)
+            .map(|s| v1::TrackingStatus {
+                uri: s.uri,
+                run_id: s.run_id,
+                experiment_id: s.experiment_id,
+                points_logged: s.logged,
+                points_dropped: s.dropped,
+                points_pending: s.pending,
+                last_error: s.last_error,
+                ended: s.ended,
+            });
         message.queue_position = lookups
             .positions
             .as_ref()

@@ -42,6 +42,10 @@ impl Background {
             .spawn(ctx.jobs.clone().estimate_loop(ctx.tasks.cancelled()));
         ctx.tasks
             .spawn(crate::webhooks::run(ctx.clone(), ctx.tasks.cancelled()));
+        ctx.tasks.spawn(crate::tracking::follow::run(
+            ctx.clone(),
+            ctx.tasks.cancelled(),
+        ));
         ctx.tasks.spawn(crate::alerts::engine::run(
             ctx.db.clone(),
             ctx.fleet.clone(),

@@ -81,6 +81,7 @@ pub async fn render(ctx: &Context, training_labels: bool) -> String {
     families.extend(scheduler_families(ctx));
     families.extend(estimate_families(ctx));
     families.extend(webhook_families(ctx));
+    families.extend(tracking_families(ctx));
     let mut out = String::new();
     for family in &families {
         family.write(&mut out);
@@ -410,6 +411,32 @@ fn webhook_families(ctx: &Context) -> [Family; 4] {
             "counter",
             "Webhook POSTs tried again after a failure.",
             retries as f64,
+        ),
+    ]
+}
+
+/// What the MLflow trackers took and what they did not.
+fn tracking_families(ctx: &Context) -> [Family; 3] {
+    use std::sync::atomic::Ordering::Relaxed;
+    let t = &ctx.tracking;
+    [
+        Family::single(
+            "cohort_tracking_points_logged_total",
+            "counter",
+            "Metric points MLflow trackers took.",
+            t.logged.load(Relaxed) as f64,
+        ),
+        Family::single(
+            "cohort_tracking_points_dropped_total",
+            "counter",
+            "Metric points dropped from a full backlog while a tracker did not take them.",
+            t.dropped.load(Relaxed) as f64,
+        ),
+        Family::single(
+            "cohort_tracking_errors_total",
+            "counter",
+            "Calls to a tracker that failed (each retried with backoff).",
+            t.errors.load(Relaxed) as f64,
         ),
     ]
 }

@@ -97,17 +97,10 @@ impl Webhooks {
 pub async fn run(ctx: Context, shutdown: impl std::future::Future<Output = ()>) {
     tokio::pin!(shutdown);
     let (_, mut alerts) = ctx.alerts.subscribe();
-    let mut cursor = loop {
-        match ctx.db.last_transition_id().await {
-            Ok(id) => break id,
-            Err(e) => {
-                tracing::warn!(error = %e, "webhooks: cannot read where to start; trying again");
-                tokio::select! {
-                    _ = &mut shutdown => return,
-                    _ = tokio::time::sleep(POLL) => {}
-                }
-            }
-        }
+    let Some(mut cursor) =
+        crate::feed::start_cursor(&ctx.db, "webhooks", POLL, shutdown.as_mut()).await
+    else {
+        return;
     };
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -164,7 +164,32 @@ fn scheduling_fields(t: &v1::Training) -> Fields {
     if let Some(c) = &t.config {
         f.push(("config", config_summary(c)));
     }
+    if let Some(tr) = &t.tracking {
+        f.push(("mlflow", tracking_text(tr)));
+    }
     f
+}
+
+/// `run 4f1c... at http://mlflow:5000 (120 points, 0 dropped)`, and what
+/// went wrong last.
+fn tracking_text(t: &v1::TrackingStatus) -> String {
+    let run = if t.run_id.is_empty() {
+        "no run yet".to_string()
+    } else {
+        format!("run {}", t.run_id)
+    };
+    let mut text = format!(
+        "{run} at {} ({} points, {} dropped, {} pending{})",
+        t.uri,
+        t.points_logged,
+        t.points_dropped,
+        t.points_pending,
+        if t.ended { ", ended" } else { "" }
+    );
+    if !t.last_error.is_empty() {
+        text.push_str(&format!("; last error: {}", t.last_error));
+    }
+    text
 }
 
 /// Its latest progress: a program's, or the SAE's with its quality and numerics.

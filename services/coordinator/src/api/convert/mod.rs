@@ -62,6 +62,7 @@ impl From<&Training> for v1::Training {
             estimated_end_time: None,
             estimate_reason: String::new(),
             last_event_sequence: t.last_event_seq.max(0) as u64,
+            tracking: None,
         }
     }
 }
