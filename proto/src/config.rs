@@ -221,6 +221,9 @@ impl TryFrom<v1::TrainingConfig> for TrainingConfig {
         if let Some(v) = p.validation {
             root.insert("validation".into(), validation_table(v));
         }
+        if let Some(t) = tracking_table(p.tracking) {
+            root.insert("tracking".into(), t);
+        }
         let config: TrainingConfig =
             serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
                 format: "protobuf",
@@ -362,8 +365,21 @@ impl From<&TrainingConfig> for v1::TrainingConfig {
             runtime: Some((&c.runtime).into()),
             validation: c.validation.as_ref().map(Into::into),
             program: None,
+            tracking: tracking_message(&c.tracking),
         }
     }
+}
+
+/// `[tracking]` as the config's table (none when nothing is set).
+fn tracking_table(t: Option<v1::TrackingConfig>) -> Option<Value> {
+    let experiment = t?.experiment?;
+    Some(serde_json::json!({ "experiment": experiment }))
+}
+
+fn tracking_message(t: &cohort_spec::tracking::TrackingConfig) -> Option<v1::TrackingConfig> {
+    (!t.is_empty()).then(|| v1::TrackingConfig {
+        experiment: t.experiment.clone(),
+    })
 }
 
 mod program;

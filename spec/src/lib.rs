@@ -33,6 +33,7 @@ pub mod progress;
 pub mod resume;
 pub mod roots;
 pub mod schedule;
+pub mod tracking;
 pub mod workload;
 
 pub use config::{ConfigError, TrainingConfig};

@@ -38,6 +38,12 @@ pub struct ProgramTraining {
     /// `expected_duration`; see [`crate::schedule`]).
     #[serde(default, skip_serializing_if = "ScheduleHints::is_empty")]
     pub runtime: ScheduleHints,
+    /// `[tracking]`: where its run goes in the team's tracker.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::tracking::TrackingConfig::is_empty"
+    )]
+    pub tracking: crate::tracking::TrackingConfig,
 }
 
 /// What runs on every rank.
@@ -125,6 +131,7 @@ fn env_name_ok(name: &str) -> bool {
 impl ProgramTraining {
     /// Check every value; the first problem found is returned with its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.tracking.validate()?;
         let p = &self.program;
         let Some(first) = p.command.first() else {
             return Err(invalid(

@@ -41,6 +41,14 @@ fn parse_error(format: &'static str, reason: impl ToString) -> ConfigError {
 }
 
 impl Workload {
+    /// Its `[tracking]` table.
+    pub fn tracking(&self) -> &crate::tracking::TrackingConfig {
+        match self {
+            Workload::Sae(c) => &c.tracking,
+            Workload::Program(p) => &p.tracking,
+        }
+    }
+
     /// Parse TOML text (strict) and validate it.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let table: toml::Table = text

@@ -105,23 +105,42 @@ async fn a_training_is_an_mlflow_run_with_params_metrics_report_and_status() {
     request.display_name = "steps-tracked".into();
     request.labels = [("sweep".to_string(), "l1".to_string())].into();
     let id = cluster.create(request).await;
-    cluster
-        .wait_state(&id, State::Succeeded, Duration::from_secs(120))
-        .await;
-    let tracked = eventually("the run ended", Duration::from_secs(60), || async {
-        let t = cluster
-            .training()
+    // A second one names its experiment (`[tracking] experiment`).
+    let mut named = steps_program(4, 0.05, 10, &[], 1, "", None);
+    named.config.as_mut().unwrap().tracking = Some(v1::TrackingConfig {
+        experiment: Some("sae sweeps/l1".into()),
+    });
+    let named_id = cluster.create(named).await;
+    let ended = |id: String| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .wait_state(&id, State::Succeeded, Duration::from_secs(120))
+                .await;
+            eventually("the run ended", Duration::from_secs(60), || async {
+                let t = cluster
+                    .training()
+                    .await
+                    .get_training(v1::GetTrainingRequest { id: id.clone() })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                match t.tracking {
+                    Some(s) if s.ended => Ok(s),
+                    other => Err(format!("{other:?}")),
+                }
+            })
             .await
-            .get_training(v1::GetTrainingRequest { id: id.clone() })
-            .await
-            .unwrap()
-            .into_inner();
-        match t.tracking {
-            Some(s) if s.ended => Ok(s),
-            other => Err(format!("{other:?}")),
         }
-    })
-    .await;
+    };
+    let tracked = ended(id.clone()).await;
+    let named_run = ended(named_id).await;
+    let named_experiment = mlflow.json(&format!(
+        "/api/2.0/mlflow/experiments/get?experiment_id={}",
+        named_run.experiment_id
+    ));
+    assert_eq!(named_experiment["experiment"]["name"], "sae sweeps/l1");
+    assert_ne!(named_run.experiment_id, tracked.experiment_id);
     assert_eq!(tracked.uri, mlflow.url);
     assert!(tracked.last_error.is_empty(), "{tracked:?}");
     assert_eq!((tracked.points_dropped, tracked.points_pending), (0, 0));

@@ -64,6 +64,9 @@ impl TryFrom<v1::TrainingConfig> for Workload {
                 root.insert("runtime".into(), table);
             }
         }
+        if let Some(t) = super::tracking_table(p.tracking) {
+            root.insert("tracking".into(), t);
+        }
         let training: ProgramTraining =
             serde_json::from_value(Value::Object(root)).map_err(|e| ConfigError::Parse {
                 format: "protobuf",
@@ -104,6 +107,7 @@ impl From<&Workload> for v1::TrainingConfig {
                 program: Some((&p.program).into()),
                 checkpoint: Some((&p.checkpoint).into()),
                 runtime: (!p.runtime.is_empty()).then(|| (&p.runtime).into()),
+                tracking: super::tracking_message(&p.tracking),
                 ..Default::default()
             },
         }
@@ -137,6 +141,36 @@ mod tests {
         let w = Workload::try_from(p.clone()).unwrap();
         assert_eq!(w.checkpoint_keep(), 2);
         assert_eq!(v1::TrainingConfig::from(&w), p);
+    }
+
+    #[test]
+    fn tracking_round_trips_and_is_checked() {
+        let tracked = |name: &str| v1::TrainingConfig {
+            program: Some(program()),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(2),
+                ..Default::default()
+            }),
+            tracking: Some(v1::TrackingConfig {
+                experiment: Some(name.into()),
+            }),
+            ..Default::default()
+        };
+        let p = tracked("sae sweeps/l1");
+        let w = Workload::try_from(p.clone()).unwrap();
+        assert_eq!(w.tracking().experiment.as_deref(), Some("sae sweeps/l1"));
+        assert_eq!(v1::TrainingConfig::from(&w), p);
+        let e = Workload::try_from(tracked("a\nb")).unwrap_err();
+        assert_eq!(e.field(), Some("tracking.experiment"));
+        // In TOML too, for the SAE as for programs.
+        let toml = "[program]\ncommand = [\"/usr/bin/python3\", \"t.py\"]\nworking_dir = \"/opt/t\"\nmemory_gib_per_rank = 1.0\n[tracking]\nexperiment = \"x\"\n";
+        let w = Workload::from_toml(toml).unwrap();
+        assert_eq!(w.tracking().experiment.as_deref(), Some("x"));
+        let wrong = toml.replace("experiment", "experiments");
+        assert!(
+            Workload::from_toml(&wrong).is_err(),
+            "unknown keys are refused"
+        );
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub struct TrainingConfig {
     pub validation: Option<ValidationConfig>,
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// `[tracking]`: where its run goes in the team's tracker.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::tracking::TrackingConfig::is_empty"
+    )]
+    pub tracking: crate::tracking::TrackingConfig,
 }
 
 /// The sparse autoencoder: z = act(x' W_enc^T + b_enc) with x' = x (or

@@ -32,6 +32,7 @@ fn within(field: &str, value: i64, range: std::ops::RangeInclusive<i64>) -> Chec
 impl TrainingConfig {
     /// Check every value; the first problem found is returned with its field.
     pub fn validate(&self) -> Checked {
+        self.tracking.validate()?;
         self.validate_model()?;
         self.validate_optim()?;
         let c = &self.checkpoint;

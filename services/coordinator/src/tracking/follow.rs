@@ -240,9 +240,9 @@ async fn send(ctx: &Context, mlflow: &Mlflow, id: &str, f: &mut Followed) -> Res
         return Ok(true);
     };
     if f.run.is_none() {
-        let experiment = mlflow
-            .experiment(if f.team.is_empty() { "cohort" } else { &f.team })
-            .await?;
+        let named = training.config.tracking().experiment.as_deref();
+        let team = if f.team.is_empty() { "cohort" } else { &f.team };
+        let experiment = mlflow.experiment(named.unwrap_or(team)).await?;
         let mut tags = vec![
             ("cohort.team".to_string(), f.team.clone()),
             ("cohort.training_id".to_string(), id.to_string()),

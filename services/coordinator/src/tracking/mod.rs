@@ -2,8 +2,9 @@
 //! MLflow run (docs/api.md, "MLflow"). `--mlflow-tracking-uri URL` gives
 //! every team's trainings one, `--team-mlflow TEAM=URL` a team its own.
 //!
-//! The run is the training's: its experiment is the team's name (`cohort`
-//! for trainings of no team), its name the training's, its params the
+//! The run is the training's: its experiment is the config's
+//! `[tracking] experiment`, else the team's name (`cohort` for trainings
+//! of no team), its name the training's, its params the
 //! config's leaves by dotted path, its tags the team, id, attempt and
 //! labels; each progress point's metrics at its step; at the end the
 //! report (`summary.json`, `metrics.jsonl`) as artifacts and the status
