@@ -116,9 +116,7 @@ pub enum QuotaCommand {
     List,
 }
 
-pub(super) async fn client(
-    coordinator: &Coordinator,
-) -> Result<AdminServiceClient<Conn>, CliError> {
+async fn client(coordinator: &Coordinator) -> Result<AdminServiceClient<Conn>, CliError> {
     Ok(AdminServiceClient::new(coordinator.channel().await?))
 }
 

@@ -7,7 +7,7 @@ use crate::errors::CliError;
 use crate::render::table::{dash, Table};
 use crate::render::{emit, emit_json, json, time, OutputFormat};
 use clap::{Subcommand, ValueEnum};
-use cohort_proto::v1;
+use cohort_proto::v1::{self, admin_service_client::AdminServiceClient};
 use serde_json::Value;
 
 #[derive(Debug, Clone, Subcommand)]
@@ -53,7 +53,7 @@ pub async fn run(
     cmd: WebhookCommand,
     out: OutputFormat,
 ) -> Result<(), CliError> {
-    let mut client = super::admin::client(coordinator).await?;
+    let mut client = AdminServiceClient::new(coordinator.channel().await?);
     match cmd {
         WebhookCommand::Add {
             team,

@@ -40,8 +40,10 @@ impl Background {
         ctx.tasks.spawn(ctx.jobs.clone().run(ctx.tasks.cancelled()));
         ctx.tasks
             .spawn(ctx.jobs.clone().estimate_loop(ctx.tasks.cancelled()));
-        ctx.tasks
-            .spawn(crate::webhooks::run(ctx.clone(), ctx.tasks.cancelled()));
+        ctx.tasks.spawn(crate::webhooks::follow::run(
+            ctx.clone(),
+            ctx.tasks.cancelled(),
+        ));
         ctx.tasks.spawn(crate::tracking::follow::run(
             ctx.clone(),
             ctx.tasks.cancelled(),
