@@ -81,6 +81,7 @@ pub fn steps_program(
                 memory_gib_per_rank: 1.0,
                 heartbeat_timeout: None,
                 env: Default::default(),
+                code: None,
             }),
             checkpoint: Some(v1::CheckpointConfig {
                 keep: Some(3),
@@ -127,6 +128,7 @@ pub fn torch_ddp(args: &[&str], keep: i64) -> v1::CreateTrainingRequest {
                 memory_gib_per_rank: 1.0,
                 heartbeat_timeout: Some("2m".into()),
                 env: [("OMP_NUM_THREADS".to_string(), "1".to_string())].into(),
+                code: None,
             }),
             checkpoint: Some(v1::CheckpointConfig {
                 keep: Some(keep),

@@ -15,10 +15,12 @@
 //! - [`launch`]: the environment every rank starts with (torchrun's, and cohort's).
 //! - [`metrics`]: a program's looser progress lines.
 //! - [`program`]: a team's own program as a training (`[program]`).
+//! - [`code`]: the code a program training carries (`[program] code`).
 //! - [`workload`]: what a training runs, the SAE or a program.
 //! - [`schedule`]: what a training tells the scheduler (`preemption_grace`, `expected_duration`).
 
 pub mod checkpoint;
+pub mod code;
 pub mod config;
 pub mod doctor;
 pub mod duration;

@@ -5,6 +5,7 @@
 //! Parsing is as strict as the SAE config's: unknown keys are errors, and
 //! [`ProgramTraining::validate`] names the offending key.
 
+use crate::code::{CodeSnapshot, CodeSource};
 use crate::config::ConfigError;
 use crate::duration::parse_duration;
 use crate::launch::Launch;
@@ -52,9 +53,15 @@ pub struct ProgramTraining {
 pub struct ProgramConfig {
     /// The argv, run without a shell; the first entry an absolute path.
     pub command: Vec<String>,
-    /// The working directory: an absolute path under one of the agent's
-    /// `--program-root` directories.
+    /// The working directory: without `code`, an absolute path under one
+    /// of the agent's `--program-root` directories; with it, a path
+    /// relative to the snapshot's root (empty: the root).
+    #[serde(default)]
     pub working_dir: String,
+    /// The code the program runs from, carried with the training: a
+    /// directory the client packs and uploads, then its snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<CodeSource>,
     /// What one rank needs on its GPU, for placement and the memory checks.
     pub memory_gib_per_rank: f64,
     /// No progress line for this long (e.g. "10m") is a hang; unset: a
@@ -120,6 +127,26 @@ fn absolute(field: &str, path: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// With `code`, the working directory: a plain relative path (or empty).
+fn within_snapshot(path: &str) -> Result<(), ConfigError> {
+    let field = "program.working_dir";
+    if path.contains('\0') || path.len() > MAX_TEXT {
+        return Err(invalid(field, "not a usable path"));
+    }
+    let plain = Path::new(path)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if !plain {
+        return Err(invalid(
+            field,
+            format!(
+                "{path:?}: with code, working_dir is a path inside the snapshot (relative, no ..)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn env_name_ok(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -160,7 +187,19 @@ impl ProgramTraining {
                 format!("{first:?}: the program must be an absolute path (it runs without a shell or PATH lookup)"),
             )
         })?;
-        absolute("program.working_dir", &p.working_dir)?;
+        match &p.code {
+            None if p.working_dir.is_empty() => {
+                return Err(invalid(
+                    "program.working_dir",
+                    "give working_dir (an absolute path under an agent's --program-root) or code",
+                ))
+            }
+            None => absolute("program.working_dir", &p.working_dir)?,
+            Some(code) => {
+                code.validate()?;
+                within_snapshot(&p.working_dir)?;
+            }
+        }
         let m = p.memory_gib_per_rank;
         if !(m.is_finite() && m > 0.0 && m <= MAX_MEMORY_GIB) {
             return Err(invalid(
@@ -223,6 +262,11 @@ impl ProgramTraining {
             .heartbeat_timeout
             .as_deref()
             .and_then(|t| parse_duration(t).ok())
+    }
+
+    /// The uploaded code snapshot, when the program carries its code.
+    pub fn snapshot(&self) -> Option<&CodeSnapshot> {
+        self.program.code.as_ref().and_then(CodeSource::snapshot)
     }
 
     /// Bytes one rank needs on its GPU.
@@ -302,6 +346,30 @@ mod tests {
             t.validate().unwrap_err().field(),
             Some("program.memory_gib_per_rank")
         );
+    }
+
+    #[test]
+    fn code_makes_working_dir_relative_to_the_snapshot() {
+        let parse = |text: &str| -> Result<ProgramTraining, ConfigError> {
+            let t: ProgramTraining = toml::from_str(text).unwrap();
+            t.validate().map(|()| t)
+        };
+        let head =
+            "[program]\ncommand = [\"/usr/bin/python3\", \"train.py\"]\nmemory_gib_per_rank = 1\n";
+        let t = parse(&format!("{head}code = \"./src\"")).unwrap();
+        assert_eq!(t.program.working_dir, "");
+        assert!(t.snapshot().is_none());
+        assert!(parse(&format!("{head}code = \"src\"\nworking_dir = \"jobs/a\"")).is_ok());
+        for bad in ["/opt/src", "../up", "a/../../b"] {
+            let err = parse(&format!("{head}code = \"src\"\nworking_dir = \"{bad}\"")).unwrap_err();
+            assert_eq!(err.field(), Some("program.working_dir"), "{bad}");
+        }
+        let err = parse(head).unwrap_err();
+        assert_eq!(err.field(), Some("program.working_dir"));
+        let sha = "0f".repeat(32);
+        let t = parse(&format!("{head}code = {{ sha256 = \"{sha}\", size_bytes = 5, files = 2, git_commit = \"{}\", git_dirty = true }}", "a".repeat(40))).unwrap();
+        assert_eq!(t.snapshot().unwrap().sha256, sha);
+        assert!(t.snapshot().unwrap().git_dirty);
     }
 
     #[test]

@@ -200,7 +200,10 @@ keep = 3
         let text = format!("{PROGRAM}\n[optim]\nbatch_size = 4\n");
         let err = Workload::from_toml(&text).unwrap_err();
         assert!(err.to_string().contains("optim"), "{err}");
-        let err = Workload::from_json(r#"{"program": {"command": ["/bin/x"]}}"#).unwrap_err();
+        let err = Workload::from_json(
+            r#"{"program": {"command": ["/bin/x"], "memory_gib_per_rank": 1}}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("working_dir"), "{err}");
     }
 }

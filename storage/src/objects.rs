@@ -84,6 +84,15 @@ impl Objects {
             .map_err(|e| self.failed(file, e))
     }
 
+    /// The size of `file`, or `None` when there is none.
+    pub async fn size_if_present(&self, file: &str) -> Result<Option<u64>, String> {
+        match self.store.head(&self.key(file)).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.failed(file, e)),
+        }
+    }
+
     /// `len` bytes of `file` from `offset`.
     pub async fn read(&self, file: &str, offset: u64, len: usize) -> Result<Vec<u8>, String> {
         if len == 0 {

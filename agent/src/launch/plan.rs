@@ -19,11 +19,11 @@ use cohort_spec::{ProgramTraining, Workload};
 use super::{Refusal, StartRanks};
 use crate::config::AgentConfig;
 use crate::program::checkpoints::{resume_dir, CheckpointWatch};
-use crate::program::frameworks;
 use crate::program::peer::{self, PeerLink};
 use crate::program::remote::{Remote, RemoteSpec};
 use crate::program::sandbox::{SandboxMode, SandboxRules};
 use crate::program::{base_env, ProgramRoots};
+use crate::program::{code, frameworks};
 use crate::supervisor::{NoticeSpec, RankSpec};
 use cohort_spec::prefixes::S3Prefixes;
 
@@ -187,10 +187,16 @@ pub(super) fn program(
     roots: &DataRoots,
     published: &Published,
     fetched: Option<PathBuf>,
+    code_root: Option<PathBuf>,
 ) -> Result<Plan, Refusal> {
-    let working_dir = program_roots
-        .check(team, &p.program.working_dir)
-        .map_err(|e| Refusal::refused(Reason::ProgramOutsideRoots, e))?;
+    let working_dir = match &code_root {
+        Some(root) => {
+            code::working_dir_in(root, &p.program.working_dir).map_err(Refusal::failed)?
+        }
+        None => program_roots
+            .check(team, &p.program.working_dir)
+            .map_err(|e| Refusal::refused(Reason::ProgramOutsideRoots, e))?,
+    };
     let (dir, remote) = checkpoint_dir(p, training_id, run_dir, roots, (&team_env, prefixes))?;
     let home = run_dir.join("home");
     let tmp = run_dir.join("tmp");
@@ -241,19 +247,19 @@ pub(super) fn program(
         .split_first()
         .ok_or_else(|| Refusal::failed("program.command is empty"))?;
     let program = PathBuf::from(first);
-    let sandbox = (sandbox == SandboxMode::Landlock).then(|| {
-        SandboxRules::for_program(
-            &program,
-            &program_roots.for_team(team),
-            roots.paths(),
-            run_dir,
-            &dir,
-        )
-    });
+    let args = match &code_root {
+        Some(root) => code::resolve_args(root, rest),
+        None => rest.iter().map(OsString::from).collect(),
+    };
+    // The snapshot is readable (never writable) beside the roots.
+    let mut readable = program_roots.for_team(team);
+    readable.extend(code_root);
+    let sandbox = (sandbox == SandboxMode::Landlock)
+        .then(|| SandboxRules::for_program(&program, &readable, roots.paths(), run_dir, &dir));
     Ok(Plan {
         sandbox,
         program,
-        args: rest.iter().map(OsString::from).collect(),
+        args,
         working_dir,
         base_env: env,
         extra_env,
@@ -330,6 +336,19 @@ pub(super) async fn plan(
         Workload::Program(p) => p.clone(),
     };
     let fetched = fetch_from_peer(config, cmd, &p, &paths.run_dir, peer).await?;
+    let code_root = match p.snapshot() {
+        Some(snapshot) => Some(
+            code::ensure(peer, &code::cache_dir(&config.work_dir), snapshot)
+                .await
+                .map_err(|e| {
+                    Refusal::failed(format!(
+                        "cannot fetch the program's code {}: {e}",
+                        snapshot.short()
+                    ))
+                })?,
+        ),
+        None => None,
+    };
     let team_env = config.teams.rank_env(&cmd.team, std::iter::empty());
     let program_roots = config.program_roots.clone();
     let sandbox = config.program_sandbox;
@@ -350,6 +369,7 @@ pub(super) async fn plan(
             &reach.roots,
             &published,
             fetched,
+            code_root,
         )
     })
     .await

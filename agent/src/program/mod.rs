@@ -6,6 +6,7 @@
 //! `[program.env]` — never the agent's (its credentials included).
 
 pub mod checkpoints;
+pub mod code;
 pub mod frameworks;
 mod lightning;
 pub mod peer;

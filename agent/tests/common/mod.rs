@@ -186,11 +186,24 @@ impl AgentService for FakeCoordinator {
     ) -> Result<Response<Self::FetchCheckpointStream>, Status> {
         Err(Status::unimplemented("fake"))
     }
+
+    type FetchCodeStream = CodeStream;
+
+    async fn fetch_code(
+        &self,
+        _: Request<v1::FetchCodeRequest>,
+    ) -> Result<Response<Self::FetchCodeStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
 }
 
 /// FetchCheckpoint's stream (never served by the fakes).
 pub type FetchStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::CheckpointChunk, Status>> + Send>>;
+
+/// FetchCode's stream (never served by the fakes).
+pub type CodeStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::CodeChunk, Status>> + Send>>;
 
 pub async fn serve(listener: TcpListener) -> mpsc::UnboundedReceiver<Session> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -266,6 +279,15 @@ impl AgentService for Standby {
         &self,
         _: Request<v1::FetchCheckpointRequest>,
     ) -> Result<Response<Self::FetchCheckpointStream>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    type FetchCodeStream = CodeStream;
+
+    async fn fetch_code(
+        &self,
+        _: Request<v1::FetchCodeRequest>,
+    ) -> Result<Response<Self::FetchCodeStream>, Status> {
         Err(Status::unimplemented("fake"))
     }
 }

@@ -25,6 +25,7 @@ mod object_storage;
 mod oom;
 mod opentelemetry;
 mod preemption_faults;
+mod program_code;
 mod program_confinement;
 mod program_examples;
 mod program_frameworks;

@@ -4,6 +4,7 @@
 use super::runtime::program_runtime_table;
 use super::{checkpoint_table, invalid};
 use crate::v1;
+use cohort_spec::code::{CodeSnapshot, CodeSource};
 use cohort_spec::program::{ProgramCheckpoint, ProgramConfig};
 use cohort_spec::{ConfigError, ProgramTraining, TrainingConfig, Workload};
 use serde_json::{json, Map, Value};
@@ -53,6 +54,9 @@ impl TryFrom<v1::TrainingConfig> for Workload {
         if !program.env.is_empty() {
             table.insert("env".into(), json!(program.env));
         }
+        if let Some(code) = program.code {
+            table.insert("code".into(), code_table(code));
+        }
         let mut root = Map::new();
         root.insert("program".into(), Value::Object(table));
         if let Some(c) = p.checkpoint {
@@ -77,6 +81,37 @@ impl TryFrom<v1::TrainingConfig> for Workload {
     }
 }
 
+/// A snapshot as the config's `code` table (the spec reads it as an
+/// uploaded snapshot, never as a path).
+fn code_table(c: v1::CodeSnapshot) -> Value {
+    let mut table = Map::new();
+    table.insert("sha256".into(), json!(c.sha256));
+    table.insert("size_bytes".into(), json!(c.size_bytes));
+    table.insert("files".into(), json!(c.files));
+    if let Some(commit) = c.git_commit {
+        table.insert("git_commit".into(), json!(commit));
+    }
+    if c.git_dirty {
+        table.insert("git_dirty".into(), json!(true));
+    }
+    Value::Object(table)
+}
+
+impl From<&CodeSnapshot> for v1::CodeSnapshot {
+    fn from(c: &CodeSnapshot) -> Self {
+        Self {
+            sha256: c.sha256.clone(),
+            size_bytes: c.size_bytes,
+            files: c.files,
+            git_commit: c.git_commit.clone(),
+            git_dirty: c.git_dirty,
+        }
+    }
+}
+
+/// A config whose `code` is still a path (the client has not packed it)
+/// carries no code on the wire: the client uploads it first, and the
+/// coordinator's ParseTrainingConfig refuses a path.
 impl From<&ProgramConfig> for v1::ProgramConfig {
     fn from(p: &ProgramConfig) -> Self {
         Self {
@@ -85,6 +120,11 @@ impl From<&ProgramConfig> for v1::ProgramConfig {
             memory_gib_per_rank: p.memory_gib_per_rank,
             heartbeat_timeout: p.heartbeat_timeout.clone(),
             env: p.env.clone().into_iter().collect(),
+            code: p
+                .code
+                .as_ref()
+                .and_then(CodeSource::snapshot)
+                .map(Into::into),
         }
     }
 }
@@ -125,7 +165,35 @@ mod tests {
             memory_gib_per_rank: 20.0,
             heartbeat_timeout: Some("10m".into()),
             env: [("HF_HOME".to_string(), "/data/hf".to_string())].into(),
+            code: None,
         }
+    }
+
+    #[test]
+    fn a_code_snapshot_round_trips_and_is_checked() {
+        let with_code = |sha256: String| v1::TrainingConfig {
+            program: Some(v1::ProgramConfig {
+                working_dir: "jobs".into(),
+                code: Some(v1::CodeSnapshot {
+                    sha256,
+                    size_bytes: 1234,
+                    files: 7,
+                    git_commit: Some("c".repeat(40)),
+                    git_dirty: true,
+                }),
+                ..program()
+            }),
+            checkpoint: Some(v1::CheckpointConfig {
+                keep: Some(3),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let p = with_code("e".repeat(64));
+        let w = Workload::try_from(p.clone()).unwrap();
+        assert_eq!(v1::TrainingConfig::from(&w), p);
+        let err = Workload::try_from(with_code("not-a-hash".into())).unwrap_err();
+        assert_eq!(err.field(), Some("program.code.sha256"));
     }
 
     #[test]

@@ -87,6 +87,12 @@ reasons! {
     DoctorTimeout = "DOCTOR_TIMEOUT",
     /// A token already holds as many open streams as it may.
     TooManyStreams = "TOO_MANY_STREAMS",
+    /// No uploaded code snapshot has the sha256; metadata `sha256`.
+    CodeNotFound = "CODE_NOT_FOUND",
+    /// A code snapshot over `--code-max-mib`; metadata `size_bytes`, `max_bytes`.
+    CodeTooLarge = "CODE_TOO_LARGE",
+    /// An upload's bytes are not what its header said; metadata `sha256`.
+    CodeDigestMismatch = "CODE_DIGEST_MISMATCH",
     /// A change sent to a standby coordinator (or during an election);
     /// metadata `leader` is the leader's `--advertise` URL when one is known.
     NotLeader = "NOT_LEADER",

@@ -45,6 +45,8 @@ pub struct Context {
     pub webhooks: crate::webhooks::Webhooks,
     /// Which tracker each team's trainings go to, and how their runs fare.
     pub tracking: crate::tracking::Tracking,
+    /// Programs' code snapshots.
+    pub code: crate::code::CodeStore,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -77,6 +79,7 @@ impl Context {
             agent_ca: Default::default(),
             webhooks: Default::default(),
             tracking: Default::default(),
+            code: Default::default(),
             stopping,
         }
     }
@@ -90,6 +93,12 @@ impl Context {
     /// End agent sessions that a reloaded `--agent-ca` no longer trusts.
     pub fn with_agent_ca(mut self, agent_ca: crate::tls::AgentCa) -> Self {
         self.agent_ca = agent_ca;
+        self
+    }
+
+    /// Keep programs' code snapshots here.
+    pub fn with_code(mut self, code: crate::code::CodeStore) -> Self {
+        self.code = code;
         self
     }
 

@@ -6,6 +6,7 @@
 //! - [`auth`]: tokens, agent identities, the permission of every RPC, the layer enforcing them.
 //! - [`context`]: what the services and background tasks share.
 //! - [`fleet`]: the live agents, GPU holds and telemetry fan-out (in memory).
+//! - [`code`]: programs' code snapshots, uploaded by clients and fetched by agents.
 //! - [`jobs`]: the job runner: scheduling passes applied, rank reports, restarts, preemption notices.
 //! - [`tracking`]: every training of a tracked team as an MLflow run.
 //! - [`webhooks`]: HTTP endpoints told when trainings end, fail or are preempted, and of alerts.
@@ -23,6 +24,7 @@ pub mod alerts;
 pub mod api;
 pub mod auth;
 pub mod background;
+pub mod code;
 pub mod console;
 pub mod context;
 pub mod error;

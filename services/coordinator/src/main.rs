@@ -60,6 +60,18 @@ struct Args {
     /// Directory for the coordinator's state (the SQLite database by default).
     #[arg(long, default_value = DATA_DIR_DEFAULT, env = "COHORT_DATA_DIR")]
     data_dir: PathBuf,
+    /// Where programs' uploaded code snapshots are kept: a directory or
+    /// s3://bucket/prefix (several coordinators: shared storage). Default:
+    /// `code/` under --data-dir.
+    #[arg(
+        long,
+        value_name = "DIR|s3://BUCKET/PREFIX",
+        env = "COHORT_CODE_STORAGE"
+    )]
+    code_storage: Option<String>,
+    /// The largest code snapshot (its .tar.gz) an upload may be, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    code_max_mib: u64,
     /// PostgreSQL URL (postgres://user@host/db); default: SQLite under --data-dir.
     #[arg(long, env = "COHORT_DATABASE_URL")]
     database_url: Option<String>,
@@ -345,6 +357,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_alert_settings(args.alerts.settings())
         .with_webhooks(webhooks(&args, tls).await?)
         .with_tracking(tracking(&args)?)
+        .with_code(code_store(&args).await?)
         .with_auth(cohort_coordinator::auth::AuthSettings {
             mode: security.mode,
             agent_certs: security.agent_certs,
@@ -479,6 +492,22 @@ fn job_settings(args: &Args) -> JobSettings {
 }
 
 /// Each team's storage variables (`--team-env-file TEAM=FILE`), read once.
+/// Where code snapshots are kept (`--code-storage`, `--code-max-mib`).
+async fn code_store(args: &Args) -> anyhow::Result<cohort_coordinator::code::CodeStore> {
+    let at = match &args.code_storage {
+        Some(uri) => cohort_spec::location::Location::parse(uri)
+            .map_err(|e| anyhow::anyhow!("--code-storage: {e}"))?,
+        None => cohort_spec::location::Location::Local(args.data_dir.join("code")),
+    };
+    cohort_coordinator::code::CodeStore::open(
+        at,
+        args.data_dir.join("code-staging"),
+        args.code_max_mib << 20,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("code storage: {e}"))
+}
+
 /// Which MLflow server each team's trainings go to.
 fn tracking(args: &Args) -> anyhow::Result<cohort_coordinator::tracking::TrackingSettings> {
     let http = |flag: &str, url: &str| {

@@ -10,6 +10,7 @@ pub mod agents;
 pub mod alerts;
 pub mod audit;
 pub mod checkpoints;
+pub mod code;
 pub mod gpus;
 pub mod logs;
 pub mod maintenance;

@@ -74,11 +74,33 @@ pub fn config_summary(p: &v1::ProgramConfig) -> String {
             _ => a.as_str(),
         })
         .collect();
+    let dir = match (&p.code, p.working_dir.as_str()) {
+        (Some(_), "") => "the code snapshot".to_string(),
+        (Some(_), dir) => format!("the code snapshot's {dir}"),
+        (None, dir) => dir.to_string(),
+    };
     format!(
-        "program {} in {}, {} GiB/rank",
+        "program {} in {dir}, {} GiB/rank",
         command.join(" "),
-        p.working_dir,
         p.memory_gib_per_rank
+    )
+}
+
+/// `sha256:0123456789ab (12 files, 34 KiB, git 1a2b3c4d5e (dirty))`.
+pub fn code_text(c: &v1::CodeSnapshot) -> String {
+    let git = match &c.git_commit {
+        Some(commit) => format!(
+            ", git {}{}",
+            &commit[..commit.len().min(10)],
+            if c.git_dirty { " (dirty)" } else { "" }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "sha256:{} ({} files, {} KiB{git})",
+        &c.sha256[..c.sha256.len().min(12)],
+        c.files,
+        c.size_bytes.div_ceil(1024)
     )
 }
 

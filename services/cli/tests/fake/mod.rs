@@ -346,6 +346,17 @@ impl TrainingService for Fake {
         Err(Status::unimplemented("the CLI parses configs itself"))
     }
 
+    async fn upload_code(
+        &self,
+        _req: Request<tonic::Streaming<v1::UploadCodeRequest>>,
+    ) -> Reply<v1::CodeSnapshot> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    async fn get_code(&self, _req: Request<v1::GetCodeRequest>) -> Reply<v1::CodeSnapshot> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
     async fn list_priority_classes(
         &self,
         _req: Request<v1::ListPriorityClassesRequest>,
@@ -608,6 +619,11 @@ impl AgentService for Fake {
         &self,
         _: Request<v1::FetchCheckpointRequest>,
     ) -> Reply<Self::FetchCheckpointStream> {
+        Err(Status::unimplemented("not in the fake"))
+    }
+
+    type FetchCodeStream = BoxStream<v1::CodeChunk>;
+    async fn fetch_code(&self, _: Request<v1::FetchCodeRequest>) -> Reply<Self::FetchCodeStream> {
         Err(Status::unimplemented("not in the fake"))
     }
 }

@@ -13,6 +13,7 @@ pub mod admin;
 pub mod agent;
 pub mod caller;
 pub mod checkpoints;
+pub mod code;
 pub mod convert;
 pub mod error;
 pub mod gpu;

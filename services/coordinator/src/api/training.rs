@@ -207,6 +207,9 @@ impl TrainingService for TrainingApi {
         let who = caller(&self.ctx, &request)?;
         let classes = &self.ctx.jobs.settings().classes;
         let mut new = validate_create(&who, classes, request.into_inner())?;
+        if let Some(snapshot) = new.config.program().and_then(|p| p.snapshot()) {
+            super::code::check_uploaded(&self.ctx.code, snapshot).await?;
+        }
         let cap = self
             .ctx
             .jobs
@@ -427,6 +430,26 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<v1::TrainingConfig>, Status> {
         caller(&self.ctx, &request)?;
         super::training_requests::parse_config(request.into_inner()).map(Response::new)
+    }
+
+    async fn upload_code(
+        &self,
+        request: Request<tonic::Streaming<v1::UploadCodeRequest>>,
+    ) -> Result<Response<v1::CodeSnapshot>, Status> {
+        caller(&self.ctx, &request)?;
+        super::code::upload(&self.ctx.code, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn get_code(
+        &self,
+        request: Request<v1::GetCodeRequest>,
+    ) -> Result<Response<v1::CodeSnapshot>, Status> {
+        caller(&self.ctx, &request)?;
+        super::code::get(&self.ctx.code, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn list_priority_classes(

@@ -198,6 +198,17 @@ pub fn parse_config(req: v1::ParseTrainingConfigRequest) -> Result<v1::TrainingC
         Format::Json => Workload::from_json(&req.text),
     }
     .map_err(ApiError::from)?;
+    let unpacked = workload
+        .program()
+        .and_then(|p| p.program.code.as_ref())
+        .is_some_and(|c| c.snapshot().is_none());
+    if unpacked {
+        return Err(ApiError::from(cohort_spec::ConfigError::Invalid {
+            field: "program.code".into(),
+            reason: "a directory is packed and uploaded by the client (cohort train submit, the Python client); the API takes the snapshot UploadCode made".into(),
+        })
+        .into());
+    }
     Ok(v1::TrainingConfig::from(&workload))
 }
 

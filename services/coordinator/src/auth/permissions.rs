@@ -60,6 +60,8 @@ pub const METHODS: &[(&str, Permission)] = &[
     ),
     ("/cohort.v1.TrainingService/WatchTraining", Permission::Read),
     ("/cohort.v1.TrainingService/WatchLogs", Permission::Read),
+    ("/cohort.v1.TrainingService/UploadCode", Permission::Write),
+    ("/cohort.v1.TrainingService/GetCode", Permission::Read),
     (
         "/cohort.v1.TrainingService/ParseTrainingConfig",
         Permission::Read,
@@ -98,6 +100,7 @@ pub const METHODS: &[(&str, Permission)] = &[
     ("/cohort.v1.TelemetryService/WatchAlerts", Permission::Read),
     ("/cohort.v1.AgentService/Connect", Permission::Agent),
     ("/cohort.v1.AgentService/FetchCheckpoint", Permission::Agent),
+    ("/cohort.v1.AgentService/FetchCode", Permission::Agent),
     ("/cohort.v1.AgentService/ListAgents", Permission::Read),
     (
         "/cohort.v1.AgentService/RunDoctor",

@@ -9,7 +9,8 @@ pub struct Need {
     /// Bytes per GPU of a first placement.
     pub memory: u64,
     /// A program's working directory: only agents with a program root
-    /// holding it may run it.
+    /// holding it may run it. None for a program that carries its code
+    /// (any agent fetches the snapshot).
     pub program_dir: Option<String>,
 }
 
@@ -23,7 +24,10 @@ impl Need {
             },
             Workload::Program(p) => Need {
                 memory: p.memory_bytes_per_rank(),
-                program_dir: Some(p.program.working_dir.clone()),
+                program_dir: p
+                    .snapshot()
+                    .is_none()
+                    .then(|| p.program.working_dir.clone()),
             },
         }
     }

@@ -112,6 +112,14 @@ pub struct SubmitArgs {
     /// A label (KEY=VALUE, repeatable): `train list --label` finds it by it.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// The program's code: pack this directory (honouring .gitignore and
+    /// .cohortignore) and upload it with the training (replaces the
+    /// config's `[program] code`).
+    #[arg(long, value_name = "DIR")]
+    pub code: Option<PathBuf>,
+    /// The most a code directory may hold, in MiB of file contents.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub code_max_mib: u64,
     /// The config's fields as flags: the whole config without --config, or
     /// overrides of the file's values.
     #[command(flatten)]
@@ -202,7 +210,16 @@ pub async fn submit(
     args: &SubmitArgs,
     out: OutputFormat,
 ) -> Result<(), CliError> {
-    let config = crate::config::build(args.config.as_deref(), &args.fields)?;
+    let mut config = crate::config::build(args.config.as_deref(), &args.fields)?;
+    crate::commands::code::attach(
+        coordinator,
+        &mut config,
+        args.config.as_deref(),
+        args.code.as_deref(),
+        args.code_max_mib,
+        args.quiet || out == OutputFormat::Json,
+    )
+    .await?;
     let request = CreateTrainingRequest {
         request_id: args.request_id.clone().unwrap_or_default(),
         config: Some(v1::TrainingConfig::from(&config)),

@@ -163,6 +163,9 @@ fn scheduling_fields(t: &v1::Training) -> Fields {
     }
     if let Some(c) = &t.config {
         f.push(("config", config_summary(c)));
+        if let Some(code) = c.program.as_ref().and_then(|p| p.code.as_ref()) {
+            f.push(("code", crate::render::program::code_text(code)));
+        }
     }
     if let Some(tr) = &t.tracking {
         f.push(("mlflow", tracking_text(tr)));

@@ -17,21 +17,26 @@ use tonic::Status;
 
 use crate::api::StatusStream as BoxStream;
 
-pub(super) async fn fetch(
-    ctx: &Context,
-    who: Principal,
-    req: v1::FetchCheckpointRequest,
-) -> Result<BoxStream<v1::CheckpointChunk>, Status> {
-    let denied = |message: String| ApiError::PermissionDenied {
+fn denied(message: String) -> ApiError {
+    ApiError::PermissionDenied {
         message,
         permission: "agent".into(),
         team: String::new(),
-    };
+    }
+}
+
+/// The connected agent `agent_id`, when the caller may act as it (its
+/// certificate's name, when it has one).
+pub(super) fn fetching_agent(
+    ctx: &Context,
+    who: &Principal,
+    agent_id: &str,
+) -> Result<crate::fleet::LiveAgent, Status> {
     let agent = ctx
         .fleet
-        .agent(&req.agent_id)
-        .ok_or_else(|| denied(format!("agent {} is not connected", req.agent_id)))?;
-    if let Principal::Agent { name } = &who {
+        .agent(agent_id)
+        .ok_or_else(|| denied(format!("agent {agent_id} is not connected")))?;
+    if let Principal::Agent { name } = who {
         if *name != agent.name {
             return Err(ApiError::AgentIdentityMismatch {
                 certificate: name.clone(),
@@ -40,6 +45,15 @@ pub(super) async fn fetch(
             .into());
         }
     }
+    Ok(agent)
+}
+
+pub(super) async fn fetch(
+    ctx: &Context,
+    who: Principal,
+    req: v1::FetchCheckpointRequest,
+) -> Result<BoxStream<v1::CheckpointChunk>, Status> {
+    let agent = fetching_agent(ctx, &who, &req.agent_id)?;
     let training = ctx
         .db
         .get_training(&req.training_id)

@@ -133,6 +133,22 @@ impl AgentService for AgentApi {
             .map(Response::new)
     }
 
+    type FetchCodeStream = BoxStream<v1::CodeChunk>;
+
+    async fn fetch_code(
+        &self,
+        request: Request<v1::FetchCodeRequest>,
+    ) -> Result<Response<Self::FetchCodeStream>, Status> {
+        let who = super::caller::caller(&self.ctx, &request)?;
+        let req = request.into_inner();
+        let agent = fetch::fetching_agent(&self.ctx, &who, &req.agent_id)?;
+        tracing::info!(agent = %agent.name, sha256 = %req.sha256, "an agent fetches a code snapshot");
+        let (fleet, id) = (self.ctx.fleet.clone(), agent.id);
+        crate::api::code::fetch(&self.ctx.code, req.sha256, move || fleet.touch(&id))
+            .await
+            .map(Response::new)
+    }
+
     async fn list_agents(
         &self,
         _request: Request<v1::ListAgentsRequest>,
