@@ -1,6 +1,7 @@
 // How numbers, sizes, times and states read on every page.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { Training_State, type Training } from "./gen/cohort/v1/training_pb";
+import type { CodeSnapshot } from "./gen/cohort/v1/config_pb";
 
 export function bytes(n: bigint | number | undefined): string {
   const v = Number(n ?? 0);
@@ -87,4 +88,10 @@ export function estimate(t: Training, now = Date.now()): { text: string; why?: s
   if (running && t.estimatedEndTime) return { text: `ends ${until(t.estimatedEndTime, now)}` };
   if ((waiting || running) && t.estimateReason) return { text: "no estimate", why: t.estimateReason };
   return { text: "–" };
+}
+
+/** A program's code snapshot: `sha256:0123456789ab · 4 files · 1.2 KiB · git 1a2b3c4d5e (dirty)`. */
+export function codeText(c: CodeSnapshot): string {
+  const git = c.gitCommit ? ` · git ${c.gitCommit.slice(0, 10)}${c.gitDirty ? " (dirty)" : ""}` : "";
+  return `sha256:${c.sha256.slice(0, 12)} · ${c.files} file${c.files === 1n ? "" : "s"} · ${bytes(c.sizeBytes)}${git}`;
 }

@@ -2,7 +2,7 @@
 import { useState } from "react";
 import { aborted, api, failure } from "../api/client";
 import { canEdit, useSession } from "../api/session";
-import { duration, ended, estimate, num, stateName, when } from "../format";
+import { codeText, duration, ended, estimate, num, stateName, when } from "../format";
 import { Link } from "../router";
 import { Checkpoints } from "../training/Checkpoints";
 import { Curves } from "../training/Curves";
@@ -53,6 +53,11 @@ export function TrainingPage({ id }: { id: string }) {
           return e.text === "–" ? null : <> · <span title={e.why}>{e.text}{e.why ? ` (${e.why})` : ""}</span></>;
         })()}
       </p>
+      {t.config?.program?.code && (
+        <p className="muted small" aria-label="code" title={`sha256:${t.config.program.code.sha256}`}>
+          code {codeText(t.config.program.code)}
+        </p>
+      )}
       {Object.keys(t.labels).length > 0 && (
         <div className="labels" aria-label="labels">
           {Object.entries(t.labels).sort().map(([k, v]) => (

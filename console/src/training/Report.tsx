@@ -3,7 +3,7 @@
 import { useEffect, useState } from "react";
 import type { TrainingReport } from "../gen/cohort/v1/training_report_pb";
 import { aborted, api, failure } from "../api/client";
-import { bytes, duration, num } from "../format";
+import { bytes, codeText, duration, num } from "../format";
 import { Link } from "../router";
 
 export function Report({ trainingId, refreshKey }: { trainingId: string; refreshKey: number }) {
@@ -24,6 +24,7 @@ export function Report({ trainingId, refreshKey }: { trainingId: string; refresh
   return (
     <div>
       <p className="muted small">{report.final ? "Final report." : "The training has not ended: this report will change."}</p>
+      {report.code && <p className="small" aria-label="report code">Ran code {codeText(report.code)}</p>}
       <dl className="totals">
         <div><dt>ranks</dt><dd>{s.worldSize}</dd></div>
         <div><dt>attempts</dt><dd>{s.attempts}</dd></div>

@@ -1,4 +1,7 @@
-import { cluster } from "./cluster";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { cli, cluster, ROOT } from "./cluster";
 import { expect, shot, test } from "./fixtures";
 
 test("the alerts and admin pages load and say what they hold", async ({ page, problems }) => {
@@ -20,4 +23,21 @@ test("the alerts and admin pages load and say what they hold", async ({ page, pr
   await shot(page, "admin");
   await page.goto(`${open}/no-such-page`);
   await expect(page.getByRole("heading", { name: "Not found" })).toBeVisible();
+});
+
+test("a program that carries its code shows its snapshot", async ({ page, problems }) => {
+  void problems;
+  const { open } = cluster();
+  const dir = mkdtempSync(join(tmpdir(), "cohort-code-"));
+  mkdirSync(join(dir, "src"));
+  writeFileSync(join(dir, "src/train.py"), 'print("hello from the snapshot", flush=True)\n');
+  const python = join(process.env.COHORT_VENV ?? join(ROOT, ".venv"), "bin/python");
+  writeFileSync(join(dir, "job.toml"), `[program]\ncommand = [${JSON.stringify(python)}, "train.py"]\ncode = "src"\nmemory_gib_per_rank = 1\n`);
+  const id = cli(open, ["train", "submit", "--config", join(dir, "job.toml"), "--gpus", "1", "-q"]).trim();
+  await page.goto(`${open}/trainings/${id}`);
+  await expect(page.getByLabel("code", { exact: true })).toHaveText(/^code sha256:[0-9a-f]{12} · 1 file · \d+ B$/);
+  await expect(page.locator(".title-row .state")).toHaveText("succeeded", { timeout: 60_000 });
+  await expect(page.getByText("hello from the snapshot").first()).toBeVisible();
+  await expect(page.getByLabel("report code")).toContainText(/^Ran code sha256:[0-9a-f]{12}/);
+  await shot(page, "training-code");
 });

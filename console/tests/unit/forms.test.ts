@@ -1,6 +1,7 @@
 // @vitest-environment node
 import { describe, expect, it } from "vitest";
-import { Architecture } from "../../src/gen/cohort/v1/config_pb";
+import { Architecture, CodeSnapshotSchema } from "../../src/gen/cohort/v1/config_pb";
+import { codeText } from "../../src/format";
 import { configOf, DEFAULTS, fieldErrors } from "../../src/new/saeForm";
 import { aggregatePoint } from "../../src/fleet/useFleet";
 import { AggregatedGpuMetricsSchema } from "../../src/gen/cohort/v1/telemetry_pb";
@@ -52,5 +53,14 @@ describe("the checkpoint archive", () => {
     const sum = header.reduce((a, b, i) => a + (i >= 148 && i < 156 ? 32 : b), 0);
     expect(stored).toBe(sum);
     expect(new TextDecoder().decode(bytes.slice(512, 517))).toBe("hello");
+  });
+});
+
+describe("a program's code snapshot", () => {
+  it("reads as its short hash, size and git state", () => {
+    const c = create(CodeSnapshotSchema, { sha256: "ab".repeat(32), sizeBytes: 2048n, files: 4n, gitCommit: "c".repeat(40), gitDirty: true });
+    expect(codeText(c)).toBe("sha256:abababababab · 4 files · 2.0 KiB · git cccccccccc (dirty)");
+    const bare = create(CodeSnapshotSchema, { sha256: "0".repeat(64), sizeBytes: 100n, files: 1n });
+    expect(codeText(bare)).toBe("sha256:000000000000 · 1 file · 100 B");
   });
 });

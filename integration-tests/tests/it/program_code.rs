@@ -85,7 +85,7 @@ fn stored(cluster: &Cluster) -> Vec<String> {
 }
 
 /// Two agents of one GPU each and no --program-root.
-async fn cluster() -> Cluster {
+fn options() -> ClusterOptions {
     let mut options = ClusterOptions::new(Backend::Sqlite, 2);
     options.gpus_per_agent = 1;
     if !landlock() {
@@ -94,7 +94,49 @@ async fn cluster() -> Cluster {
         );
         options.agent_args = vec!["--program-sandbox".into(), "none".into()];
     }
-    Cluster::start(options).await
+    options
+}
+
+async fn cluster() -> Cluster {
+    Cluster::start(options()).await
+}
+
+/// With --code-storage s3://...: the snapshot is kept in the bucket (not
+/// the data dir) and the agents' fetches read it from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_kept_in_object_storage() {
+    let s3 = cohort_integration_tests::s3::S3Server::start();
+    let empty = tempfile::tempdir().unwrap();
+    s3.upload_dir(empty.path(), "code", "snapshots");
+    let base = tempfile::tempdir().unwrap();
+    let (job, _) = project(base.path());
+    let mut options = options();
+    options.env = s3.env();
+    options.coordinator_args = vec!["--code-storage".into(), "s3://code/snapshots".into()];
+    let cluster = Cluster::start(options).await;
+    let job = job.display().to_string();
+    let id = cluster
+        .cli_ok(&["train", "submit", "--config", &job, "--gpus", "2", "-q"])
+        .await;
+    let t = cluster
+        .wait_state(id.trim(), State::Succeeded, Duration::from_secs(180))
+        .await;
+    let sha256 = t.config.unwrap().program.unwrap().code.unwrap().sha256;
+    assert!(stored(&cluster).is_empty(), "nothing in the data dir");
+    let held = cluster
+        .training()
+        .await
+        .get_code(v1::GetCodeRequest {
+            sha256: sha256.clone(),
+        })
+        .await
+        .expect("GetCode finds it in the bucket")
+        .into_inner();
+    assert!(held.size_bytes > 0);
+    for agent in 0..2 {
+        let root = cluster.agent_work_dir(agent).join("code").join(&sha256);
+        assert!(root.join("train.py").is_file(), "{}", root.display());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,6 +214,9 @@ async fn code_travels_with_the_training_to_every_rank() {
         shown.contains(&format!("git {} (dirty)", &head[..10])),
         "{shown}"
     );
+
+    let report = cluster.cli_ok(&["train", "report", &id]).await;
+    assert!(report.contains(&format!("code {short}")), "{report}");
 
     // The same code again is not uploaded again.
     let again = cluster

@@ -63,6 +63,9 @@ fn summary(r: &v1::TrainingReport, s: &v1::PerformanceSummary) -> String {
         state_name(r.state),
         if r.r#final { "" } else { " (not final)" }
     );
+    if let Some(code) = &r.code {
+        out += &format!("code {}\n", crate::render::program::code_text(code));
+    }
     let steps = if s.steps_unknown {
         "unknown (no progress line)".to_string()
     } else {

@@ -41,6 +41,7 @@ pub fn to_proto(report: Report, with_metrics: bool) -> v1::TrainingReport {
         scaling: Some(scaling(report.scaling)),
         cost: Some(super::report_cost::to_proto(report.cost)),
         preemptions: Some(preemptions(report.preemptions)),
+        code: report.code.as_ref().map(Into::into),
     }
 }
 

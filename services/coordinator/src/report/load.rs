@@ -75,6 +75,11 @@ pub async fn build_report(
     Ok(Some(Report {
         cost,
         preemptions: super::preemptions::preemptions(&events),
+        code: training
+            .config
+            .program()
+            .and_then(|p| p.snapshot())
+            .cloned(),
         training_id: training.id.clone(),
         state: training.state,
         is_final: training.state.is_final(),

@@ -50,6 +50,9 @@ pub struct Report {
     pub summary: Summary,
     pub scaling: Scaling,
     pub preemptions: preemptions::Preemptions,
+    /// The program's code snapshot, when it carried its code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<cohort_spec::code::CodeSnapshot>,
     /// Written as its own file (`cost_analysis.json`).
     #[serde(skip)]
     pub cost: cost::CostAnalysis,
