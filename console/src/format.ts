@@ -93,5 +93,7 @@ export function estimate(t: Training, now = Date.now()): { text: string; why?: s
 /** A program's code snapshot: `sha256:0123456789ab · 4 files · 1.2 KiB · git 1a2b3c4d5e (dirty)`. */
 export function codeText(c: CodeSnapshot): string {
   const git = c.gitCommit ? ` · git ${c.gitCommit.slice(0, 10)}${c.gitDirty ? " (dirty)" : ""}` : "";
-  return `sha256:${c.sha256.slice(0, 12)} · ${c.files} file${c.files === 1n ? "" : "s"} · ${bytes(c.sizeBytes)}${git}`;
+  // An upload made by hand may leave the count out.
+  const files = c.files === 0n ? "" : ` · ${c.files} file${c.files === 1n ? "" : "s"}`;
+  return `sha256:${c.sha256.slice(0, 12)}${files} · ${bytes(c.sizeBytes)}${git}`;
 }

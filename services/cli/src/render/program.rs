@@ -96,10 +96,15 @@ pub fn code_text(c: &v1::CodeSnapshot) -> String {
         ),
         None => String::new(),
     };
+    // An upload made by hand may leave the count out.
+    let files = match c.files {
+        0 => String::new(),
+        1 => "1 file, ".to_string(),
+        n => format!("{n} files, "),
+    };
     format!(
-        "sha256:{} ({} files, {} KiB{git})",
+        "sha256:{} ({files}{} KiB{git})",
         &c.sha256[..c.sha256.len().min(12)],
-        c.files,
         c.size_bytes.div_ceil(1024)
     )
 }

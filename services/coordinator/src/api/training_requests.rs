@@ -205,7 +205,7 @@ pub fn parse_config(req: v1::ParseTrainingConfigRequest) -> Result<v1::TrainingC
     if unpacked {
         return Err(ApiError::from(cohort_spec::ConfigError::Invalid {
             field: "program.code".into(),
-            reason: "a directory is packed and uploaded by the client (cohort train submit, the Python client); the API takes the snapshot UploadCode made".into(),
+            reason: "a directory is packed and uploaded by the client (cohort train submit does); the API takes the snapshot UploadCode made".into(),
         })
         .into());
     }
