@@ -16,6 +16,7 @@
 
 mod digest;
 mod git;
+mod item;
 mod layout;
 mod pack;
 mod paths;
@@ -28,7 +29,8 @@ use std::fmt::Write as _;
 
 pub use digest::{is_sha256_hex, sha256_hex, Digest};
 pub use git::{git_state, GitState};
-pub use pack::{pack, Packed, DEFAULT_MAX_CONTENT_BYTES};
+pub use item::Packed;
+pub use pack::{pack, DEFAULT_MAX_CONTENT_BYTES};
 pub use tree::remove_tree;
 pub use unpack::{unpack, UnpackLimits, Unpacked, MAX_UNPACK_ENTRIES};
 

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use ignore::WalkBuilder;
 
+use crate::item::{Item, Kind, Packed};
 use crate::paths::{link_stays_inside, MAX_PATH_BYTES};
 use crate::CodeError;
 
@@ -16,33 +17,6 @@ pub const DEFAULT_MAX_CONTENT_BYTES: u64 = 64 << 20;
 
 /// The custom ignore file honoured next to `.gitignore`.
 const COHORTIGNORE: &str = ".cohortignore";
-
-/// What [`pack`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packed {
-    /// 64 lowercase hex: the SHA-256 of the archive bytes.
-    pub sha256: String,
-    /// The archive's size in bytes.
-    pub size_bytes: u64,
-    /// Regular files and symlinks in the archive.
-    pub files: u64,
-    /// The sum of the regular files' sizes.
-    pub content_bytes: u64,
-}
-
-/// One thing to pack, with its path relative to the root (`/`-separated).
-#[derive(Debug)]
-pub(crate) struct Item {
-    pub(crate) path: String,
-    pub(crate) kind: Kind,
-}
-
-#[derive(Debug)]
-pub(crate) enum Kind {
-    Dir,
-    File { size: u64, exec: bool },
-    Symlink { target: String },
-}
 
 /// Packs `root` into `out` as a deterministic `.tar.gz`; returns its digest
 /// and counts.

@@ -8,7 +8,7 @@ use std::path::Path;
 use flate2::{Compression, GzBuilder};
 use tar::{EntryType, Header};
 
-use crate::pack::{Item, Kind, Packed};
+use crate::item::{Item, Kind, Packed};
 use crate::stream::{ExactReader, HashingWriter};
 use crate::CodeError;
 
