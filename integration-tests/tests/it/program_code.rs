@@ -348,3 +348,49 @@ async fn bad_code_is_refused_and_nothing_is_stored() {
     )
     .await;
 }
+
+/// Every attempt, on every host, runs the snapshot that was submitted,
+/// whatever happens to the directory afterwards: attempt 1 fails (exit 1,
+/// a restart), attempt 2 succeeds, and both read the submitted version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_runs_the_submitted_snapshot() {
+    let base = tempfile::tempdir().unwrap();
+    let src = base.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("train.py"),
+        "import os, sys\nattempt = os.environ['COHORT_ATTEMPT']\n\
+         print('VERSION', open('version.txt').read().strip(), 'ATTEMPT', attempt, flush=True)\n\
+         sys.exit(1 if attempt == '1' else 0)\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("version.txt"), "v1\n").unwrap();
+    let job = base.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[program]\ncommand = [{:?}, \"train.py\"]\ncode = \"src\"\nmemory_gib_per_rank = 1\n",
+            cohort_testkit::python().display().to_string()
+        ),
+    )
+    .unwrap();
+    let cluster = cluster().await;
+    let job = job.display().to_string();
+    let id = cluster
+        .cli_ok(&["train", "submit", "--config", &job, "--gpus", "2", "-q"])
+        .await;
+    let id = id.trim();
+    // The directory changes once submitted: no attempt sees it.
+    std::fs::write(src.join("version.txt"), "v2\n").unwrap();
+    let t = cluster
+        .wait_state(id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    assert_eq!((t.attempt, t.restart_count), (2, 1));
+    for attempt in ["1", "2"] {
+        let logs = cluster.cli_ok(&["logs", id, "--attempt", attempt]).await;
+        for rank in 0..2 {
+            let line = format!("[rank {rank}] VERSION v1 ATTEMPT {attempt}");
+            assert!(logs.contains(&line), "{line:?} in:\n{logs}");
+        }
+    }
+}

@@ -2,6 +2,7 @@
 iterators, on ``grpc.aio``."""
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import AsyncIterator, Dict, List, Optional, Sequence, Union
@@ -9,6 +10,7 @@ from typing import AsyncIterator, Dict, List, Optional, Sequence, Union
 import grpc
 import grpc.aio
 
+from . import _code
 from . import _requests as rq
 from ._connection import MAX_FOLLOWS, Settings, stubs_for, target_of
 from ._pb.cohort.v1 import training_pb2, training_report_pb2, training_service_pb2 as ts
@@ -114,18 +116,46 @@ class AsyncClient:
             if not token:
                 return gpus
 
-    async def parse_config(self, config: rq.ConfigLike):
+    async def parse_config(self, config: rq.ConfigLike, *, code=None,
+                           code_max_mib: int = 64):
         source = rq.config_source(config)
         if not isinstance(source, str):
+            if code is not None:
+                raise TypeError("code= goes with a TOML config")
             return source
-        return await self._unary("ParseTrainingConfig", rq.parse_request(source))
+        packing = _code.plan(config, source, code)
+        if packing is None:
+            return await self._unary("ParseTrainingConfig", rq.parse_request(source))
+        table, directory = packing
+        snapshot, archive = _code.pack(directory, code_max_mib << 20)
+        with archive:
+            await self.upload_code(snapshot, archive)
+        text = json.dumps(_code.with_snapshot(table, snapshot))
+        return await self._unary("ParseTrainingConfig", rq.parse_json_request(text))
+
+    async def upload_code(self, snapshot: Dict, archive) -> bool:
+        try:
+            held = await self._unary("GetCode", ts.GetCodeRequest(sha256=snapshot["sha256"]))
+            if held.size_bytes == snapshot["size_bytes"]:
+                return False
+        except CohortError as e:
+            if e.reason != "CODE_NOT_FOUND":
+                raise
+        stub = (await self._connect())["training"]
+        try:
+            await stub.UploadCode(_code.upload_requests(snapshot, archive),
+                                  metadata=self._settings.metadata)
+        except grpc.RpcError as e:
+            raise CohortError.from_rpc_error(e) from None
+        return True
 
     async def submit(self, config: rq.ConfigLike, gpus: rq.GpusLike = None, *, name: str = "",
                      priority_class: str = "", labels: Optional[Dict[str, str]] = None,
                      request_id: Optional[str] = None, max_restarts: Optional[int] = None,
-                     borrow: Optional[bool] = None, queue: bool = True
-                     ) -> training_pb2.Training:
-        request = rq.create_request(await self.parse_config(config), gpus, name=name,
+                     borrow: Optional[bool] = None, queue: bool = True, code=None,
+                     code_max_mib: int = 64) -> training_pb2.Training:
+        config = await self.parse_config(config, code=code, code_max_mib=code_max_mib)
+        request = rq.create_request(config, gpus, name=name,
                                     priority_class=priority_class, labels=labels,
                                     request_id=request_id, max_restarts=max_restarts,
                                     borrow=borrow, queue=queue)

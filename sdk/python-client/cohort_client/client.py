@@ -6,6 +6,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
+import json
+
+from . import _code
 from . import _requests as rq
 from ._connection import MAX_FOLLOWS, Settings, stubs_for
 from ._pb.cohort.v1 import training_pb2, training_report_pb2, training_service_pb2 as ts
@@ -127,22 +130,58 @@ class Client:
             if not token:
                 return gpus
 
-    def parse_config(self, config: rq.ConfigLike):
-        """The TrainingConfig of a TOML file or text, as the coordinator reads it."""
+    def parse_config(self, config: rq.ConfigLike, *, code=None,
+                     code_max_mib: int = 64):
+        """The TrainingConfig of a TOML file or text, as the coordinator reads
+        it. A program's code directory (``code``, or the config's ``[program]
+        code`` path, relative to the file) is packed and uploaded first, and
+        the config names the snapshot, as ``cohort train submit`` does."""
         source = rq.config_source(config)
         if not isinstance(source, str):
+            if code is not None:
+                raise TypeError("code= goes with a TOML config")
             return source
-        return self._unary("ParseTrainingConfig", rq.parse_request(source))
+        packing = _code.plan(config, source, code)
+        if packing is None:
+            return self._unary("ParseTrainingConfig", rq.parse_request(source))
+        table, directory = packing
+        snapshot, archive = _code.pack(directory, code_max_mib << 20)
+        with archive:
+            self.upload_code(snapshot, archive)
+        text = json.dumps(_code.with_snapshot(table, snapshot))
+        return self._unary("ParseTrainingConfig", rq.parse_json_request(text))
+
+    def upload_code(self, snapshot: Dict, archive) -> bool:
+        """Uploads a packed archive unless the coordinator holds its sha256;
+        whether it was sent."""
+        try:
+            held = self._unary("GetCode", ts.GetCodeRequest(sha256=snapshot["sha256"]))
+            if held.size_bytes == snapshot["size_bytes"]:
+                return False
+        except CohortError as e:
+            if e.reason != "CODE_NOT_FOUND":
+                raise
+        stub = self._connect()["training"]
+        try:
+            stub.UploadCode(_code.upload_requests(snapshot, archive),
+                            metadata=self._settings.metadata)
+        except grpc.RpcError as e:
+            raise CohortError.from_rpc_error(e) from None
+        return True
 
     def submit(self, config: rq.ConfigLike, gpus: rq.GpusLike = None, *, name: str = "",
                priority_class: str = "", labels: Optional[Dict[str, str]] = None,
                request_id: Optional[str] = None, max_restarts: Optional[int] = None,
-               borrow: Optional[bool] = None, queue: bool = True) -> training_pb2.Training:
+               borrow: Optional[bool] = None, queue: bool = True, code=None,
+               code_max_mib: int = 64) -> training_pb2.Training:
         """Creates a training from a config (a TOML path or text, or a
         TrainingConfig). ``gpus``: a count, a list of GPU ids, or None (as
         many free GPUs as fit). A retry with the same ``request_id`` returns
-        the training the first call created."""
-        request = rq.create_request(self.parse_config(config), gpus, name=name,
+        the training the first call created. A program's code directory
+        (``code=``, or ``[program] code``) travels with it (see
+        :meth:`parse_config`)."""
+        config = self.parse_config(config, code=code, code_max_mib=code_max_mib)
+        request = rq.create_request(config, gpus, name=name,
                                     priority_class=priority_class, labels=labels,
                                     request_id=request_id, max_restarts=max_restarts,
                                     borrow=borrow, queue=queue)

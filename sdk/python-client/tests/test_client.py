@@ -2,7 +2,9 @@
 
 import asyncio
 import json
+import os
 import subprocess
+import sys
 
 import grpc
 import pytest
@@ -222,3 +224,65 @@ def test_the_cli_exports_tensorboard_curves_its_loader_reads(cohort, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert loss_curve(tmp_path / "after") == expected
+
+
+def _code_project(root):
+    """job.toml beside src/ (train.py, data/words.txt, a big.bin left out)."""
+    src = root / "src"
+    (src / "data").mkdir(parents=True)
+    (src / "train.py").write_text(
+        "import sys\nprint('DATA', open(sys.argv[1]).read().strip(), flush=True)\n")
+    (src / "data" / "words.txt").write_text("hello from python\n")
+    (src / ".cohortignore").write_text("big.bin\n")
+    (src / "big.bin").write_bytes(b"\0" * (2 << 20))
+    python = os.path.abspath(sys.executable)
+    (root / "job.toml").write_text(
+        f'[program]\ncommand = ["{python}", "train.py", "data/words.txt"]\n'
+        'code = "src"\nmemory_gib_per_rank = 1\n')
+    return root / "job.toml"
+
+
+def test_a_programs_code_travels_with_it(cohort, tmp_path):
+    config = _code_project(tmp_path)
+    with Client(cohort.url) as client:
+        wait_for_gpus(client)
+        training = client.submit(config, gpus=1, labels={"suite": "py-code"})
+        code = training.config.program.code
+        assert len(code.sha256) == 64 and code.files == 3, code
+        for _ in client.watch(training.id):
+            pass
+        done = client.get(training.id)
+        assert done.state == State.SUCCEEDED, done
+        lines = [line.line for line in client.logs(training.id, follow=False)]
+        assert "DATA hello from python" in lines, lines
+        # The same directory packs to the same bytes: nothing is sent again.
+        from cohort_client import _code
+        snapshot, archive = _code.pack(tmp_path / "src")
+        with archive:
+            assert snapshot["sha256"] == code.sha256
+            assert client.upload_code(snapshot, archive) is False
+        # Over the cap, the largest file is named; nothing reaches the server.
+        (tmp_path / "src" / ".cohortignore").unlink()
+        with pytest.raises(CohortError) as big:
+            client.submit(config, gpus=1, code_max_mib=1)
+        assert big.value.reason == "CODE_TOO_LARGE" and "big.bin" in big.value.message
+        (tmp_path / "src" / "big.bin").unlink()
+        (tmp_path / "src" / "etc").symlink_to("/etc")
+        with pytest.raises(CohortError) as link:
+            client.submit(config, gpus=1)
+        assert link.value.reason == "CODE_SYMLINK_LEAVES"
+        (tmp_path / "src" / "etc").unlink()
+        outside = tmp_path / "job-outside.toml"
+        outside.write_text(config.read_text().replace('code = "src"', 'code = "../.."'))
+        with pytest.raises(CohortError) as far:
+            client.submit(outside, gpus=1)
+        assert "outside the config file's directory" in far.value.message
+
+    async def main():
+        async with AsyncClient(cohort.url) as client:
+            t = await client.submit(config, gpus=1, labels={"suite": "py-code-aio"})
+            assert t.config.program.code.sha256 != code.sha256  # no .cohortignore now
+            events = [e async for e in client.watch(t.id)]
+            assert events
+            assert (await client.get(t.id)).state == State.SUCCEEDED
+    asyncio.run(main())
