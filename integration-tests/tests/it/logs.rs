@@ -16,7 +16,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 async fn logs_follow_every_rank_live_then_keep_their_tail() {
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     let mut client = cluster.training().await;
-    let job = SaeJob::with_steps(600);
+    // Long enough (a few seconds here) that the follow stream, set up while
+    // the training starts, has its live lines well before the end even on
+    // a loaded machine (at 600 steps it once ended 50 ms before them).
+    const STEPS: i64 = 3000;
+    let job = SaeJob::with_steps(STEPS);
     let id = client
         .create_training(create_request(&job, 2, true))
         .await
@@ -63,7 +67,7 @@ async fn logs_follow_every_rank_live_then_keep_their_tail() {
         "the lines came while it trained: both ranks' step lines at {live_at:?}, the end at {end:?}"
     );
     for r in 0..2 {
-        let finished = format!("[rank {r}] cohort-rank: rank {r} finished step 600 in ");
+        let finished = format!("[rank {r}] cohort-rank: rank {r} finished step {STEPS} in ");
         assert!(
             seen.iter().any(|l| l.starts_with(&finished)),
             "{finished:?} not in {seen:?}"
@@ -87,7 +91,9 @@ async fn logs_follow_every_rank_live_then_keep_their_tail() {
     assert_eq!(tail.len(), 2, "{out}");
     assert!(tail.iter().all(|l| l.starts_with("[rank 1] ")), "{out}");
     assert!(
-        tail[1].starts_with("[rank 1] cohort-rank: rank 1 finished step 600 in "),
+        tail[1].starts_with(&format!(
+            "[rank 1] cohort-rank: rank 1 finished step {STEPS} in "
+        )),
         "{out}"
     );
 
