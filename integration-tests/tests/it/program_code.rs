@@ -394,3 +394,38 @@ async fn every_attempt_runs_the_submitted_snapshot() {
         }
     }
 }
+
+/// Through a standby (PostgreSQL, two coordinators): GetCode, the upload's
+/// client stream and the create are forwarded to the leader, which keeps
+/// the snapshot and hands it to the agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_submitted_through_a_standby() {
+    let mut options = options();
+    options.backend = Backend::Postgres;
+    options.agents = 1;
+    options.defer_agents = true;
+    let mut cluster = Cluster::start(options).await;
+    cluster.start_peer().await;
+    cluster.start_agents().await;
+    let base = tempfile::tempdir().unwrap();
+    let (job, _) = project(base.path());
+    let job = job.display().to_string();
+    let standby = cluster.coordinator_url(1);
+    let out = cluster
+        .cli_at(
+            &standby,
+            &["train", "submit", "--config", &job, "--gpus", "1", "-q"],
+        )
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let t = cluster
+        .wait_state(&id, State::Succeeded, Duration::from_secs(180))
+        .await;
+    let sha256 = t.config.unwrap().program.unwrap().code.unwrap().sha256;
+    assert_eq!(
+        stored(&cluster),
+        [format!("{sha256}.tar.gz")],
+        "on the leader"
+    );
+}
