@@ -59,16 +59,24 @@ fn project(base: &Path) -> (PathBuf, String) {
     git(&proj, &["commit", "-q", "-m", "first"]);
     let head = git(&proj, &["rev-parse", "HEAD"]);
     std::fs::write(src.join("notes.txt"), "not committed\n").unwrap();
-    let job = proj.join("job.toml");
-    std::fs::write(
-        &job,
-        format!(
-            "[program]\ncommand = [{:?}, \"train.py\", \"data/words.txt\"]\ncode = \"src\"\nmemory_gib_per_rank = 1\n",
-            cohort_testkit::python().display().to_string()
-        ),
-    )
-    .unwrap();
-    (job, head)
+    (job_file(&proj, &["train.py", "data/words.txt"]), head)
+}
+
+/// `dir/job.toml`: the project venv's python running `args` from the
+/// code in `dir/src`.
+fn job_file(dir: &Path, args: &[&str]) -> PathBuf {
+    let python = cohort_testkit::python().display().to_string();
+    let command: Vec<String> = std::iter::once(python.as_str())
+        .chain(args.iter().copied())
+        .map(|a| format!("{a:?}"))
+        .collect();
+    let job = dir.join("job.toml");
+    let text = format!(
+        "[program]\ncommand = [{}]\ncode = \"src\"\nmemory_gib_per_rank = 1\n",
+        command.join(", ")
+    );
+    std::fs::write(&job, text).unwrap();
+    job
 }
 
 /// The archives the coordinator keeps.
@@ -365,15 +373,7 @@ async fn every_attempt_runs_the_submitted_snapshot() {
     )
     .unwrap();
     std::fs::write(src.join("version.txt"), "v1\n").unwrap();
-    let job = base.path().join("job.toml");
-    std::fs::write(
-        &job,
-        format!(
-            "[program]\ncommand = [{:?}, \"train.py\"]\ncode = \"src\"\nmemory_gib_per_rank = 1\n",
-            cohort_testkit::python().display().to_string()
-        ),
-    )
-    .unwrap();
+    let job = job_file(base.path(), &["train.py"]);
     let cluster = cluster().await;
     let job = job.display().to_string();
     let id = cluster
