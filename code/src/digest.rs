@@ -9,10 +9,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.finish()
 }
 
-/// Whether `s` is exactly 64 characters of lowercase hex (`[0-9a-f]`).
-pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
+/// Whether `s` is exactly 64 characters of lowercase hex (`[0-9a-f]`):
+/// the one check, cohort-spec's (the config's snapshots use it too).
+pub use cohort_spec::code::is_sha256_hex;
 
 /// A streaming SHA-256 whose result is lowercase hex.
 #[derive(Clone, Default)]

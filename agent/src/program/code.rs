@@ -9,7 +9,6 @@ use super::peer::PeerLink;
 use cohort_proto::v1;
 use cohort_proto::v1::agent_service_client::AgentServiceClient;
 use cohort_spec::code::CodeSnapshot;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::io::AsyncWriteExt;
@@ -73,7 +72,7 @@ async fn download(link: &PeerLink, snapshot: &CodeSnapshot, into: &Path) -> Resu
         .await
         .map_err(status)?
         .into_inner();
-    let (mut digest, mut written) = (Sha256::new(), 0u64);
+    let (mut digest, mut written) = (cohort_code::Digest::new(), 0u64);
     while let Some(chunk) = stream.message().await.map_err(status)? {
         let end = chunk.offset.saturating_add(chunk.data.len() as u64);
         if chunk.offset != written
@@ -90,7 +89,7 @@ async fn download(link: &PeerLink, snapshot: &CodeSnapshot, into: &Path) -> Resu
     if written != snapshot.size_bytes {
         return Err(format!("{written} of {} bytes came", snapshot.size_bytes));
     }
-    let got = format!("{:x}", digest.finalize());
+    let got = digest.finish();
     if got != snapshot.sha256 {
         return Err(format!("the bytes' sha256 is {got}, not the snapshot's"));
     }

@@ -74,7 +74,8 @@ fn source_dir(
 
 /// Packs `dir` into a temporary file; the snapshot it makes, and the file.
 fn pack(dir: &Path, max_mib: u64) -> Result<(CodeSnapshot, std::fs::File), CliError> {
-    let mut file = tempfile_in_tmp()?;
+    // An anonymous file: gone when closed, whatever happens.
+    let mut file = tempfile::tempfile().map_err(|e| invalid(format!("a temporary file: {e}")))?;
     let packed = cohort_code::pack(dir, max_mib << 20, &mut file)
         .map_err(|e| invalid(format!("{}: {e}", e.reason())))?;
     file.rewind().map_err(|e| invalid(e.to_string()))?;
@@ -87,25 +88,6 @@ fn pack(dir: &Path, max_mib: u64) -> Result<(CodeSnapshot, std::fs::File), CliEr
         git_dirty: git.is_some_and(|g| g.dirty),
     };
     Ok((snapshot, file))
-}
-
-/// An anonymous file in the temp dir (removed when closed).
-fn tempfile_in_tmp() -> Result<std::fs::File, CliError> {
-    let path = std::env::temp_dir().join(format!(
-        "cohort-code-{}-{}.tar.gz",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-    let _ = std::fs::remove_file(&path);
-    Ok(file)
 }
 
 /// Uploads the archive unless the coordinator holds it; whether it sent it.
