@@ -367,9 +367,11 @@ async fn every_attempt_runs_the_submitted_snapshot() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(
         src.join("train.py"),
-        "import os, sys\nattempt = os.environ['COHORT_ATTEMPT']\n\
+        // Attempt 1 waits before failing: the first rank to fail stops the
+        // gang, and the other must have printed by then.
+        "import os, sys, time\nattempt = os.environ['COHORT_ATTEMPT']\n\
          print('VERSION', open('version.txt').read().strip(), 'ATTEMPT', attempt, flush=True)\n\
-         sys.exit(1 if attempt == '1' else 0)\n",
+         if attempt == '1':\n    time.sleep(3)\n    sys.exit(1)\n",
     )
     .unwrap();
     std::fs::write(src.join("version.txt"), "v1\n").unwrap();
