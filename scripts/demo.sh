@@ -18,15 +18,15 @@ bash scripts/setup.sh torch > "$STATE/logs/setup-torch.log" 2>&1 &
 torch_setup=$!
 echo "demo: PyTorch installs in the background (log: $STATE/logs/setup-torch.log)"
 echo "demo: building the coordinator, the agent and the CLI while PyTorch installs (the first build takes minutes)"
-cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli
+cargo build --profile demo --locked -p cohort-coordinator -p cohort-agent -p cohort-cli
 if ! wait "$torch_setup"; then
   cat "$STATE/logs/setup-torch.log" >&2
   echo "demo: installing PyTorch failed (above)" >&2
   exit 1
 fi
 echo "demo: building cohort-rank against PyTorch's libtorch"
-cargo build --release --locked -p cohort-coordinator -p cohort-agent -p cohort-cli -p cohort-rank
-BIN="$PWD/target/release"
+cargo build --profile demo --locked -p cohort-coordinator -p cohort-agent -p cohort-cli -p cohort-rank
+BIN="$PWD/target/demo"
 PORT="${COHORT_DEMO_PORT:-50051}"
 URL="http://127.0.0.1:$PORT"
 
