@@ -13,6 +13,8 @@ const PROTOS: &[&str] = &[
     "cohort/v1/training_report.proto",
     "cohort/v1/training_logs.proto",
     "cohort/v1/training_service.proto",
+    "cohort/v1/sweep.proto",
+    "cohort/v1/sweep_service.proto",
     "cohort/v1/gpu.proto",
     "cohort/v1/telemetry.proto",
     "cohort/v1/agent_maintenance.proto",

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod error;
+pub mod sweep;
 
 /// The generated `cohort.v1` code.
 pub mod v1 {

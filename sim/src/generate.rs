@@ -19,8 +19,8 @@
 //! - `--expected-fraction` of the jobs say their duration, each off by a
 //!   log-normal factor of sigma `--expected-noise` (0.25: what users guess).
 
-use crate::rng::Rng;
 use crate::trace::TraceJob;
+use cohort_spec::rng::Rng;
 
 /// What to generate.
 #[derive(Debug, Clone)]

@@ -14,7 +14,6 @@ mod fleet;
 mod generate;
 mod jobs_out;
 mod outcome;
-mod rng;
 mod scenario;
 mod trace;
 

@@ -33,8 +33,10 @@ pub mod prefixes;
 pub mod program;
 pub mod progress;
 pub mod resume;
+pub mod rng;
 pub mod roots;
 pub mod schedule;
+pub mod sweep;
 pub mod tracking;
 pub mod workload;
 

@@ -1,6 +1,6 @@
-//! A small seeded generator (SplitMix64) and the distributions the trace
-//! generator draws from: the same seed gives the same trace on any machine
-//! and any version of any crate.
+//! A small seeded generator (SplitMix64) and the distributions drawn from
+//! it (the simulator's trace generator, a sweep's random searcher): the same
+//! seed gives the same draws on any machine and any version of any crate.
 
 /// SplitMix64 (Steele, Lea and Flood, 2014).
 #[derive(Debug, Clone)]

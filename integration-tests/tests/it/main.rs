@@ -36,5 +36,6 @@ mod report;
 mod restart;
 mod security;
 mod sharing;
+mod sweeps;
 mod tracking;
 mod webhooks;

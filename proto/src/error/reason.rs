@@ -44,6 +44,9 @@ reasons! {
     InvalidArgument = "INVALID_ARGUMENT",
     InvalidPageToken = "INVALID_PAGE_TOKEN",
     TrainingNotFound = "TRAINING_NOT_FOUND",
+    /// No sweep of that id (or none the caller's team may see); metadata
+    /// `sweep_id`.
+    SweepNotFound = "SWEEP_NOT_FOUND",
     GpuNotFound = "GPU_NOT_FOUND",
     GpuBusy = "GPU_BUSY",
     GpuUnhealthy = "GPU_UNHEALTHY",

@@ -94,6 +94,10 @@ pub enum Command {
     /// Submit, list, inspect, cancel and watch trainings.
     #[command(subcommand)]
     Train(TrainCommand),
+    /// Sweeps: a searcher starts trainings of one config over a search
+    /// space and keeps the best (create, get, list, cancel).
+    #[command(subcommand)]
+    Sweep(commands::sweep::SweepCommand),
     /// Live GPU telemetry.
     #[command(subcommand)]
     Telemetry(TelemetryCommand),
@@ -183,6 +187,7 @@ async fn run_on(coordinator: &client::Coordinator, cli: Cli) -> Result<(), CliEr
         Command::Checkpoints(args) => commands::checkpoints::run(coordinator, args, out).await,
         Command::Logs(args) => commands::logs::run(coordinator, args, out).await,
         Command::Train(cmd) => commands::train::run(coordinator, cmd, out).await,
+        Command::Sweep(cmd) => commands::sweep::run(coordinator, cmd, out).await,
         Command::Telemetry(cmd) => commands::telemetry::run(coordinator, cmd, out).await,
         Command::Alerts(args) => commands::alerts::run(coordinator, args, out).await,
         Command::Admin(cmd) => commands::admin::run(coordinator, cmd, out).await,

@@ -47,6 +47,8 @@ pub struct Context {
     pub tracking: crate::tracking::Tracking,
     /// Programs' code snapshots.
     pub code: crate::code::CodeStore,
+    /// Wakes the sweeps' searcher (a sweep was created) before its next pass.
+    pub sweeps_wake: std::sync::Arc<tokio::sync::Notify>,
     /// Turns true when the server stops: every long-lived stream ends then,
     /// so a graceful shutdown is not held open by agents and watchers.
     stopping: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
@@ -80,6 +82,7 @@ impl Context {
             webhooks: Default::default(),
             tracking: Default::default(),
             code: Default::default(),
+            sweeps_wake: Default::default(),
             stopping,
         }
     }

@@ -43,6 +43,7 @@ pub mod policy;
 pub mod report;
 pub mod selection;
 pub mod server;
+pub mod sweeps;
 pub mod tasks;
 pub mod tls;
 pub mod tracking;

@@ -8,6 +8,7 @@
 use crate::api::admin::AdminApi;
 use crate::api::agent::AgentApi;
 use crate::api::gpu::GpuApi;
+use crate::api::sweep::SweepApi;
 use crate::api::telemetry::{TelemetryApi, TelemetryServer};
 use crate::api::training::TrainingApi;
 use crate::context::Context;
@@ -15,6 +16,7 @@ use crate::tls::TlsListener;
 use cohort_proto::v1::admin_service_server::AdminServiceServer;
 use cohort_proto::v1::agent_service_server::AgentServiceServer;
 use cohort_proto::v1::gpu_service_server::GpuServiceServer;
+use cohort_proto::v1::sweep_service_server::SweepServiceServer;
 use cohort_proto::v1::telemetry_service_server::TelemetryServiceServer;
 use cohort_proto::v1::training_service_server::TrainingServiceServer;
 use std::future::Future;
@@ -79,6 +81,7 @@ pub async fn run_with_health(
         .await;
     health.set_serving::<AgentServiceServer<AgentApi>>().await;
     health.set_serving::<AdminServiceServer<AdminApi>>().await;
+    health.set_serving::<SweepServiceServer<SweepApi>>().await;
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -137,6 +140,7 @@ pub async fn run_with_health(
         .add_service(GpuServiceServer::new(GpuApi::new(ctx.clone())))
         .add_service(TelemetryServer::new(TelemetryApi::new(ctx.clone())))
         .add_service(AdminServiceServer::new(AdminApi::new(ctx.clone())))
+        .add_service(SweepServiceServer::new(SweepApi::new(ctx.clone())))
         .add_service(AgentServiceServer::new(AgentApi::new(ctx)));
     match listener {
         Listener::Plain(listener) => {

@@ -15,6 +15,7 @@ pub mod gpus;
 pub mod logs;
 pub mod maintenance;
 pub mod report;
+pub mod sweep;
 pub mod telemetry;
 pub mod tensorboard;
 pub mod train;

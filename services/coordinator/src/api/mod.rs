@@ -3,6 +3,8 @@
 //!
 //! - [`training`]: TrainingService (create, get, list, cancel, watch; with
 //!   [`checkpoints`] and [`report`] for its checkpoint and report RPCs).
+//! - [`sweep`]: SweepService (create, get, list, cancel; [`sweep_requests`]
+//!   checks a create), the searcher being [`crate::sweeps`]'s.
 //! - [`gpu`]: GpuService (list, validate, recommend).
 //! - [`telemetry`]: TelemetryService (live and stored GPU metrics, alerts).
 //! - [`agent`]: AgentService (the agents' Connect stream, ListAgents).
@@ -21,6 +23,8 @@ pub mod logs;
 pub mod page_token;
 pub mod report;
 pub mod report_cost;
+pub mod sweep;
+pub mod sweep_requests;
 pub mod telemetry;
 pub mod thinning;
 pub mod training;

@@ -2,7 +2,7 @@
 //! written: CreateTraining's fields and labels, ListTrainings' filters.
 
 use super::error::ApiError;
-use crate::model::{AuditEntry, GpuRequest, JobState, Principal};
+use crate::model::{label_key_ok, label_value_ok, AuditEntry, GpuRequest, JobState, Principal};
 use crate::persistence::NewTraining;
 use crate::policy::PriorityClasses;
 use cohort_proto::error::Reason;
@@ -23,7 +23,7 @@ const CREATE: &str = "cohort.v1.TrainingService/CreateTraining";
 /// The priority and class a CreateTraining request asks for: its class's
 /// value (the default class when it names none and gives no bare
 /// priority), or the bare priority without a class.
-fn priority_of(
+pub(crate) fn priority_of(
     classes: &PriorityClasses,
     class: &str,
     priority: i32,
@@ -84,23 +84,31 @@ pub fn check_cap(
     })
 }
 
-/// Checks a CreateTraining request of `who`; nothing is written when this fails.
-pub fn validate_create(
-    who: &Principal,
-    classes: &PriorityClasses,
-    req: v1::CreateTrainingRequest,
-) -> Result<NewTraining, Status> {
-    if req.request_id.len() > MAX_REQUEST_ID_LEN {
+/// A create's request_id (at most [`MAX_REQUEST_ID_LEN`]) and its
+/// required config, checked (CreateTraining's and CreateSweep's).
+pub(crate) fn checked_key_and_config(
+    request_id: &str,
+    config: Option<v1::TrainingConfig>,
+) -> Result<Workload, Status> {
+    if request_id.len() > MAX_REQUEST_ID_LEN {
         return Err(ApiError::field(
             "request_id",
             format!("at most {MAX_REQUEST_ID_LEN} characters"),
         )
         .into());
     }
-    let config = req
-        .config
-        .ok_or_else(|| ApiError::field_with(Reason::InvalidConfig, "config", "required"))?;
-    let config = Workload::try_from(config).map_err(ApiError::from)?;
+    let config =
+        config.ok_or_else(|| ApiError::field_with(Reason::InvalidConfig, "config", "required"))?;
+    Ok(Workload::try_from(config).map_err(ApiError::from)?)
+}
+
+/// Checks a CreateTraining request of `who`; nothing is written when this fails.
+pub fn validate_create(
+    who: &Principal,
+    classes: &PriorityClasses,
+    req: v1::CreateTrainingRequest,
+) -> Result<NewTraining, Status> {
+    let config = checked_key_and_config(&req.request_id, req.config)?;
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
     let labels = checked_labels("labels", req.labels)?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
@@ -139,21 +147,6 @@ pub fn state_filter(raw: &[i32]) -> Result<Vec<JobState>, Status> {
         .collect()
 }
 
-fn key_ok(key: &str) -> bool {
-    (1..=63).contains(&key.len())
-        && key.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && key
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c))
-}
-
-fn value_ok(value: &str) -> bool {
-    (1..=128).contains(&value.len())
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-+:/@".contains(c))
-}
-
 /// Checks labels (of a create, or a filter), naming the first bad one.
 fn checked_labels(
     field: &str,
@@ -164,14 +157,14 @@ fn checked_labels(
     }
     let labels: BTreeMap<String, String> = labels.into_iter().collect();
     for (key, value) in &labels {
-        if !key_ok(key) {
+        if !label_key_ok(key) {
             return Err(ApiError::field(
                 format!("{field}[{key}]"),
                 "a key is 1-63 of a-z, 0-9, '.', '_', '-', '/', starting with a letter or digit",
             )
             .into());
         }
-        if !value_ok(value) {
+        if !label_value_ok(value) {
             return Err(ApiError::field(
                 format!("{field}[{key}]"),
                 "a value is 1-128 of A-Z, a-z, 0-9, '.', '_', '-', '+', ':', '/', '@'",

@@ -82,6 +82,10 @@ pub const METHODS: &[(&str, Permission)] = &[
         "/cohort.v1.TrainingService/GetTrainingReport",
         Permission::Read,
     ),
+    ("/cohort.v1.SweepService/CreateSweep", Permission::Write),
+    ("/cohort.v1.SweepService/GetSweep", Permission::Read),
+    ("/cohort.v1.SweepService/ListSweeps", Permission::Read),
+    ("/cohort.v1.SweepService/CancelSweep", Permission::Write),
     ("/cohort.v1.GpuService/ListGpus", Permission::Read),
     ("/cohort.v1.GpuService/RecommendGpus", Permission::Read),
     (
@@ -149,6 +153,8 @@ pub const METHODS: &[(&str, Permission)] = &[
 pub const MUTATING: &[&str] = &[
     "/cohort.v1.TrainingService/CreateTraining",
     "/cohort.v1.TrainingService/CancelTraining",
+    "/cohort.v1.SweepService/CreateSweep",
+    "/cohort.v1.SweepService/CancelSweep",
     "/cohort.v1.AdminService/CreateToken",
     "/cohort.v1.AdminService/RevokeToken",
     "/cohort.v1.AdminService/SetQuota",

@@ -15,7 +15,11 @@ use tonic_health::ServingStatus;
 /// Services reported NOT_SERVING on a standby: changes (and agents'
 /// sessions) go to the leader. Health of "" stays SERVING on every
 /// coordinator, which does answer reads.
-pub const LEADER_SERVICES: &[&str] = &["cohort.v1.TrainingService", "cohort.v1.AgentService"];
+pub const LEADER_SERVICES: &[&str] = &[
+    "cohort.v1.TrainingService",
+    "cohort.v1.AgentService",
+    "cohort.v1.SweepService",
+];
 
 /// Waits for leadership, then runs the leader's work until [`Leading::stop`].
 pub struct Leading {

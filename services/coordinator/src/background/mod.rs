@@ -28,7 +28,7 @@ pub struct Background {
 impl Background {
     /// The start-up work: holds the GPUs of trainings placed before a
     /// restart (their agents reconnect), marks every agent disconnected
-    /// until it does, and starts the scheduler, the start-time estimates, the alert engine, the
+    /// until it does, and starts the scheduler, the start-time estimates, the sweeps' searcher, the alert engine, the
     /// telemetry history and the OpenTelemetry instruments.
     pub async fn start(ctx: &Context) -> Self {
         if let Err(e) = ctx.jobs.adopt().await {
@@ -40,6 +40,8 @@ impl Background {
         ctx.tasks.spawn(ctx.jobs.clone().run(ctx.tasks.cancelled()));
         ctx.tasks
             .spawn(ctx.jobs.clone().estimate_loop(ctx.tasks.cancelled()));
+        ctx.tasks
+            .spawn(crate::sweeps::run(ctx.clone(), ctx.tasks.cancelled()));
         ctx.tasks.spawn(crate::webhooks::follow::run(
             ctx.clone(),
             ctx.tasks.cancelled(),

@@ -6,9 +6,11 @@ mod auth;
 mod doctor;
 mod gpu;
 mod gpu_request;
+mod labels;
 mod placement;
 mod rank_report;
 mod state;
+mod sweep;
 mod training;
 
 pub use alert::{Alert, AlertKey, AlertKind, RunningTraining, Severity, Transition};
@@ -16,9 +18,13 @@ pub use auth::{valid_team, AuditEntry, Principal, Role};
 pub use doctor::{DoctorCheck, DoctorReport, DoctorStatus};
 pub use gpu::{GpuProcess, GpuRecord, GpuSample};
 pub use gpu_request::{GpuRequest, GpuSelection, InvalidGpuRequest};
+pub use labels::{label_key_ok, label_value_ok};
 pub use placement::{AgentRecord, Placement, RankRecord, RankSlot};
 pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
+pub use sweep::{
+    Direction, Objective, Searcher, Sweep, SweepState, Trial, TrialTemplate, SAE_METRICS,
+};
 pub use training::{
     EstimateChange, EventPayload, Preempted, StateChange, StateTransition, StoredEvent,
     StragglerChange, Training,

@@ -48,6 +48,16 @@ pub enum LogicalError {
     /// The team has as many QUEUED trainings as it may.
     #[error("team {team} already has {queued} queued trainings, its cap: wait for some to start or end, or ask for a higher cap")]
     QueueFull { team: String, queued: i64 },
+    #[error("sweep {0} not found")]
+    SweepNotFound(String),
+    /// CancelSweep of a sweep that ended on its own.
+    #[error("sweep {id} is {state}: it cannot be cancelled")]
+    SweepEnded { id: String, state: &'static str },
+    #[error("request_id {request_id:?} was already used for a different sweep ({existing})")]
+    SweepRequestIdConflict {
+        request_id: String,
+        existing: String,
+    },
 }
 
 impl ServiceError for LogicalError {
@@ -56,11 +66,14 @@ impl ServiceError for LogicalError {
             LogicalError::TrainingNotFound(_)
             | LogicalError::RankNotFound { .. }
             | LogicalError::GpuNotFound(_)
-            | LogicalError::AgentNotFound(_) => Code::NotFound,
+            | LogicalError::AgentNotFound(_)
+            | LogicalError::SweepNotFound(_) => Code::NotFound,
             LogicalError::IllegalTransition { .. }
+            | LogicalError::SweepEnded { .. }
             | LogicalError::NotQuarantined(_)
             | LogicalError::AgentBusy { .. } => Code::FailedPrecondition,
-            LogicalError::RequestIdConflict { .. } => Code::AlreadyExists,
+            LogicalError::RequestIdConflict { .. }
+            | LogicalError::SweepRequestIdConflict { .. } => Code::AlreadyExists,
             LogicalError::GpuClaimed { .. } => Code::PermissionDenied,
             LogicalError::QueueFull { .. } => Code::ResourceExhausted,
         }
@@ -70,10 +83,12 @@ impl ServiceError for LogicalError {
         match self {
             LogicalError::TrainingNotFound(_) => Reason::TrainingNotFound,
             LogicalError::RankNotFound { .. } => Reason::InvalidArgument,
-            LogicalError::IllegalTransition { .. } | LogicalError::NotQuarantined(_) => {
-                Reason::IllegalTransition
-            }
-            LogicalError::RequestIdConflict { .. } => Reason::RequestIdConflict,
+            LogicalError::IllegalTransition { .. }
+            | LogicalError::NotQuarantined(_)
+            | LogicalError::SweepEnded { .. } => Reason::IllegalTransition,
+            LogicalError::RequestIdConflict { .. }
+            | LogicalError::SweepRequestIdConflict { .. } => Reason::RequestIdConflict,
+            LogicalError::SweepNotFound(_) => Reason::SweepNotFound,
             LogicalError::GpuClaimed { .. } => Reason::GpuClaimed,
             LogicalError::GpuNotFound(_) => Reason::GpuNotFound,
             LogicalError::AgentNotFound(_) => Reason::AgentNotFound,
@@ -117,6 +132,17 @@ impl ServiceError for LogicalError {
             LogicalError::QueueFull { team, queued } => {
                 metadata([("team", team.clone()), ("queued", queued.to_string())])
             }
+            LogicalError::SweepNotFound(id) => metadata([("sweep_id", id.clone())]),
+            LogicalError::SweepEnded { id, state } => {
+                metadata([("sweep_id", id.clone()), ("state", state.to_string())])
+            }
+            LogicalError::SweepRequestIdConflict {
+                request_id,
+                existing,
+            } => metadata([
+                ("request_id", request_id.clone()),
+                ("sweep_id", existing.clone()),
+            ]),
         }
     }
 

@@ -21,7 +21,8 @@
 //!   `gpu_metrics_rollup`), [`alerts`] (`alerts`);
 //! - teams: [`tokens`] (`tokens`), [`quotas`] (`team_quotas`),
 //!   [`sharing`] (`team_usage`), [`audit`] (`audit_events`), [`webhooks`]
-//!   (`webhooks`, and the state transitions they announce);
+//!   (`webhooks`, and the state transitions they announce); [`sweeps`]
+//!   (`sweeps`, `sweep_trials`: a trial's row is written with its training);
 //! - coordinators (PostgreSQL only, outside diesel's schema): [`lease`]
 //!   (`coordinator_lease`) and `members.rs` (`coordinator_members`);
 //! - the machinery: `connection.rs`, `pool.rs`, [`measure`], [`exclusive`]
@@ -54,6 +55,7 @@ pub mod ranks;
 mod rows;
 pub mod schema;
 pub mod sharing;
+pub mod sweeps;
 pub mod tokens;
 pub mod trainings;
 pub mod waiting;

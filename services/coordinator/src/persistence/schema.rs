@@ -296,7 +296,46 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    sweeps (id) {
+        id -> Text,
+        request_key -> Nullable<Text>,
+        team -> Text,
+        creator -> Text,
+        display_name -> Text,
+        config_json -> Text,
+        space_json -> Text,
+        searcher -> Text,
+        seed -> BigInt,
+        metric -> Text,
+        direction -> Text,
+        max_trials -> Integer,
+        max_concurrent -> Integer,
+        max_gpu_hours -> Double,
+        gpu_request_json -> Text,
+        priority -> Integer,
+        priority_class -> Text,
+        max_restarts -> Integer,
+        state -> Text,
+        state_reason -> Text,
+        create_time -> Timestamp,
+        end_time -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    sweep_trials (sweep_id, trial_index) {
+        sweep_id -> Text,
+        trial_index -> Integer,
+        draw -> Integer,
+        training_id -> Text,
+        params_json -> Text,
+    }
+}
+
 diesel::joinable!(gpus -> agents (agent_id));
+diesel::joinable!(sweep_trials -> sweeps (sweep_id));
+diesel::joinable!(sweep_trials -> trainings (training_id));
 diesel::joinable!(ranks -> trainings (training_id));
 diesel::joinable!(training_labels -> trainings (training_id));
 diesel::joinable!(training_events -> trainings (training_id));
@@ -326,4 +365,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     gpu_metrics_rollup,
     alerts,
     webhooks,
+    sweeps,
+    sweep_trials,
 );

@@ -88,36 +88,13 @@ fn grid(axes: &[Axis]) -> Vec<Vec<(String, String)>> {
     out
 }
 
-/// A value as TOML would read it: integer, float, boolean, else a string.
-fn scalar(v: &str) -> Value {
-    if let Ok(n) = v.parse::<i64>() {
-        return n.into();
-    }
-    if let Ok(x) = v.parse::<f64>() {
-        return x.into();
-    }
-    match v {
-        "true" => true.into(),
-        "false" => false.into(),
-        _ => v.into(),
-    }
-}
-
 /// The base config with one combination applied, validated.
-fn apply(base: &Value, combo: &[(String, String)]) -> Result<Workload, CliError> {
-    let mut value = base.clone();
-    for (key, v) in combo {
-        let mut at = &mut value;
-        let parts: Vec<&str> = key.split('.').collect();
-        for part in &parts[..parts.len() - 1] {
-            if !at[*part].is_object() {
-                at[*part] = Value::Object(Default::default());
-            }
-            at = &mut at[*part];
-        }
-        at[parts[parts.len() - 1]] = scalar(v);
-    }
-    Workload::from_value(value).map_err(CliError::Config)
+fn apply(base: &Workload, combo: &[(String, String)]) -> Result<Workload, CliError> {
+    let params = combo
+        .iter()
+        .map(|(k, v)| (k.clone(), cohort_spec::sweep::scalar(v)))
+        .collect();
+    cohort_spec::sweep::apply(base, &params).map_err(CliError::Config)
 }
 
 fn default_name() -> String {
@@ -145,8 +122,7 @@ pub async fn sweep(
         )));
     }
     let name = args.name.clone().unwrap_or_else(default_name);
-    let base = serde_json::to_value(Workload::from_file(&args.config).map_err(CliError::Config)?)
-        .unwrap_or_default();
+    let base = Workload::from_file(&args.config).map_err(CliError::Config)?;
     // Every config is checked before anything is submitted.
     let configs = combos
         .iter()
@@ -260,7 +236,7 @@ mod tests {
     #[test]
     fn values_apply_as_typed_and_are_validated() {
         let text = "[model]\nd_in = 8\narchitecture = \"topk\"\nk = 4\n[optim]\nbatch_size = 4\nsteps = 5\n[data.synthetic]\nnum_samples = 64\n";
-        let base = serde_json::to_value(Workload::from_toml(text).unwrap()).unwrap();
+        let base = Workload::from_toml(text).unwrap();
         let w = apply(
             &base,
             &[

@@ -213,7 +213,7 @@ fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> Tr
 
 /// What a batch wrote: one outcome per create, in order, and each capped
 /// team's QUEUED count after it.
-pub(super) struct BatchOutcome {
+pub(in crate::persistence) struct BatchOutcome {
     pub outcomes: Vec<Result<Created, DatabaseError>>,
     pub queued: HashMap<String, i64>,
     /// Whether any training was created (the commit changes the state epoch).
@@ -225,7 +225,7 @@ pub(super) struct BatchOutcome {
 /// event and audit row; the stored training of a replayed request_id; or
 /// the refusal of this create alone (it wrote nothing). `known` holds
 /// QUEUED counts still true from the worker's last batch.
-pub(super) fn create_batch_in(
+pub(in crate::persistence) fn create_batch_in(
     conn: &mut DbConnection,
     out: &mut Outbox,
     batch: &[NewTraining],

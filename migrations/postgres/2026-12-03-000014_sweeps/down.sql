@@ -1,0 +1,2 @@
+DROP TABLE sweep_trials;
+DROP TABLE sweeps;

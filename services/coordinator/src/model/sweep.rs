@@ -1,0 +1,163 @@
+//! A sweep (docs/sweeps.md): trainings of one base config over a search
+//! space, started by a searcher within a budget, judged on one objective.
+
+use super::{GpuRequest, JobState};
+use chrono::{DateTime, Utc};
+use cohort_spec::sweep::{Params, Space};
+use cohort_spec::Workload;
+
+/// How a sweep picks its trials' params.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Searcher {
+    /// Every combination of the space, in order.
+    Grid,
+    /// Seeded independent draws.
+    Random,
+}
+
+impl Searcher {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Searcher::Grid => "grid",
+            Searcher::Random => "random",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "grid" => Some(Searcher::Grid),
+            "random" => Some(Searcher::Random),
+            _ => None,
+        }
+    }
+}
+
+/// Which way the objective is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Minimize,
+    Maximize,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Minimize => "minimize",
+            Direction::Maximize => "maximize",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "minimize" => Some(Direction::Minimize),
+            "maximize" => Some(Direction::Maximize),
+            _ => None,
+        }
+    }
+
+    /// Whether `a` is better than `b`.
+    pub fn better(self, a: f64, b: f64) -> bool {
+        match self {
+            Direction::Minimize => a < b,
+            Direction::Maximize => a > b,
+        }
+    }
+}
+
+/// The built-in SAE's metrics an objective may name, each with the
+/// direction that is better when the request does not say.
+pub const SAE_METRICS: &[(&str, Direction)] = &[
+    ("loss", Direction::Minimize),
+    ("mse", Direction::Minimize),
+    ("l1", Direction::Minimize),
+    ("l0", Direction::Minimize),
+    ("explained_variance", Direction::Maximize),
+    ("dead_fraction", Direction::Minimize),
+];
+
+/// What a sweep is judged on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Objective {
+    pub metric: String,
+    pub direction: Direction,
+}
+
+/// A sweep's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepState {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl SweepState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepState::Running => "RUNNING",
+            SweepState::Succeeded => "SUCCEEDED",
+            SweepState::Failed => "FAILED",
+            SweepState::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "RUNNING" => Some(SweepState::Running),
+            "SUCCEEDED" => Some(SweepState::Succeeded),
+            "FAILED" => Some(SweepState::Failed),
+            "CANCELLED" => Some(SweepState::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        self != SweepState::Running
+    }
+}
+
+/// What a sweep's trials are given, beside their params.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialTemplate {
+    pub gpu_request: GpuRequest,
+    pub priority: i32,
+    pub priority_class: String,
+    pub max_restarts: i32,
+}
+
+/// A stored sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub id: String,
+    /// The client's idempotency key, if it gave one.
+    pub request_id: Option<String>,
+    pub team: String,
+    pub creator: String,
+    pub display_name: String,
+    pub config: Workload,
+    pub space: Space,
+    pub searcher: Searcher,
+    pub seed: u64,
+    pub objective: Objective,
+    pub max_trials: i32,
+    pub max_concurrent: i32,
+    /// 0: no limit.
+    pub max_gpu_hours: f64,
+    pub trial: TrialTemplate,
+    pub state: SweepState,
+    pub state_reason: String,
+    pub create_time: DateTime<Utc>,
+    pub end_time: Option<DateTime<Utc>>,
+}
+
+/// One trial, with its training's state now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trial {
+    pub index: i32,
+    /// The searcher's draw it came from.
+    pub draw: i32,
+    pub training_id: String,
+    pub params: Params,
+    pub state: JobState,
+    pub state_reason: String,
+}
