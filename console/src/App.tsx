@@ -8,6 +8,7 @@ import { AlertsPage } from "./pages/Alerts";
 import { ComparePage } from "./pages/Compare";
 import { FleetPage } from "./pages/Fleet";
 import { NewTrainingPage } from "./pages/NewTraining";
+import { SweepPage, SweepsPage } from "./pages/Sweeps";
 import { TrainingPage } from "./pages/Training";
 import { TrainingsPage } from "./pages/Trainings";
 
@@ -36,6 +37,9 @@ function Page() {
   if (path === "/trainings") return <TrainingsPage />;
   const m = path.match(/^\/trainings\/([^/]+)$/);
   if (m) return <TrainingPage key={m[1]} id={decodeURIComponent(m[1])} />;
+  if (path === "/sweeps") return <SweepsPage />;
+  const sweep = path.match(/^\/sweeps\/([^/]+)$/);
+  if (sweep) return <SweepPage key={sweep[1]} id={decodeURIComponent(sweep[1])} />;
   if (path === "/new") return <NewTrainingPage />;
   if (path === "/alerts") return <AlertsPage />;
   if (path === "/compare") return <ComparePage />;
@@ -56,6 +60,7 @@ function Nav() {
         <Link href="/" className="brand">cohort</Link>
         {item("/", "Fleet")}
         {item("/trainings", "Trainings")}
+        {item("/sweeps", "Sweeps")}
         {canEdit(session) && item("/new", "New training")}
         {item("/alerts", "Alerts")}
         {canAdmin(session) && item("/admin", "Admin")}

@@ -5,6 +5,7 @@ import { createGrpcWebTransport } from "@connectrpc/connect-web";
 import { AdminService } from "../gen/cohort/v1/admin_pb";
 import { AgentService } from "../gen/cohort/v1/agent_pb";
 import { GpuService } from "../gen/cohort/v1/gpu_pb";
+import { SweepService } from "../gen/cohort/v1/sweep_service_pb";
 import { TelemetryService } from "../gen/cohort/v1/telemetry_pb";
 import { TrainingService } from "../gen/cohort/v1/training_service_pb";
 import { BadRequestSchema, ErrorInfoSchema } from "../gen/google/rpc/error_details_pb";
@@ -27,6 +28,7 @@ export const api = {
   telemetry: createClient(TelemetryService, transport),
   admin: createClient(AdminService, transport),
   agent: createClient(AgentService, transport),
+  sweep: createClient(SweepService, transport),
 };
 
 /** A call's failure as a person reads it, with the server's field errors. */
