@@ -118,5 +118,7 @@ class Settings:
 def stubs_for(channel) -> dict:
     """The services a client calls, on one channel (sync or asyncio)."""
     from ._pb.cohort.v1.gpu_pb2_grpc import GpuServiceStub
+    from ._pb.cohort.v1.sweep_service_pb2_grpc import SweepServiceStub
     from ._pb.cohort.v1.training_service_pb2_grpc import TrainingServiceStub
-    return {"training": TrainingServiceStub(channel), "gpu": GpuServiceStub(channel)}
+    return {"training": TrainingServiceStub(channel), "gpu": GpuServiceStub(channel),
+            "sweep": SweepServiceStub(channel)}

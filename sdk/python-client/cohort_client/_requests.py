@@ -9,6 +9,7 @@ from typing import Dict, Iterable, Optional, Sequence, Union
 
 from ._pb.cohort.v1 import checkpoint_pb2, config_pb2, training_pb2
 from ._pb.cohort.v1 import training_logs_pb2, training_service_pb2 as ts
+from ._pb.cohort.v1 import sweep_pb2, sweep_service_pb2 as ss
 
 State = training_pb2.Training.State
 #: The states a training never leaves.
@@ -217,3 +218,57 @@ def base_text(config: "ConfigLike") -> str:
     if not isinstance(source, str):
         raise TypeError("a sweep's base config is a TOML path or text")
     return source
+
+
+#: A search space: ``{"model.k": {"int_uniform": [8, 32]}, ...}``, or a
+#: TOML file or text of that shape (docs/sweeps.md).
+SpaceLike = Union[str, Path, Dict[str, Dict[str, Sequence]]]
+
+_RANGES = ("uniform", "log_uniform", "int_uniform")
+
+
+def space_parameters(space: SpaceLike) -> list:
+    """A space as the API's SweepParameters; the coordinator checks the
+    values (and names the parameter it refuses)."""
+    if isinstance(space, Path) or (isinstance(space, str) and "\n" not in space
+                                   and Path(space).is_file()):
+        space = _toml(Path(space).read_text())
+    elif isinstance(space, str):
+        space = _toml(space)
+    params = []
+    for key, spec in space.items():
+        if not isinstance(spec, dict) or len(spec) != 1:
+            raise ValueError(f"space[{key}]: one of uniform, log_uniform, int_uniform, choice")
+        (kind, args), = spec.items()
+        parameter = sweep_pb2.SweepParameter(key=key)
+        if kind in _RANGES:
+            low, high = args
+            bounds = getattr(parameter, kind)
+            bounds.low, bounds.high = float(low), float(high)
+        elif kind == "choice":
+            parameter.choice.extend(list(args))
+        else:
+            raise ValueError(f"space[{key}]: {kind!r} is not a distribution")
+        params.append(parameter)
+    return params
+
+
+def create_sweep_request(config: config_pb2.TrainingConfig, space: SpaceLike, *,
+                         objective: str, maximize: Optional[bool], searcher: str,
+                         max_trials: int, max_concurrent: int, max_gpu_hours: float,
+                         gpus: GpusLike, seed: int, priority_class: str, name: str,
+                         request_id: Optional[str]) -> ss.CreateSweepRequest:
+    """A CreateSweep request (a fresh request id unless given)."""
+    direction = sweep_pb2.SweepObjective.DIRECTION_UNSPECIFIED
+    if maximize is not None:
+        direction = (sweep_pb2.SweepObjective.MAXIMIZE if maximize
+                     else sweep_pb2.SweepObjective.MINIMIZE)
+    searchers = {"random": sweep_pb2.RANDOM, "grid": sweep_pb2.GRID}
+    if searcher not in searchers:
+        raise ValueError(f"searcher must be one of {sorted(searchers)}, not {searcher!r}")
+    return ss.CreateSweepRequest(
+        config=config, space=space_parameters(space), searcher=searchers[searcher],
+        seed=seed, objective=sweep_pb2.SweepObjective(metric=objective, direction=direction),
+        max_trials=max_trials, max_concurrent=max_concurrent, max_gpu_hours=max_gpu_hours,
+        gpus=gpu_request(gpus), priority_class=priority_class, display_name=name,
+        request_id=request_id or str(uuid.uuid4()))

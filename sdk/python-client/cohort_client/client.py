@@ -13,7 +13,7 @@ from . import _requests as rq
 from ._connection import MAX_FOLLOWS, Settings, stubs_for
 from ._pb.cohort.v1 import training_pb2, training_report_pb2, training_service_pb2 as ts
 from ._pb.cohort.v1 import training_events_pb2, training_logs_pb2
-from ._pb.cohort.v1 import gpu_pb2
+from ._pb.cohort.v1 import gpu_pb2, sweep_pb2, sweep_service_pb2 as ss
 from .errors import CohortError
 
 #: How long ``watch`` keeps trying to resume a broken stream.
@@ -201,6 +201,50 @@ class Client:
                     parsed, gpus, name=display, priority_class=priority_class, labels=tags,
                     request_id=request_id))
                 for parsed, (_, tags, display, request_id) in zip(configs, plan)]
+
+    def create_sweep(self, config: rq.ConfigLike, space: rq.SpaceLike, *, objective: str,
+                     maximize: Optional[bool] = None, searcher: str = "random",
+                     max_trials: int = 0, max_concurrent: int = 0, max_gpu_hours: float = 0.0,
+                     gpus: rq.GpusLike = None, seed: int = 0, priority_class: str = "",
+                     name: str = "", request_id: Optional[str] = None) -> sweep_pb2.Sweep:
+        """A sweep the coordinator runs (``cohort sweep create``): trials of
+        ``config`` over ``space`` (a dict, or a TOML file or text:
+        ``{"optim.learning_rate": {"log_uniform": [1e-4, 1e-2]}}``), ranked on
+        ``objective``. ``maximize`` None: the metric's own direction."""
+        request = rq.create_sweep_request(
+            self.parse_config(config), space, objective=objective, maximize=maximize,
+            searcher=searcher, max_trials=max_trials, max_concurrent=max_concurrent,
+            max_gpu_hours=max_gpu_hours, gpus=gpus, seed=seed,
+            priority_class=priority_class, name=name, request_id=request_id)
+        return self._unary("CreateSweep", request, service="sweep")
+
+    def get_sweep(self, sweep_id: str) -> sweep_pb2.Sweep:
+        """A sweep with its trials, their params and objective values, and the best."""
+        return self._unary("GetSweep", ss.GetSweepRequest(id=sweep_id), service="sweep")
+
+    def list_sweeps(self, page_size: int = 100) -> Iterator[sweep_pb2.Sweep]:
+        """Every sweep the caller's team may see, newest first."""
+        token = ""
+        while True:
+            page = self._unary("ListSweeps", ss.ListSweepsRequest(
+                page_size=page_size, page_token=token), service="sweep")
+            yield from page.sweeps
+            token = page.next_page_token
+            if not token:
+                return
+
+    def cancel_sweep(self, sweep_id: str, reason: str = "") -> sweep_pb2.Sweep:
+        """Cancels a sweep and every trial of it not ended."""
+        return self._unary("CancelSweep", ss.CancelSweepRequest(id=sweep_id, reason=reason),
+                           service="sweep")
+
+    def wait_sweep(self, sweep_id: str, poll_s: float = 1.0) -> sweep_pb2.Sweep:
+        """The sweep once it ended (SUCCEEDED, FAILED or CANCELLED)."""
+        while True:
+            sweep = self.get_sweep(sweep_id)
+            if sweep.state != sweep_pb2.Sweep.RUNNING:
+                return sweep
+            time.sleep(poll_s)
 
     def get(self, training_id: str) -> training_pb2.Training:
         return self._unary("GetTraining", ts.GetTrainingRequest(id=training_id))

@@ -9,7 +9,7 @@ import sys
 import grpc
 import pytest
 
-from cohort_client import AsyncClient, Client, CohortError, FINAL_STATES, State
+from cohort_client import AsyncClient, Client, CohortError, FINAL_STATES, State, pb
 from conftest import BINS, job, start_cohort, wait_for_gpus, wait_leading
 
 
@@ -286,3 +286,44 @@ def test_a_programs_code_travels_with_it(cohort, tmp_path):
             assert events
             assert (await client.get(t.id)).state == State.SUCCEEDED
     asyncio.run(main())
+
+
+def test_a_sweep_the_coordinator_runs(cohort):
+    space = {"optim.learning_rate": {"log_uniform": [1e-3, 1e-2]},
+             "model.d_sae": {"choice": [64, 96]}}
+    with Client(cohort.url) as client:
+        sweep = client.create_sweep(job(40), space, objective="loss", max_trials=3,
+                                    max_concurrent=2, gpus=1, seed=3, name="py-search")
+        assert sweep.id.startswith("swp-") and sweep.seed == 3
+        done = client.wait_sweep(sweep.id, poll_s=0.5)
+        assert done.state == done.SUCCEEDED, done
+        assert len(done.trials) == 3
+        assert all(t.state == State.SUCCEEDED for t in done.trials)
+        for t in done.trials:
+            assert 1e-3 <= t.params["optim.learning_rate"] <= 1e-2
+            assert t.params["model.d_sae"] in (64, 96)
+            assert client.get(t.training_id).labels["sweep"] == sweep.id
+        lowest = min(done.trials, key=lambda t: t.objective)
+        assert done.best[0] == lowest.training_id
+        assert sweep.id in [s.id for s in client.list_sweeps()]
+        # Refused naming the parameter: nothing stored.
+        with pytest.raises(CohortError) as bad:
+            client.create_sweep(job(), {"optim.learning_rate": {"uniform": [0.1, 0.01]}},
+                                objective="loss")
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad.value.reason == "INVALID_ARGUMENT"
+        assert "space[optim.learning_rate]" in str(bad.value)
+        # A TOML space, through the asyncio client, cancelled at once.
+        async def main():
+            async with AsyncClient(cohort.url) as aio:
+                made = await aio.create_sweep(
+                    job(1_000_000), '"model.d_sae" = { choice = [64] }\n', objective="l0",
+                    gpus=1, max_trials=1)
+                cancelled = await aio.cancel_sweep(made.id, "test over")
+                assert cancelled.state == cancelled.CANCELLED
+                return made.id
+        made = asyncio.run(main())
+        with pytest.raises(CohortError) as missing:
+            client.get_sweep("swp-nonesuch")
+        assert missing.value.reason == "SWEEP_NOT_FOUND"
+        assert client.get_sweep(made).state == pb.sweep_pb2.Sweep.CANCELLED
