@@ -396,3 +396,66 @@ async fn bad_sweeps_are_refused_naming_the_field_and_write_nothing() {
         .await
         .unwrap();
 }
+
+/// ASHA stops a trial that is worse at a rung than the one before it: one
+/// trial at a time, the first with a useful learning rate, the second with
+/// one too small to learn (the seed is chosen so they come in that order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asha_stops_a_worse_trial_at_a_rung_and_keeps_the_better() {
+    const ASHA_SPACE: &str = "\"optim.learning_rate\" = { choice = [0.003, 0.00001] }\n";
+    let space = Space::from_toml(ASHA_SPACE).unwrap();
+    let good =
+        |seed: u64, i: u64| space.sample(seed, i)["optim.learning_rate"].as_f64() == Some(0.003);
+    let seed = (1..1000u64)
+        .find(|s| good(*s, 0) && !good(*s, 1))
+        .expect("a seed whose first draw is good and second bad");
+    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let base = SaeJob::with_steps(10_000).write(cluster.root(), "base.toml");
+    let path = cluster.root().join("space.toml");
+    std::fs::write(&path, ASHA_SPACE).unwrap();
+    let seed_text = seed.to_string();
+    let id = cluster
+        .cli_ok(&create_args(
+            base.to_str().unwrap(),
+            path.to_str().unwrap(),
+            &[
+                "--searcher",
+                "asha",
+                "--max-trials",
+                "2",
+                "--max-concurrent",
+                "1",
+                "--seed",
+                &seed_text,
+            ],
+        ))
+        .await
+        .trim()
+        .to_string();
+    let sweep = run_to_end(&cluster, &id, 1, Duration::from_secs(300)).await;
+    assert_eq!(sweep["state"], "SUCCEEDED", "{sweep}");
+    assert_eq!(sweep["eta"], 3.0, "{sweep}");
+    let trials = sweep["trials"].as_array().unwrap();
+    let (first, second) = (&trials[0], &trials[1]);
+    assert_eq!(first["state"], "SUCCEEDED", "{first}");
+    assert_eq!(first["rungs"].as_array().unwrap().len(), 2, "{first}");
+    assert_eq!(second["state"], "CANCELLED", "{second}");
+    let reason = second["state_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("STOPPED_BY_SEARCHER: loss")
+            && reason.contains("(rung 1 of 2)")
+            && reason.contains("ASHA"),
+        "{reason}"
+    );
+    let stopped_at = second["step"].as_i64().unwrap();
+    assert!(
+        (1112..10_000).contains(&stopped_at),
+        "stopped at {stopped_at}"
+    );
+    assert_eq!(sweep["best"][0], first["training_id"], "{sweep}");
+    let table = cluster.cli_ok(&["sweep", "get", &id]).await;
+    assert!(
+        table.contains("STOPPED_BY_SEARCHER") && table.contains("1:"),
+        "{table}"
+    );
+}

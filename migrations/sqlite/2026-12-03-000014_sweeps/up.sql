@@ -12,7 +12,9 @@ CREATE TABLE sweeps (
     -- config path -> { kind: [args] }, the space file's shape).
     config_json     TEXT NOT NULL,
     space_json      TEXT NOT NULL,
-    searcher        TEXT NOT NULL CHECK (searcher IN ('grid', 'random')),
+    searcher        TEXT NOT NULL CHECK (searcher IN ('grid', 'random', 'asha', 'median')),
+    -- ASHA's reduction factor (0 for the other searchers).
+    eta             REAL NOT NULL,
     seed            BIGINT NOT NULL,
     metric          TEXT NOT NULL,
     direction       TEXT NOT NULL CHECK (direction IN ('minimize', 'maximize')),
@@ -43,3 +45,14 @@ CREATE TABLE sweep_trials (
     PRIMARY KEY (sweep_id, trial_index)
 );
 CREATE INDEX sweep_trials_training_idx ON sweep_trials (training_id);
+
+-- ASHA's and MEDIAN's record: a trial's objective when the searcher first
+-- saw it at or past a rung (what later trials at that rung are judged by).
+CREATE TABLE sweep_rungs (
+    sweep_id     TEXT NOT NULL REFERENCES sweeps (id) ON DELETE CASCADE,
+    trial_index  INTEGER NOT NULL,
+    rung         INTEGER NOT NULL,
+    step         BIGINT NOT NULL,
+    value        REAL NOT NULL,
+    PRIMARY KEY (sweep_id, trial_index, rung)
+);

@@ -257,13 +257,14 @@ def create_sweep_request(config: config_pb2.TrainingConfig, space: SpaceLike, *,
                          objective: str, maximize: Optional[bool], searcher: str,
                          max_trials: int, max_concurrent: int, max_gpu_hours: float,
                          gpus: GpusLike, seed: int, priority_class: str, name: str,
-                         request_id: Optional[str]) -> ss.CreateSweepRequest:
+                         request_id: Optional[str], eta: float = 0.0) -> ss.CreateSweepRequest:
     """A CreateSweep request (a fresh request id unless given)."""
     direction = sweep_pb2.SweepObjective.DIRECTION_UNSPECIFIED
     if maximize is not None:
         direction = (sweep_pb2.SweepObjective.MAXIMIZE if maximize
                      else sweep_pb2.SweepObjective.MINIMIZE)
-    searchers = {"random": sweep_pb2.RANDOM, "grid": sweep_pb2.GRID}
+    searchers = {"random": sweep_pb2.RANDOM, "grid": sweep_pb2.GRID,
+                 "asha": sweep_pb2.ASHA, "median": sweep_pb2.MEDIAN}
     if searcher not in searchers:
         raise ValueError(f"searcher must be one of {sorted(searchers)}, not {searcher!r}")
     return ss.CreateSweepRequest(
@@ -271,4 +272,4 @@ def create_sweep_request(config: config_pb2.TrainingConfig, space: SpaceLike, *,
         seed=seed, objective=sweep_pb2.SweepObjective(metric=objective, direction=direction),
         max_trials=max_trials, max_concurrent=max_concurrent, max_gpu_hours=max_gpu_hours,
         gpus=gpu_request(gpus), priority_class=priority_class, display_name=name,
-        request_id=request_id or str(uuid.uuid4()))
+        request_id=request_id or str(uuid.uuid4()), eta=eta)

@@ -177,7 +177,8 @@ class AsyncClient:
                      maximize: Optional[bool] = None, searcher: str = "random",
                      max_trials: int = 0, max_concurrent: int = 0, max_gpu_hours: float = 0.0,
                      gpus: rq.GpusLike = None, seed: int = 0, priority_class: str = "",
-                     name: str = "", request_id: Optional[str] = None) -> sweep_pb2.Sweep:
+                     name: str = "", request_id: Optional[str] = None,
+                     eta: float = 0.0) -> sweep_pb2.Sweep:
         """A sweep the coordinator runs (``cohort sweep create``): trials of
         ``config`` over ``space`` (a dict, or a TOML file or text:
         ``{"optim.learning_rate": {"log_uniform": [1e-4, 1e-2]}}``), ranked on
@@ -186,7 +187,7 @@ class AsyncClient:
             await self.parse_config(config), space, objective=objective, maximize=maximize,
             searcher=searcher, max_trials=max_trials, max_concurrent=max_concurrent,
             max_gpu_hours=max_gpu_hours, gpus=gpus, seed=seed,
-            priority_class=priority_class, name=name, request_id=request_id)
+            priority_class=priority_class, name=name, request_id=request_id, eta=eta)
         return await self._unary("CreateSweep", request, service="sweep")
 
     async def get_sweep(self, sweep_id: str) -> sweep_pb2.Sweep:

@@ -45,6 +45,12 @@ pub enum SearcherArg {
     Random,
     /// Every combination (choice and int_uniform parameters only).
     Grid,
+    /// Random draws, stopped early by asynchronous successive halving
+    /// (rungs at a trial's steps / eta^2 and / eta).
+    Asha,
+    /// Random draws, stopped early when worse than the median at a
+    /// quarter, a half or three quarters of their steps.
+    Median,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -58,6 +64,9 @@ pub struct CreateArgs {
     pub space: PathBuf,
     #[arg(long, value_enum, default_value_t = SearcherArg::Random)]
     pub searcher: SearcherArg,
+    /// ASHA's reduction factor (2 to 10; default 3).
+    #[arg(long, value_name = "ETA")]
+    pub eta: Option<f64>,
     /// The metric the best trials are chosen by: loss, mse, l1, l0,
     /// explained_variance, dead_fraction (a program's: any it reports).
     #[arg(long, value_name = "METRIC")]
@@ -112,7 +121,10 @@ fn request(args: &CreateArgs) -> Result<v1::CreateSweepRequest, CliError> {
         searcher: match args.searcher {
             SearcherArg::Random => v1::Searcher::Random,
             SearcherArg::Grid => v1::Searcher::Grid,
+            SearcherArg::Asha => v1::Searcher::Asha,
+            SearcherArg::Median => v1::Searcher::Median,
         } as i32,
+        eta: args.eta.unwrap_or(0.0),
         seed: args.seed,
         objective: Some(v1::SweepObjective {
             metric: args.objective.clone(),
@@ -231,6 +243,18 @@ fn value_text(v: &prost_types::Value) -> String {
     }
 }
 
+/// A trial's rung records: `1:0.4123@200 2:0.3871@600`.
+fn rungs_text(rungs: &[v1::SweepRung]) -> String {
+    if rungs.is_empty() {
+        return "-".into();
+    }
+    rungs
+        .iter()
+        .map(|r| format!("{}:{:.4}@{}", r.rung, r.value, r.step))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The best trial and its value, and how many are ranked.
 fn best_text(s: &v1::Sweep) -> String {
     let Some(first) = s.best.first() else {
@@ -310,6 +334,7 @@ pub fn describe(s: &v1::Sweep) -> String {
         "STATE",
         "STEP",
         "OBJECTIVE",
+        "RUNGS",
         "PARAMS",
         "REASON",
     ]);
@@ -333,6 +358,7 @@ pub fn describe(s: &v1::Sweep) -> String {
             state_name(trial.state),
             trial.step.to_string(),
             trial.objective.map_or("-".into(), |v| format!("{v:.6}")),
+            rungs_text(&trial.rungs),
             params,
             dash(&trial.state_reason),
         ]);

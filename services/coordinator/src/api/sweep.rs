@@ -70,7 +70,8 @@ impl SweepApi {
             .progress
             .iter()
             .filter_map(|(id, event)| {
-                objective_value(&sweep.objective.metric, event).map(|v| (id.as_str(), v))
+                crate::sweeps::objective::read(&sweep.objective.metric, event)
+                    .map(|r| (id.as_str(), (r.value, r.step)))
             })
             .collect();
         let spent = db
@@ -80,6 +81,7 @@ impl SweepApi {
             .values()
             .sum::<f64>()
             / 3600.0;
+        let rungs = db.sweep_rungs(&sweep.id).await.map_err(ApiError::from)?;
         let mut message = summary(sweep);
         message.best = best(&trials, &values, sweep.objective.direction);
         message.gpu_hours = spent;
@@ -95,34 +97,20 @@ impl SweepApi {
                     params: Some(params_to_struct(&t.params)),
                     objective: value.map(|v| v.0),
                     step: value.map_or(0, |v| v.1),
+                    rungs: rungs
+                        .iter()
+                        .filter(|r| r.trial_index == t.index)
+                        .map(|r| v1::SweepRung {
+                            rung: r.rung,
+                            step: r.step,
+                            value: r.value,
+                        })
+                        .collect(),
                 }
             })
             .collect();
         Ok(message)
     }
-}
-
-/// A metric's value in a training's newest progress event, with its step:
-/// the built-in SAE's fields, or a program's loss and metrics.
-fn objective_value(metric: &str, event: &crate::model::StoredEvent) -> Option<(f64, i64)> {
-    if let Some(p) = super::convert::latest_progress(event) {
-        let v = match metric {
-            "loss" => p.loss,
-            "mse" => p.mse,
-            "l1" => p.l1,
-            "l0" => p.l0,
-            "explained_variance" => p.explained_variance,
-            "dead_fraction" => p.dead_fraction,
-            _ => return None,
-        };
-        return Some((v, p.step));
-    }
-    let p = super::convert::latest_program_progress(event)?;
-    let v = match metric {
-        "loss" => p.loss,
-        other => p.metrics.get(other).copied(),
-    }?;
-    Some((v, p.step))
 }
 
 /// The trials with the best finite value, best first: FAILED trials are
@@ -165,6 +153,8 @@ fn summary(s: &Sweep) -> v1::Sweep {
         searcher: match s.searcher {
             crate::model::Searcher::Grid => v1::Searcher::Grid,
             crate::model::Searcher::Random => v1::Searcher::Random,
+            crate::model::Searcher::Asha => v1::Searcher::Asha,
+            crate::model::Searcher::Median => v1::Searcher::Median,
         } as i32,
         seed: s.seed,
         objective: Some(v1::SweepObjective {
@@ -192,6 +182,7 @@ fn summary(s: &Sweep) -> v1::Sweep {
         gpu_hours: 0.0,
         create_time: Some(super::convert::timestamp(s.create_time)),
         end_time: s.end_time.map(super::convert::timestamp),
+        eta: s.eta,
     }
 }
 

@@ -23,6 +23,8 @@ pub const MAX_CONCURRENT: i32 = 64;
 /// Trials of a RANDOM sweep when the request does not say.
 const DEFAULT_RANDOM_TRIALS: i32 = 16;
 const DEFAULT_CONCURRENT: i32 = 4;
+/// ASHA's reduction factor when the request does not say.
+const DEFAULT_ETA: f64 = 3.0;
 /// Draws each value of the space is tried against when the sweep is created.
 const PROBE_DRAWS: u64 = 8;
 
@@ -39,6 +41,8 @@ pub fn validate_create(
     let searcher = match v1::Searcher::try_from(req.searcher) {
         Ok(v1::Searcher::Unspecified | v1::Searcher::Random) => Searcher::Random,
         Ok(v1::Searcher::Grid) => Searcher::Grid,
+        Ok(v1::Searcher::Asha) => Searcher::Asha,
+        Ok(v1::Searcher::Median) => Searcher::Median,
         Err(_) => {
             return Err(
                 ApiError::field("searcher", format!("{} is not a searcher", req.searcher)).into(),
@@ -52,7 +56,16 @@ pub fn validate_create(
                 .grid()
                 .map_err(|e| ApiError::field(e.field, e.reason))?,
         ),
-        Searcher::Random => None,
+        Searcher::Random | Searcher::Asha | Searcher::Median => None,
+    };
+    let eta = match (searcher, req.eta) {
+        (Searcher::Asha, 0.0) => DEFAULT_ETA,
+        (Searcher::Asha, e) if (2.0..=10.0).contains(&e) => e,
+        (Searcher::Asha, _) => {
+            return Err(ApiError::field("eta", "ASHA's reduction factor: 2 to 10 (0: 3)").into())
+        }
+        (_, 0.0) => 0.0,
+        (_, _) => return Err(ApiError::field("eta", "only the ASHA searcher takes eta").into()),
     };
     let max_trials = match (req.max_trials, &grid) {
         (n, _) if !(0..=MAX_TRIALS).contains(&n) => {
@@ -101,6 +114,7 @@ pub fn validate_create(
         config,
         space,
         searcher,
+        eta,
         seed,
         objective,
         max_trials,

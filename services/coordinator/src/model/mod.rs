@@ -23,7 +23,8 @@ pub use placement::{AgentRecord, Placement, RankRecord, RankSlot};
 pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
 pub use sweep::{
-    Direction, Objective, Searcher, Sweep, SweepState, Trial, TrialTemplate, SAE_METRICS,
+    Direction, Objective, RungRecord, Searcher, Sweep, SweepState, Trial, TrialTemplate,
+    SAE_METRICS,
 };
 pub use training::{
     EstimateChange, EventPayload, Preempted, StateChange, StateTransition, StoredEvent,

@@ -13,6 +13,10 @@ pub enum Searcher {
     Grid,
     /// Seeded independent draws.
     Random,
+    /// Random's draws, stopped early by asynchronous successive halving.
+    Asha,
+    /// Random's draws, stopped early when worse than the median.
+    Median,
 }
 
 impl Searcher {
@@ -20,6 +24,8 @@ impl Searcher {
         match self {
             Searcher::Grid => "grid",
             Searcher::Random => "random",
+            Searcher::Asha => "asha",
+            Searcher::Median => "median",
         }
     }
 
@@ -27,8 +33,15 @@ impl Searcher {
         match s {
             "grid" => Some(Searcher::Grid),
             "random" => Some(Searcher::Random),
+            "asha" => Some(Searcher::Asha),
+            "median" => Some(Searcher::Median),
             _ => None,
         }
+    }
+
+    /// Whether it stops trials early.
+    pub fn stops_early(self) -> bool {
+        matches!(self, Searcher::Asha | Searcher::Median)
     }
 }
 
@@ -137,6 +150,8 @@ pub struct Sweep {
     pub config: Workload,
     pub space: Space,
     pub searcher: Searcher,
+    /// ASHA's reduction factor (0 for the other searchers).
+    pub eta: f64,
     pub seed: u64,
     pub objective: Objective,
     pub max_trials: i32,
@@ -160,4 +175,14 @@ pub struct Trial {
     pub params: Params,
     pub state: JobState,
     pub state_reason: String,
+}
+
+/// A trial's objective when the searcher first saw it at or past a rung.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RungRecord {
+    pub trial_index: i32,
+    /// From 1.
+    pub rung: i32,
+    pub step: i64,
+    pub value: f64,
 }

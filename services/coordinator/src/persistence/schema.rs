@@ -306,6 +306,7 @@ diesel::table! {
         config_json -> Text,
         space_json -> Text,
         searcher -> Text,
+        eta -> Double,
         seed -> BigInt,
         metric -> Text,
         direction -> Text,
@@ -333,7 +334,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    sweep_rungs (sweep_id, trial_index, rung) {
+        sweep_id -> Text,
+        trial_index -> Integer,
+        rung -> Integer,
+        step -> BigInt,
+        value -> Double,
+    }
+}
+
 diesel::joinable!(gpus -> agents (agent_id));
+diesel::joinable!(sweep_rungs -> sweeps (sweep_id));
 diesel::joinable!(sweep_trials -> sweeps (sweep_id));
 diesel::joinable!(sweep_trials -> trainings (training_id));
 diesel::joinable!(ranks -> trainings (training_id));
@@ -367,4 +379,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhooks,
     sweeps,
     sweep_trials,
+    sweep_rungs,
 );

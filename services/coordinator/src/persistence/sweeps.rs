@@ -5,10 +5,11 @@
 use super::audit::insert_in;
 use super::lifecycle::creates::{create_batch_in, Created, NewTraining};
 use super::rows::{from_db_time, now, request_key, to_db_time};
-use super::schema::{state_transitions, sweep_trials, sweeps, trainings};
+use super::schema::{state_transitions, sweep_rungs, sweep_trials, sweeps, trainings};
 use super::{DatabaseError, DbConnection, LogicalError, Persistence};
 use crate::model::{
-    AuditEntry, Direction, JobState, Objective, Searcher, Sweep, SweepState, Trial, TrialTemplate,
+    AuditEntry, Direction, JobState, Objective, RungRecord, Searcher, StoredEvent, Sweep,
+    SweepState, Trial, TrialTemplate,
 };
 use chrono::{DateTime, NaiveDateTime, Utc};
 use cohort_spec::sweep::{Params, Space};
@@ -30,6 +31,7 @@ struct SweepRow {
     config_json: String,
     space_json: String,
     searcher: String,
+    eta: f64,
     seed: i64,
     metric: String,
     direction: String,
@@ -65,6 +67,7 @@ impl TryFrom<SweepRow> for Sweep {
             space: Space::from_json(&space_value).map_err(|e| corrupt("space_json", e))?,
             searcher: Searcher::parse(&r.searcher)
                 .ok_or_else(|| corrupt("searcher", &r.searcher))?,
+            eta: r.eta,
             seed: r.seed as u64,
             objective: Objective {
                 metric: r.metric,
@@ -103,6 +106,7 @@ fn row_of(s: &Sweep) -> SweepRow {
         config_json: s.config.to_json(),
         space_json: s.space.to_json().to_string(),
         searcher: s.searcher.as_str().into(),
+        eta: s.eta,
         seed: s.seed as i64,
         metric: s.objective.metric.clone(),
         direction: s.objective.direction.as_str().into(),
@@ -468,6 +472,82 @@ impl Persistence {
                     let secs = (end - since).num_milliseconds().max(0) as f64 / 1000.0;
                     *out.entry(was.clone()).or_insert(0.0) +=
                         secs * f64::from(*sizes.get(&was).unwrap_or(&0));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// A sweep's rung records, by trial then rung.
+    pub async fn sweep_rungs(&self, sweep_id: &str) -> Result<Vec<RungRecord>, DatabaseError> {
+        let id = sweep_id.to_string();
+        self.read("sweep_rungs", move |c| {
+            let rows: Vec<(i32, i32, i64, f64)> = sweep_rungs::table
+                .filter(sweep_rungs::sweep_id.eq(&id))
+                .order((sweep_rungs::trial_index, sweep_rungs::rung))
+                .select((
+                    sweep_rungs::trial_index,
+                    sweep_rungs::rung,
+                    sweep_rungs::step,
+                    sweep_rungs::value,
+                ))
+                .load(c)?;
+            Ok(rows
+                .into_iter()
+                .map(|(trial_index, rung, step, value)| RungRecord {
+                    trial_index,
+                    rung,
+                    step,
+                    value,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Records a trial's objective at a rung; false when it was recorded
+    /// before (the first record stands).
+    pub async fn record_rung(
+        &self,
+        sweep_id: &str,
+        record: RungRecord,
+    ) -> Result<bool, DatabaseError> {
+        let id = sweep_id.to_string();
+        self.transaction("record_rung", move |c| {
+            let had: i64 = sweep_rungs::table
+                .filter(sweep_rungs::sweep_id.eq(&id))
+                .filter(sweep_rungs::trial_index.eq(record.trial_index))
+                .filter(sweep_rungs::rung.eq(record.rung))
+                .count()
+                .get_result(c)?;
+            if had > 0 {
+                return Ok(false);
+            }
+            let n = diesel::insert_into(sweep_rungs::table)
+                .values((
+                    sweep_rungs::sweep_id.eq(&id),
+                    sweep_rungs::trial_index.eq(record.trial_index),
+                    sweep_rungs::rung.eq(record.rung),
+                    sweep_rungs::step.eq(record.step),
+                    sweep_rungs::value.eq(record.value),
+                ))
+                .execute(c)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// The newest progress (or program metrics) event of each training.
+    pub async fn latest_progress(
+        &self,
+        training_ids: Vec<String>,
+    ) -> Result<HashMap<String, StoredEvent>, DatabaseError> {
+        self.read("latest_progress", move |c| {
+            let mut out = HashMap::new();
+            for id in &training_ids {
+                if let Some(e) = super::events::latest_progress_in(c, id)? {
+                    out.insert(id.clone(), e);
                 }
             }
             Ok(out)

@@ -6,10 +6,12 @@
 //! the database (a trial's row is written with its training, its draw
 //! says where the searcher was), so a new leader goes on from there.
 
+pub mod objective;
 pub mod searcher;
+pub mod stopping;
 
 use crate::context::Context;
-use crate::model::{JobState, Sweep, SweepState, Trial};
+use crate::model::{JobState, RungRecord, Sweep, SweepState, Trial};
 use crate::persistence::sweeps::TrialAdded;
 use crate::persistence::DatabaseError;
 use searcher::Next;
@@ -94,8 +96,89 @@ async fn spent(
     Ok(Some(seconds / 3600.0))
 }
 
+/// ASHA and the median rule: records each running trial's objective at
+/// the rungs it passed since the last look and stops the ones the rule
+/// says; how many it stopped.
+async fn stop_early(
+    ctx: &Context,
+    sweep: &Sweep,
+    trials: &[Trial],
+) -> Result<usize, DatabaseError> {
+    let running: Vec<&Trial> = trials
+        .iter()
+        .filter(|t| t.state == JobState::Running)
+        .collect();
+    if running.is_empty() {
+        return Ok(0);
+    }
+    let progress = ctx
+        .db
+        .latest_progress(running.iter().map(|t| t.training_id.clone()).collect())
+        .await?;
+    let mut records = ctx.db.sweep_rungs(&sweep.id).await?;
+    let metric = &sweep.objective.metric;
+    let mut stopped = 0;
+    for t in running {
+        let Some(reading) = progress
+            .get(&t.training_id)
+            .and_then(|e| objective::read(metric, e))
+        else {
+            continue;
+        };
+        let Some(total) = reading.total_steps else {
+            continue;
+        };
+        let rungs = stopping::rungs(sweep.searcher, sweep.eta, total);
+        for (i, at) in rungs.iter().enumerate() {
+            let rung = i as i32 + 1;
+            if reading.step < *at {
+                break;
+            }
+            if records
+                .iter()
+                .any(|r| r.trial_index == t.index && r.rung == rung)
+            {
+                continue;
+            }
+            let others: Vec<f64> = records
+                .iter()
+                .filter(|r| r.rung == rung)
+                .map(|r| r.value)
+                .collect();
+            let record = RungRecord {
+                trial_index: t.index,
+                rung,
+                step: reading.step,
+                value: reading.value,
+            };
+            if !ctx.db.record_rung(&sweep.id, record.clone()).await? {
+                continue;
+            }
+            records.push(record);
+            let direction = sweep.objective.direction;
+            if let Some(why) =
+                stopping::verdict(sweep.searcher, sweep.eta, direction, reading.value, &others)
+            {
+                let reason = format!(
+                    "STOPPED_BY_SEARCHER: {metric} {:.6} at step {} (rung {rung} of {}) is {why}; its checkpoints are kept",
+                    reading.value,
+                    reading.step,
+                    rungs.len()
+                );
+                cancel_one(ctx, &t.training_id, &reason).await;
+                stopped += 1;
+                break;
+            }
+        }
+    }
+    Ok(stopped)
+}
+
 async fn advance(ctx: &Context, sweep: &Sweep) -> Result<(), DatabaseError> {
-    let trials = ctx.db.sweep_trials(&sweep.id).await?;
+    let mut trials = ctx.db.sweep_trials(&sweep.id).await?;
+    if sweep.searcher.stops_early() && stop_early(ctx, sweep, &trials).await? > 0 {
+        trials = ctx.db.sweep_trials(&sweep.id).await?;
+    }
     let mut active = trials.iter().filter(|t| !t.state.is_final()).count() as i32;
     let mut started = trials.len() as i32;
     let mut last_draw = trials.last().map(|t| t.draw);

@@ -29,7 +29,7 @@ pub enum Next {
 pub fn draws(sweep: &Sweep) -> Option<usize> {
     match sweep.searcher {
         Searcher::Grid => Some(sweep.space.grid().map_or(0, |g| g.len())),
-        Searcher::Random => None,
+        Searcher::Random | Searcher::Asha | Searcher::Median => None,
     }
 }
 
@@ -54,7 +54,7 @@ pub fn next(sweep: &Sweep, after: Option<i32>) -> Next {
                 Err(last) => Next::Invalid { last },
             }
         }
-        Searcher::Random => {
+        Searcher::Random | Searcher::Asha | Searcher::Median => {
             let mut last = None;
             for draw in first..first.saturating_add(MAX_INVALID_DRAWS) {
                 let params = sweep.space.sample(sweep.seed, draw as u64);
