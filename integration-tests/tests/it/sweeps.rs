@@ -22,6 +22,15 @@ async fn sweep_json(cluster: &Cluster, id: &str) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("sweep get -o json: {e}: {out}"))
 }
 
+/// `cohort sweep create` of `job` over `space` with `extra` flags; the id.
+async fn create(cluster: &Cluster, job: &SaeJob, space: &str, extra: &[&str]) -> String {
+    let base = job.write(cluster.root(), "base.toml");
+    let path = cluster.root().join("space.toml");
+    std::fs::write(&path, space).unwrap();
+    let args = create_args(base.to_str().unwrap(), path.to_str().unwrap(), extra);
+    cluster.cli_ok(&args).await.trim().to_string()
+}
+
 /// Trial `n`'s training, once the searcher started it.
 async fn trial(cluster: &Cluster, id: &str, n: usize, timeout: Duration) -> String {
     eventually(&format!("trial {n}"), timeout, || async {
@@ -90,28 +99,22 @@ async fn a_random_sweep_on_postgresql() {
 
 async fn random_sweep(backend: Backend) {
     let cluster = Cluster::start(ClusterOptions::new(backend, 1)).await;
-    let base = SaeJob::small().write(cluster.root(), "base.toml");
-    let space = cluster.root().join("space.toml");
-    std::fs::write(&space, SPACE).unwrap();
-    let (base, space_path) = (base.to_str().unwrap(), space.to_str().unwrap());
-    let id = cluster
-        .cli_ok(&create_args(
-            base,
-            space_path,
-            &[
-                "--max-trials",
-                "4",
-                "--max-concurrent",
-                "2",
-                "--seed",
-                "7",
-                "--name",
-                "lr-dsae",
-            ],
-        ))
-        .await
-        .trim()
-        .to_string();
+    let id = create(
+        &cluster,
+        &SaeJob::small(),
+        SPACE,
+        &[
+            "--max-trials",
+            "4",
+            "--max-concurrent",
+            "2",
+            "--seed",
+            "7",
+            "--name",
+            "lr-dsae",
+        ],
+    )
+    .await;
     assert!(id.starts_with("swp-"), "create prints the id: {id}");
 
     let sweep = run_to_end(&cluster, &id, 2, Duration::from_secs(240)).await;
@@ -200,19 +203,13 @@ async fn random_sweep(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_goes_on_after_a_coordinator_restart_and_a_cancel_stops_its_trials() {
     let mut cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
-    let base = SaeJob::with_steps(1500).write(cluster.root(), "base.toml");
-    let space = cluster.root().join("space.toml");
-    std::fs::write(&space, SPACE).unwrap();
-    let (base, space_path) = (base.to_str().unwrap(), space.to_str().unwrap());
-    let id = cluster
-        .cli_ok(&create_args(
-            base,
-            space_path,
-            &["--max-trials", "6", "--max-concurrent", "1"],
-        ))
-        .await
-        .trim()
-        .to_string();
+    let id = create(
+        &cluster,
+        &SaeJob::with_steps(1500),
+        SPACE,
+        &["--max-trials", "6", "--max-concurrent", "1"],
+    )
+    .await;
     let first = trial(&cluster, &id, 0, Duration::from_secs(30)).await;
     cluster
         .wait_state(
@@ -410,28 +407,23 @@ async fn asha_stops_a_worse_trial_at_a_rung_and_keeps_the_better() {
         .find(|s| good(*s, 0) && !good(*s, 1))
         .expect("a seed whose first draw is good and second bad");
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
-    let base = SaeJob::with_steps(10_000).write(cluster.root(), "base.toml");
-    let path = cluster.root().join("space.toml");
-    std::fs::write(&path, ASHA_SPACE).unwrap();
     let seed_text = seed.to_string();
-    let id = cluster
-        .cli_ok(&create_args(
-            base.to_str().unwrap(),
-            path.to_str().unwrap(),
-            &[
-                "--searcher",
-                "asha",
-                "--max-trials",
-                "2",
-                "--max-concurrent",
-                "1",
-                "--seed",
-                &seed_text,
-            ],
-        ))
-        .await
-        .trim()
-        .to_string();
+    let id = create(
+        &cluster,
+        &SaeJob::with_steps(10_000),
+        ASHA_SPACE,
+        &[
+            "--searcher",
+            "asha",
+            "--max-trials",
+            "2",
+            "--max-concurrent",
+            "1",
+            "--seed",
+            &seed_text,
+        ],
+    )
+    .await;
     let sweep = run_to_end(&cluster, &id, 1, Duration::from_secs(300)).await;
     assert_eq!(sweep["state"], "SUCCEEDED", "{sweep}");
     assert_eq!(sweep["eta"], 3.0, "{sweep}");
