@@ -141,6 +141,10 @@ async fn random_sweep(backend: Backend) {
             .get_training(t["training_id"].as_str().unwrap())
             .await;
         assert_eq!(training.labels.get("sweep"), Some(&id), "{training:?}");
+        assert_eq!(
+            training.priority_class, "low",
+            "trials are preemptible by default"
+        );
         let config = training.config.expect("config");
         assert_eq!(
             config.model.expect("model").d_sae,

@@ -92,7 +92,7 @@ pub struct CreateArgs {
     /// The random searcher's seed (default: one is chosen and shown).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Every trial's priority class (default: the coordinator's default).
+    /// Every trial's priority class (default: low, preemptible).
     #[arg(long)]
     pub priority_class: Option<String>,
     #[arg(long)]

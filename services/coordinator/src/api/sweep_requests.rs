@@ -23,6 +23,8 @@ pub const MAX_CONCURRENT: i32 = 64;
 /// Trials of a RANDOM sweep when the request does not say.
 const DEFAULT_RANDOM_TRIALS: i32 = 16;
 const DEFAULT_CONCURRENT: i32 = 4;
+/// The trials' priority class when the request names none (always defined).
+const DEFAULT_TRIAL_CLASS: &str = "low";
 /// ASHA's reduction factor when the request does not say.
 const DEFAULT_ETA: f64 = 3.0;
 /// Draws each value of the space is tried against when the sweep is created.
@@ -95,7 +97,13 @@ pub fn validate_create(
         return Err(ApiError::field("max_restarts", "must be >= 0").into());
     }
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
-    let (priority, priority_class) = priority_of(classes, &req.priority_class, 0)?;
+    // Trials are preemptible unless asked otherwise: search is what a
+    // shared fleet runs on idle GPUs.
+    let class = match req.priority_class.as_str() {
+        "" => DEFAULT_TRIAL_CLASS,
+        asked => asked,
+    };
+    let (priority, priority_class) = priority_of(classes, class, 0)?;
     check_cap(classes, who.team(), cap, priority, &priority_class)?;
     let seed = match req.seed {
         0 => random_seed(),
