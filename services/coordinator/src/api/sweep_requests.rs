@@ -40,17 +40,7 @@ pub fn validate_create(
     let config = checked_key_and_config(&req.request_id, req.config)?;
     let space = cohort_proto::sweep::space_from_proto(req.space)
         .map_err(|e| ApiError::field(e.field, e.reason))?;
-    let searcher = match v1::Searcher::try_from(req.searcher) {
-        Ok(v1::Searcher::Unspecified | v1::Searcher::Random) => Searcher::Random,
-        Ok(v1::Searcher::Grid) => Searcher::Grid,
-        Ok(v1::Searcher::Asha) => Searcher::Asha,
-        Ok(v1::Searcher::Median) => Searcher::Median,
-        Err(_) => {
-            return Err(
-                ApiError::field("searcher", format!("{} is not a searcher", req.searcher)).into(),
-            )
-        }
-    };
+    let (searcher, eta) = searcher_and_eta(req.searcher, req.eta)?;
     let objective = objective(&config, req.objective)?;
     let grid = match searcher {
         Searcher::Grid => Some(
@@ -60,38 +50,10 @@ pub fn validate_create(
         ),
         Searcher::Random | Searcher::Asha | Searcher::Median => None,
     };
-    let eta = match (searcher, req.eta) {
-        (Searcher::Asha, 0.0) => DEFAULT_ETA,
-        (Searcher::Asha, e) if (2.0..=10.0).contains(&e) => e,
-        (Searcher::Asha, _) => {
-            return Err(ApiError::field("eta", "ASHA's reduction factor: 2 to 10 (0: 3)").into())
-        }
-        (_, 0.0) => 0.0,
-        (_, _) => return Err(ApiError::field("eta", "only the ASHA searcher takes eta").into()),
-    };
-    let max_trials = match (req.max_trials, &grid) {
-        (n, _) if !(0..=MAX_TRIALS).contains(&n) => {
-            return Err(ApiError::field("max_trials", format!("0 to {MAX_TRIALS}")).into())
-        }
-        (0, Some(g)) => g.len() as i32,
-        (0, None) => DEFAULT_RANDOM_TRIALS,
-        (n, Some(g)) if n as usize > g.len() => {
-            return Err(
-                ApiError::field("max_trials", format!("the grid has {} trials", g.len())).into(),
-            )
-        }
-        (n, _) => n,
-    };
-    let max_concurrent = match req.max_concurrent {
-        0 => DEFAULT_CONCURRENT,
-        n if (1..=MAX_CONCURRENT).contains(&n) => n,
-        _ => {
-            return Err(ApiError::field("max_concurrent", format!("0 to {MAX_CONCURRENT}")).into())
-        }
-    };
-    if !req.max_gpu_hours.is_finite() || req.max_gpu_hours < 0.0 {
-        return Err(ApiError::field("max_gpu_hours", "a number >= 0 (0: no limit)").into());
-    }
+    let (max_trials, max_concurrent) = budget(
+        (req.max_trials, req.max_concurrent, req.max_gpu_hours),
+        grid.as_deref(),
+    )?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
     if max_restarts < 0 {
         return Err(ApiError::field("max_restarts", "must be >= 0").into());
@@ -139,6 +101,61 @@ pub fn validate_create(
         create_time: chrono::Utc::now(),
         end_time: None,
     })
+}
+
+/// The searcher asked for, and ASHA's eta (0 for the others).
+fn searcher_and_eta(raw: i32, eta: f64) -> Result<(Searcher, f64), Status> {
+    let searcher = match v1::Searcher::try_from(raw) {
+        Ok(v1::Searcher::Unspecified | v1::Searcher::Random) => Searcher::Random,
+        Ok(v1::Searcher::Grid) => Searcher::Grid,
+        Ok(v1::Searcher::Asha) => Searcher::Asha,
+        Ok(v1::Searcher::Median) => Searcher::Median,
+        Err(_) => {
+            return Err(ApiError::field("searcher", format!("{raw} is not a searcher")).into())
+        }
+    };
+    let eta = match (searcher, eta) {
+        (Searcher::Asha, 0.0) => DEFAULT_ETA,
+        (Searcher::Asha, e) if (2.0..=10.0).contains(&e) => e,
+        (Searcher::Asha, _) => {
+            return Err(ApiError::field("eta", "ASHA's reduction factor: 2 to 10 (0: 3)").into())
+        }
+        (_, 0.0) => 0.0,
+        (_, _) => return Err(ApiError::field("eta", "only the ASHA searcher takes eta").into()),
+    };
+    Ok((searcher, eta))
+}
+
+/// `max_trials` (defaulted to the grid's size, or 16) and
+/// `max_concurrent`, with `max_gpu_hours` checked.
+fn budget(
+    (trials, concurrent, gpu_hours): (i32, i32, f64),
+    grid: Option<&[Params]>,
+) -> Result<(i32, i32), Status> {
+    let max_trials = match (trials, grid) {
+        (n, _) if !(0..=MAX_TRIALS).contains(&n) => {
+            return Err(ApiError::field("max_trials", format!("0 to {MAX_TRIALS}")).into())
+        }
+        (0, Some(g)) => g.len() as i32,
+        (0, None) => DEFAULT_RANDOM_TRIALS,
+        (n, Some(g)) if n as usize > g.len() => {
+            return Err(
+                ApiError::field("max_trials", format!("the grid has {} trials", g.len())).into(),
+            )
+        }
+        (n, _) => n,
+    };
+    let max_concurrent = match concurrent {
+        0 => DEFAULT_CONCURRENT,
+        n if (1..=MAX_CONCURRENT).contains(&n) => n,
+        _ => {
+            return Err(ApiError::field("max_concurrent", format!("0 to {MAX_CONCURRENT}")).into())
+        }
+    };
+    if !gpu_hours.is_finite() || gpu_hours < 0.0 {
+        return Err(ApiError::field("max_gpu_hours", "a number >= 0 (0: no limit)").into());
+    }
+    Ok((max_trials, max_concurrent))
 }
 
 fn random_seed() -> u64 {
