@@ -78,7 +78,8 @@ impl ClusterOptions {
 /// [`ClusterOptions::security`]). Dropping it stops the agents (which
 /// stop their ranks), kills the coordinator and any rank left with this
 /// cluster's mark, drops the PostgreSQL schema, and removes the temp dir
-/// (kept, with the logs' tails printed, when the test panicked).
+/// (kept, with the logs' tails printed, when the test panicked, or with
+/// `COHORT_IT_KEEP` set).
 pub struct Cluster {
     pub options: ClusterOptions,
     pub bins: Binaries,
@@ -319,8 +320,12 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop_everything();
-        if std::thread::panicking() {
+        let panicking = std::thread::panicking();
+        if panicking {
             eprintln!("{}", self.logs(60));
+        }
+        // COHORT_IT_KEEP=1 keeps a passing test's files too (to read its logs).
+        if panicking || std::env::var_os("COHORT_IT_KEEP").is_some() {
             if let Some(root) = self.root.take() {
                 let kept = root.keep();
                 eprintln!("test files kept in {}", kept.display());

@@ -26,6 +26,7 @@ pub mod doctor;
 pub mod duration;
 pub mod envfile;
 pub mod exit;
+pub mod frontier;
 pub mod launch;
 pub mod location;
 pub mod metrics;

@@ -22,11 +22,24 @@ function extent(vs: number[]): [number, number] {
   return [lo - pad, hi + pad];
 }
 
+/** The frontier as steps between its points, sparsest first: what each
+ * point dominates ends where the next begins. */
+function staircase(on: FrontierPoint[], x: (v: number) => number, y: (v: number) => number): string {
+  const sorted = [...on].sort((a, b) => a.l0 - b.l0);
+  const out: string[] = [];
+  sorted.forEach((p, i) => {
+    if (i > 0) out.push(`${x(p.l0)},${y(sorted[i - 1].ev)}`);
+    out.push(`${x(p.l0)},${y(p.ev)}`);
+  });
+  return out.join(" ");
+}
+
 function ticks([lo, hi]: [number, number], n = 5): number[] {
   return Array.from({ length: n }, (_, i) => lo + ((hi - lo) * i) / (n - 1));
 }
 
-export function Frontier({ points }: { points: FrontierPoint[] }) {
+/** `line`: the ids of the points on the frontier, joined by its steps. */
+export function Frontier({ points, line }: { points: FrontierPoint[]; line?: string[] }) {
   const shown = points.filter((p) => Number.isFinite(p.l0) && Number.isFinite(p.ev));
   if (shown.length === 0) return <p className="muted">No training has reported L0 and explained variance yet.</p>;
   const xr = extent(shown.map((p) => p.l0));
@@ -50,6 +63,16 @@ export function Frontier({ points }: { points: FrontierPoint[] }) {
         ))}
         <text x={(W + PAD.l) / 2} y={H - 6} textAnchor="middle" className="axis">L0 (active latents per sample) →</text>
         <text transform={`translate(14 ${(H - PAD.b) / 2}) rotate(-90)`} textAnchor="middle" className="axis">explained variance →</text>
+        {line && line.length > 0 && (
+          <polyline
+            aria-label="the frontier"
+            points={staircase(shown.filter((p) => line.includes(p.id)), x, y)}
+            fill="none"
+            stroke="var(--muted)"
+            strokeDasharray="4 3"
+            strokeWidth={1.5}
+          />
+        )}
         {shown.map((p) => (
           <a key={p.id} href={`/trainings/${p.id}`}>
             <circle cx={x(p.l0)} cy={y(p.ev)} r={6} fill={p.color} stroke="var(--bg)" strokeWidth={1.5}>

@@ -1,12 +1,16 @@
 // `/sweeps`: the sweeps the caller may see; `/sweeps/ID`: one sweep — its
-// searcher, objective and budget, its trials with their params and
-// objective values (the best marked), and a link to compare their curves.
+// searcher, objective and budget, its trials by rung and on the L0 /
+// explained-variance frontier, its trials with their params and objective
+// values (the best marked), and a link to compare their curves.
 import { useEffect, useState } from "react";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { Searcher, type Sweep, Sweep_State, SweepObjective_Direction } from "../gen/cohort/v1/sweep_pb";
 import { aborted, api, failure } from "../api/client";
 import { num, stateName, when } from "../format";
 import { Link } from "../router";
+import { Frontier } from "../compare/Frontier";
+import { PALETTE } from "../training/curves";
+import { fate, Rungs } from "../sweeps/Rungs";
 
 const POLL_MS = 2000;
 
@@ -17,6 +21,7 @@ function sweepState(s: Sweep_State): string {
 function objectiveText(s: Sweep): string {
   const o = s.objective;
   if (!o) return "–";
+  if (o.metric === "frontier") return "the L0 / explained-variance frontier";
   const way = o.direction === SweepObjective_Direction.MAXIMIZE ? "maximize" : "minimize";
   return `${way} ${o.metric}`;
 }
@@ -88,6 +93,9 @@ export function SweepPage({ id }: { id: string }) {
     api.sweep.cancelSweep({ id, reason: "from the console" }).finally(() => setCancelling(false));
   };
   const keys = [...new Set((s?.trials ?? []).flatMap((t) => Object.keys(t.params ?? {})))].sort();
+  const frontier = s?.objective?.metric === "frontier";
+  const color = (i: number) => PALETTE[i % PALETTE.length];
+  const isBest = (rank: number) => (frontier ? rank >= 0 : rank === 0);
   return (
     <main>
       <h1>Sweep {s?.displayName || id}</h1>
@@ -107,21 +115,39 @@ export function SweepPage({ id }: { id: string }) {
             <Link href={`/compare?sweep=${s.id}`}>Compare the trials' curves and frontier</Link>
             {s.state === Sweep_State.RUNNING && <> · <button onClick={cancel} disabled={cancelling}>Cancel the sweep</button></>}
           </p>
+          <div className="grid2">
+            <section aria-label="trials by rung">
+              <h2>Trials by rung</h2>
+              <Rungs sweep={s} colors={color} />
+            </section>
+            <section aria-label="frontier">
+              <h2>Frontier{frontier && s.best.length > 0 ? ` (${s.best.length} trials, hypervolume ${num(s.frontierHypervolume, 4)})` : ""}</h2>
+              <Frontier
+                points={s.trials
+                  .filter((t) => t.l0 !== undefined && t.explainedVariance !== undefined)
+                  .map((t) => ({ id: t.trainingId, label: `#${t.index}`, l0: t.l0 ?? NaN, ev: t.explainedVariance ?? NaN, color: color(t.index) }))}
+                line={frontier ? s.best : undefined}
+              />
+            </section>
+          </div>
           <table className="table" aria-label="trials">
             <thead>
-              <tr><th>#</th><th>training</th>{keys.map((k) => <th key={k}>{k}</th>)}<th>state</th><th>step</th><th>{s.objective?.metric ?? "objective"}</th></tr>
+              <tr><th>#</th><th>training</th>{keys.map((k) => <th key={k}>{k}</th>)}<th>state</th><th>step</th><th>{frontier ? "distance to the frontier" : s.objective?.metric ?? "objective"}</th><th>L0</th><th>explained variance</th></tr>
             </thead>
             <tbody>
               {s.trials.map((t) => {
                 const rank = s.best.indexOf(t.trainingId);
+                const best = isBest(rank);
                 return (
-                  <tr key={t.trainingId} aria-label={rank === 0 ? "the best trial" : undefined}>
-                    <td>{t.index}</td>
-                    <td><Link href={`/trainings/${t.trainingId}`}>{t.trainingId}</Link>{rank === 0 && <strong> best</strong>}</td>
+                  <tr key={t.trainingId} aria-label={best ? (frontier ? "on the frontier" : "the best trial") : undefined}>
+                    <td style={{ color: color(t.index) }}>{t.index}</td>
+                    <td><Link href={`/trainings/${t.trainingId}`}>{t.trainingId}</Link>{best && <strong>{frontier ? " on the frontier" : " best"}</strong>}</td>
                     {keys.map((k) => <td key={k}>{value(t.params?.[k])}</td>)}
-                    <td title={t.stateReason}>{stateName(t.state).toLowerCase()}</td>
+                    <td title={t.stateReason}>{fate(t) === "paused" ? "paused" : stateName(t.state).toLowerCase()}</td>
                     <td>{String(t.step)}</td>
                     <td>{t.objective === undefined ? "–" : num(t.objective, 5)}</td>
+                    <td>{num(t.l0, 4)}</td>
+                    <td>{num(t.explainedVariance, 4)}</td>
                   </tr>
                 );
               })}

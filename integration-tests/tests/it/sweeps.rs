@@ -5,10 +5,12 @@
 //! naming the field, writing nothing.
 
 use cohort_integration_tests::status::expect_error;
+use cohort_integration_tests::watch::watch_to_end;
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::error::{bad_fields, Reason};
 use cohort_proto::v1;
 use cohort_proto::v1::sweep_service_client::SweepServiceClient;
+use cohort_proto::v1::training_event::Event;
 use cohort_spec::sweep::Space;
 use cohort_testkit::eventually;
 use serde_json::Value;
@@ -22,12 +24,29 @@ async fn sweep_json(cluster: &Cluster, id: &str) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("sweep get -o json: {e}: {out}"))
 }
 
-/// `cohort sweep create` of `job` over `space` with `extra` flags; the id.
+/// `cohort sweep create` of `job` over `space` with `extra` flags,
+/// minimising the loss; the id.
 async fn create(cluster: &Cluster, job: &SaeJob, space: &str, extra: &[&str]) -> String {
+    create_judged(cluster, job, space, "loss", extra).await
+}
+
+/// `cohort sweep create` judged on `objective`.
+async fn create_judged(
+    cluster: &Cluster,
+    job: &SaeJob,
+    space: &str,
+    objective: &str,
+    extra: &[&str],
+) -> String {
     let base = job.write(cluster.root(), "base.toml");
     let path = cluster.root().join("space.toml");
     std::fs::write(&path, space).unwrap();
-    let args = create_args(base.to_str().unwrap(), path.to_str().unwrap(), extra);
+    let args = create_args(
+        base.to_str().unwrap(),
+        path.to_str().unwrap(),
+        objective,
+        extra,
+    );
     cluster.cli_ok(&args).await.trim().to_string()
 }
 
@@ -43,7 +62,12 @@ async fn trial(cluster: &Cluster, id: &str, n: usize, timeout: Duration) -> Stri
     .await
 }
 
-fn create_args<'a>(base: &'a str, space: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+fn create_args<'a>(
+    base: &'a str,
+    space: &'a str,
+    objective: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "sweep",
         "create",
@@ -52,7 +76,7 @@ fn create_args<'a>(base: &'a str, space: &'a str, extra: &[&'a str]) -> Vec<&'a 
         "--space",
         space,
         "--objective",
-        "loss",
+        objective,
         "--gpus",
         "1",
     ];
@@ -61,7 +85,8 @@ fn create_args<'a>(base: &'a str, space: &'a str, extra: &[&'a str]) -> Vec<&'a 
 }
 
 /// Waits for the sweep to end, checking at every look that no more than
-/// `max` of its trials had not ended.
+/// `max` of its trials had not ended (a trial paused at a rung holds no
+/// GPU and does not count).
 async fn run_to_end(cluster: &Cluster, id: &str, max: usize, timeout: Duration) -> Value {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
@@ -73,7 +98,7 @@ async fn run_to_end(cluster: &Cluster, id: &str, max: usize, timeout: Duration) 
                 !matches!(
                     t["state"].as_str(),
                     Some("SUCCEEDED" | "FAILED" | "CANCELLED")
-                )
+                ) && t["paused"] != true
             })
             .count();
         assert!(live <= max, "{live} trials not ended at once: {sweep}");
@@ -339,6 +364,29 @@ async fn bad_sweeps_are_refused_naming_the_field_and_write_nothing() {
             "space[optim.learning_rate]",
         ),
         (
+            "a direction for the frontier",
+            v1::CreateSweepRequest {
+                objective: Some(v1::SweepObjective {
+                    metric: "frontier".into(),
+                    direction: v1::sweep_objective::Direction::Minimize as i32,
+                }),
+                ..good.clone()
+            },
+            "objective.direction",
+        ),
+        (
+            "the median of a frontier",
+            v1::CreateSweepRequest {
+                searcher: v1::Searcher::Median as i32,
+                objective: Some(v1::SweepObjective {
+                    metric: "frontier".into(),
+                    direction: 0,
+                }),
+                ..good.clone()
+            },
+            "objective.metric",
+        ),
+        (
             "too many at once",
             v1::CreateSweepRequest {
                 max_concurrent: 65,
@@ -398,23 +446,44 @@ async fn bad_sweeps_are_refused_naming_the_field_and_write_nothing() {
         .unwrap();
 }
 
-/// ASHA stops a trial that is worse at a rung than the one before it: one
-/// trial at a time, the first with a useful learning rate, the second with
-/// one too small to learn (the seed is chosen so they come in that order).
+/// A seed whose first draw of `space` gives `key` = `first` and whose
+/// second does not.
+fn seed_drawing(space: &str, key: &str, first: f64) -> u64 {
+    let space = Space::from_toml(space).unwrap();
+    let is_first = |seed: u64, i: u64| space.sample(seed, i)[key].as_f64() == Some(first);
+    (1..1000u64)
+        .find(|s| is_first(*s, 0) && !is_first(*s, 1))
+        .expect("a seed whose first draw is the first value and second not")
+}
+
+/// The `preempted` events of kind "pause" in trial `id`'s history, and the
+/// steps its attempts started from.
+async fn pauses(cluster: &Cluster, id: &str) -> (Vec<v1::PreemptedEvent>, Vec<i64>) {
+    let run = watch_to_end(&mut cluster.training().await, id, Duration::from_secs(30)).await;
+    let pauses = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Preempted(p)) if p.kind == "pause" => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    (pauses, run.start_steps())
+}
+
+/// ASHA, one trial at a time: the first (a useful learning rate) pauses
+/// at rung 1 with a checkpoint, since too few trials reached it; the
+/// second (a learning rate too small to learn) reaches it worse and pauses
+/// too; with no trial left to come the better is promoted, resumes from
+/// its checkpoint and finishes, and the worse ends stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asha_stops_a_worse_trial_at_a_rung_and_keeps_the_better() {
+async fn asha_pauses_at_a_rung_promotes_the_better_and_stops_the_worse() {
     const ASHA_SPACE: &str = "\"optim.learning_rate\" = { choice = [0.003, 0.00001] }\n";
-    let space = Space::from_toml(ASHA_SPACE).unwrap();
-    let good =
-        |seed: u64, i: u64| space.sample(seed, i)["optim.learning_rate"].as_f64() == Some(0.003);
-    let seed = (1..1000u64)
-        .find(|s| good(*s, 0) && !good(*s, 1))
-        .expect("a seed whose first draw is good and second bad");
+    let seed = seed_drawing(ASHA_SPACE, "optim.learning_rate", 0.003).to_string();
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
-    let seed_text = seed.to_string();
     let id = create(
         &cluster,
-        &SaeJob::with_steps(10_000),
+        &SaeJob::with_steps(20_000),
         ASHA_SPACE,
         &[
             "--searcher",
@@ -424,7 +493,7 @@ async fn asha_stops_a_worse_trial_at_a_rung_and_keeps_the_better() {
             "--max-concurrent",
             "1",
             "--seed",
-            &seed_text,
+            &seed,
         ],
     )
     .await;
@@ -440,18 +509,113 @@ async fn asha_stops_a_worse_trial_at_a_rung_and_keeps_the_better() {
     assert!(
         reason.starts_with("STOPPED_BY_SEARCHER: loss")
             && reason.contains("(rung 1 of 2)")
-            && reason.contains("ASHA"),
+            && reason.contains("ASHA")
+            && reason.contains("not promoted"),
         "{reason}"
     );
     let stopped_at = second["step"].as_i64().unwrap();
     assert!(
-        (1112..10_000).contains(&stopped_at),
+        (2223..20_000).contains(&stopped_at),
         "stopped at {stopped_at}"
     );
     assert_eq!(sweep["best"][0], first["training_id"], "{sweep}");
+
+    // The better one paused once, with a checkpoint, and went on from it.
+    let (paused, starts) = pauses(&cluster, first["training_id"].as_str().unwrap()).await;
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert_eq!(paused[0].by, id);
+    assert!(paused[0].checkpointed, "{paused:?}");
+    let at = paused[0].resume_step.expect("a checkpoint to resume from");
+    assert!((2223..20_000).contains(&at), "paused at {at}");
+    assert_eq!(starts, vec![0, at], "promoted: it resumed where it paused");
+    // The worse one paused and never ran again.
+    let (paused, starts) = pauses(&cluster, second["training_id"].as_str().unwrap()).await;
+    assert_eq!(
+        (paused.len(), starts.len()),
+        (1, 1),
+        "{paused:?} {starts:?}"
+    );
+
     let table = cluster.cli_ok(&["sweep", "get", &id]).await;
     assert!(
         table.contains("STOPPED_BY_SEARCHER") && table.contains("1:"),
+        "{table}"
+    );
+}
+
+/// The frontier keeps a sparse trial that ranking on the loss stops: the
+/// same two trials (a tiny L1 coefficient, then a large one: sparser, less
+/// faithful, and a higher loss) under ASHA, judged on the loss in one sweep
+/// and on the L0 / explained-variance frontier in the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frontier_keeps_a_sparse_trial_that_the_loss_stops() {
+    const L1_SPACE: &str = "\"model.l1_coefficient\" = { choice = [0.0001, 0.3] }\n";
+    let seed = seed_drawing(L1_SPACE, "model.l1_coefficient", 0.0001).to_string();
+    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let job = SaeJob::with_steps(20_000);
+    let flags = [
+        "--searcher",
+        "asha",
+        "--max-trials",
+        "2",
+        "--max-concurrent",
+        "1",
+        "--seed",
+        &seed,
+    ];
+    // One after the other: two ranks at once on a small machine's cores
+    // slow each other down many times over.
+    let timeout = Duration::from_secs(300);
+    let by_loss = create_judged(&cluster, &job, L1_SPACE, "loss", &flags).await;
+    let by_loss = run_to_end(&cluster, &by_loss, 1, timeout).await;
+    let by_frontier = create_judged(&cluster, &job, L1_SPACE, "frontier", &flags).await;
+    let by_frontier = run_to_end(&cluster, &by_frontier, 1, timeout).await;
+
+    // On the loss, the sparse trial is worse at rung 1 and is stopped.
+    let loss_trials = by_loss["trials"].as_array().unwrap();
+    let (dense, sparse) = (&loss_trials[0], &loss_trials[1]);
+    assert_eq!(dense["state"], "SUCCEEDED", "{by_loss}");
+    assert_eq!(sparse["state"], "CANCELLED", "{by_loss}");
+    assert!(
+        sparse["state_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("STOPPED_BY_SEARCHER: loss"),
+        "{sparse}"
+    );
+    let rung1 = |t: &Value| t["rungs"][0]["value"].as_f64().unwrap();
+    assert!(rung1(sparse) > rung1(dense), "{by_loss}");
+
+    // On the frontier, it is the sparse end of the frontier and goes on.
+    assert_eq!(by_frontier["state"], "SUCCEEDED", "{by_frontier}");
+    let trials = by_frontier["trials"].as_array().unwrap();
+    let (dense, sparse) = (&trials[0], &trials[1]);
+    for t in [dense, sparse] {
+        assert_eq!(t["state"], "SUCCEEDED", "{by_frontier}");
+        assert_eq!(t["on_frontier"], true, "{by_frontier}");
+        assert_eq!(t["objective"], 0.0, "on the frontier: no distance");
+    }
+    let at_rung1 = |t: &Value| {
+        let r = &t["rungs"][0];
+        (r["l0"].as_f64().unwrap(), r["value"].as_f64().unwrap())
+    };
+    let ((dense_l0, dense_ev), (sparse_l0, sparse_ev)) = (at_rung1(dense), at_rung1(sparse));
+    assert!(
+        sparse_l0 < dense_l0 && sparse_ev < dense_ev,
+        "a trade-off at rung 1: dense L0 {dense_l0} EV {dense_ev}, sparse L0 {sparse_l0} EV {sparse_ev}"
+    );
+    // Best: the frontier, sparsest first.
+    assert_eq!(
+        by_frontier["best"],
+        serde_json::json!([sparse["training_id"], dense["training_id"]]),
+        "{by_frontier}"
+    );
+    assert!(by_frontier["frontier_hypervolume"].as_f64().unwrap() > 0.0);
+    let table = cluster
+        .cli_ok(&["sweep", "get", by_frontier["id"].as_str().unwrap()])
+        .await;
+    assert!(
+        table.contains("on the frontier") && table.contains("DISTANCE"),
         "{table}"
     );
 }

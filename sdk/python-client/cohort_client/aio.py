@@ -182,7 +182,8 @@ class AsyncClient:
         """A sweep the coordinator runs (``cohort sweep create``): trials of
         ``config`` over ``space`` (a dict, or a TOML file or text:
         ``{"optim.learning_rate": {"log_uniform": [1e-4, 1e-2]}}``), ranked on
-        ``objective``. ``maximize`` None: the metric's own direction."""
+        ``objective``: a metric (``maximize`` None: the metric's own direction) or
+        ``"frontier"``: the trials on the L0 / explained-variance frontier."""
         request = rq.create_sweep_request(
             await self.parse_config(config), space, objective=objective, maximize=maximize,
             searcher=searcher, max_trials=max_trials, max_concurrent=max_concurrent,

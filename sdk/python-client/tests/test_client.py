@@ -306,6 +306,16 @@ def test_a_sweep_the_coordinator_runs(cohort):
         lowest = min(done.trials, key=lambda t: t.objective)
         assert done.best[0] == lowest.training_id
         assert sweep.id in [s.id for s in client.list_sweeps()]
+        # Judged on the frontier: best names the trials on it.
+        front = client.create_sweep(job(40), {"model.l1_coefficient": {"choice": [1e-4, 0.3]}},
+                                    objective="frontier", searcher="grid", max_concurrent=1,
+                                    gpus=1, name="py-frontier")
+        front = client.wait_sweep(front.id, poll_s=0.5)
+        assert front.state == front.SUCCEEDED, front
+        on = sorted(t.training_id for t in front.trials if t.on_frontier)
+        assert on and on == sorted(front.best), front
+        assert all(t.HasField("l0") and t.HasField("explained_variance") for t in front.trials)
+        assert front.frontier_hypervolume > 0
         # Refused naming the parameter: nothing stored.
         with pytest.raises(CohortError) as bad:
             client.create_sweep(job(), {"optim.learning_rate": {"uniform": [0.1, 0.01]}},

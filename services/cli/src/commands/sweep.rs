@@ -68,7 +68,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "ETA")]
     pub eta: Option<f64>,
     /// The metric the best trials are chosen by: loss, mse, l1, l0,
-    /// explained_variance, dead_fraction (a program's: any it reports).
+    /// explained_variance, dead_fraction (a program's: any it reports); or
+    /// `frontier`: the trials on the L0 / explained-variance frontier.
     #[arg(long, value_name = "METRIC")]
     pub objective: String,
     /// Lower is better (the default but for explained_variance).
@@ -219,6 +220,9 @@ fn searcher_name(raw: i32) -> String {
 
 fn objective_text(o: Option<&v1::SweepObjective>) -> String {
     o.map_or("-".into(), |o| {
+        if o.metric == FRONTIER {
+            return "the L0 / explained-variance frontier".into();
+        }
         let way = match v1::sweep_objective::Direction::try_from(o.direction) {
             Ok(v1::sweep_objective::Direction::Maximize) => "maximize",
             _ => "minimize",
@@ -250,7 +254,10 @@ fn rungs_text(rungs: &[v1::SweepRung]) -> String {
     }
     rungs
         .iter()
-        .map(|r| format!("{}:{:.4}@{}", r.rung, r.value, r.step))
+        .map(|r| match r.l0 {
+            Some(l0) => format!("{}:{:.4}/L0 {l0:.1}@{}", r.rung, r.value, r.step),
+            None => format!("{}:{:.4}@{}", r.rung, r.value, r.step),
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -260,6 +267,14 @@ fn best_text(s: &v1::Sweep) -> String {
     let Some(first) = s.best.first() else {
         return "- (no trial reported the objective yet)".into();
     };
+    if is_frontier(s) {
+        return format!(
+            "{} on the frontier (hypervolume {:.4}), sparsest first: {}",
+            s.best.len(),
+            s.frontier_hypervolume,
+            s.best.join(", ")
+        );
+    }
     let value = s
         .trials
         .iter()
@@ -297,6 +312,13 @@ fn list_table(sweeps: &[v1::Sweep]) -> String {
     t.render()
 }
 
+/// The objective that ranks trials by the L0 / explained-variance frontier.
+const FRONTIER: &str = "frontier";
+
+fn is_frontier(s: &v1::Sweep) -> bool {
+    s.objective.as_ref().is_some_and(|o| o.metric == FRONTIER)
+}
+
 /// `sweep get`: the sweep, then a row per trial, best marked.
 pub fn describe(s: &v1::Sweep) -> String {
     let budget = if s.max_gpu_hours > 0.0 {
@@ -328,12 +350,15 @@ pub fn describe(s: &v1::Sweep) -> String {
         lines.push("no trials yet".into());
         return lines.join("\n");
     }
+    let frontier = is_frontier(s);
     let mut t = Table::new(&[
         "#",
         "TRAINING",
         "STATE",
         "STEP",
-        "OBJECTIVE",
+        if frontier { "DISTANCE" } else { "OBJECTIVE" },
+        "L0",
+        "EV",
         "RUNGS",
         "PARAMS",
         "REASON",
@@ -347,23 +372,34 @@ pub fn describe(s: &v1::Sweep) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         });
-        let mark = if s.best.first() == Some(&trial.training_id) {
-            " *"
-        } else {
-            ""
+        let best = match frontier {
+            true => trial.on_frontier,
+            false => s.best.first() == Some(&trial.training_id),
+        };
+        let mark = if best { " *" } else { "" };
+        let state = match trial.paused {
+            true => "PAUSED".to_string(),
+            false => state_name(trial.state),
         };
         t.row(vec![
             trial.index.to_string(),
             format!("{}{mark}", trial.training_id),
-            state_name(trial.state),
+            state,
             trial.step.to_string(),
             trial.objective.map_or("-".into(), |v| format!("{v:.6}")),
+            trial.l0.map_or("-".into(), |v| format!("{v:.1}")),
+            trial
+                .explained_variance
+                .map_or("-".into(), |v| format!("{v:.4}")),
             rungs_text(&trial.rungs),
             params,
             dash(&trial.state_reason),
         ]);
     }
     lines.push(t.render());
-    lines.push("* the best trial so far".into());
+    lines.push(match frontier {
+        true => "* on the frontier; DISTANCE: to the frontier (0 on it)".into(),
+        false => "* the best trial so far".into(),
+    });
     lines.join("\n")
 }

@@ -7,12 +7,15 @@ use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor, page_size};
 use super::sweep_requests::validate_create;
 use crate::context::Context;
-use crate::model::{AuditEntry, Direction, JobState, Principal, Sweep, SweepState, Trial};
+use crate::model::{AuditEntry, Direction, Principal, Sweep, SweepState, Trial};
 use crate::persistence::sweeps::ListSweeps;
 use crate::persistence::{ListTrainings, LogicalError, TrainingCursor};
+use crate::sweeps::objective;
 use cohort_proto::sweep::{params_to_struct, space_to_proto};
 use cohort_proto::v1;
 use cohort_proto::v1::sweep_service_server::SweepService;
+use cohort_spec::frontier::Point;
+use cohort_spec::Workload;
 use std::collections::HashMap;
 use tonic::{Request, Response, Status};
 
@@ -70,7 +73,7 @@ impl SweepApi {
             .progress
             .iter()
             .filter_map(|(id, event)| {
-                crate::sweeps::objective::read(&sweep.objective.metric, event)
+                objective::read(&sweep.objective.metric, event)
                     .map(|r| (id.as_str(), (r.value, r.step)))
             })
             .collect();
@@ -81,21 +84,40 @@ impl SweepApi {
             .values()
             .sum::<f64>()
             / 3600.0;
+        let points: HashMap<&str, Point> = details
+            .progress
+            .iter()
+            .filter_map(|(id, event)| objective::point(event).map(|p| (id.as_str(), p)))
+            .collect();
+        let standing = sweep
+            .objective
+            .is_frontier()
+            .then(|| frontier_standing(sweep, &trials, &points));
         let rungs = db.sweep_rungs(&sweep.id).await.map_err(ApiError::from)?;
         let mut message = summary(sweep);
-        message.best = best(&trials, &values, sweep.objective.direction);
+        message.best = match &standing {
+            Some(s) => s.on.clone(),
+            None => best(&trials, &values, sweep.objective.direction),
+        };
+        message.frontier_hypervolume = standing.as_ref().map_or(0.0, |s| s.hypervolume);
         message.gpu_hours = spent;
         message.trials = trials
             .iter()
             .map(|t| {
-                let value = values.get(t.training_id.as_str());
+                let id = t.training_id.as_str();
+                let value = values.get(id);
+                let point = points.get(id);
+                let objective = match &standing {
+                    Some(s) => s.distance.get(id).copied().filter(|d| d.is_finite()),
+                    None => value.map(|v| v.0),
+                };
                 v1::SweepTrial {
                     index: t.index,
                     training_id: t.training_id.clone(),
                     state: v1::training::State::from(t.state) as i32,
                     state_reason: t.state_reason.clone(),
                     params: Some(params_to_struct(&t.params)),
-                    objective: value.map(|v| v.0),
+                    objective,
                     step: value.map_or(0, |v| v.1),
                     rungs: rungs
                         .iter()
@@ -104,8 +126,15 @@ impl SweepApi {
                             rung: r.rung,
                             step: r.step,
                             value: r.value,
+                            l0: r.l0,
                         })
                         .collect(),
+                    paused: t.paused,
+                    l0: point.map(|p| p.l0),
+                    explained_variance: point.map(|p| p.explained_variance),
+                    on_frontier: standing
+                        .as_ref()
+                        .is_some_and(|s| s.on.iter().any(|o| o == id)),
                 }
             })
             .collect();
@@ -113,12 +142,45 @@ impl SweepApi {
     }
 }
 
-/// The trials with the best finite value, best first: FAILED trials are
-/// left out (a NaN loss is a failure, not a result).
+/// The frontier of the trials that did not fail, its hypervolume measured
+/// from the largest dictionary any trial trains (every latent active).
+fn frontier_standing(
+    sweep: &Sweep,
+    trials: &[Trial],
+    points: &HashMap<&str, Point>,
+) -> objective::Standing {
+    let considered: Vec<(String, Point)> = trials
+        .iter()
+        .filter(|t| t.is_result())
+        .filter_map(|t| {
+            let p = points.get(t.training_id.as_str())?;
+            Some((t.training_id.clone(), *p))
+        })
+        .collect();
+    let widest = trials
+        .iter()
+        .filter_map(
+            |t| match cohort_spec::sweep::apply(&sweep.config, &t.params) {
+                Ok(Workload::Sae(c)) => Some(c.d_sae() as f64),
+                _ => None,
+            },
+        )
+        .fold(0.0, f64::max);
+    let reference = considered
+        .iter()
+        .map(|(_, p)| p.l0)
+        .filter(|l0| l0.is_finite())
+        .fold(widest, f64::max);
+    objective::standing(&considered, reference)
+}
+
+/// The trials with the best finite value, best first: FAILED trials (a
+/// NaN loss is a failure) and those the searcher stopped part-way are left
+/// out.
 fn best(trials: &[Trial], values: &HashMap<&str, (f64, i64)>, direction: Direction) -> Vec<String> {
     let mut ranked: Vec<(&str, f64)> = trials
         .iter()
-        .filter(|t| t.state != JobState::Failed)
+        .filter(|t| t.is_result())
         .filter_map(|t| {
             let id = t.training_id.as_str();
             values
@@ -179,6 +241,7 @@ fn summary(s: &Sweep) -> v1::Sweep {
         state_reason: s.state_reason.clone(),
         trials: Vec::new(),
         best: Vec::new(),
+        frontier_hypervolume: 0.0,
         gpu_hours: 0.0,
         create_time: Some(super::convert::timestamp(s.create_time)),
         end_time: s.end_time.map(super::convert::timestamp),

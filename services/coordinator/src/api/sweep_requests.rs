@@ -8,7 +8,7 @@ use super::training_requests::{
 };
 use crate::model::{
     Direction, GpuRequest, Objective, Principal, Searcher, Sweep, SweepState, TrialTemplate,
-    SAE_METRICS,
+    FRONTIER, SAE_METRICS,
 };
 use crate::policy::PriorityClasses;
 use cohort_proto::v1;
@@ -41,7 +41,7 @@ pub fn validate_create(
     let space = cohort_proto::sweep::space_from_proto(req.space)
         .map_err(|e| ApiError::field(e.field, e.reason))?;
     let (searcher, eta) = searcher_and_eta(req.searcher, req.eta)?;
-    let objective = objective(&config, req.objective)?;
+    let objective = objective(&config, req.objective, searcher)?;
     let grid = match searcher {
         Searcher::Grid => Some(
             space
@@ -169,13 +169,20 @@ fn random_seed() -> u64 {
 
 /// The objective asked for: a metric the trainings report (any name for a
 /// program; the built-in SAE's own for an SAE) and its direction.
-fn objective(config: &Workload, raw: Option<v1::SweepObjective>) -> Result<Objective, Status> {
+fn objective(
+    config: &Workload,
+    raw: Option<v1::SweepObjective>,
+    searcher: Searcher,
+) -> Result<Objective, Status> {
     let raw = raw.ok_or_else(|| ApiError::field("objective", "required"))?;
     let metric = raw.metric.trim().to_string();
     if metric.is_empty() || metric.len() > 64 {
         return Err(
             ApiError::field("objective.metric", "a metric name of 1 to 64 characters").into(),
         );
+    }
+    if metric == FRONTIER {
+        return frontier(raw.direction, searcher);
     }
     let natural = match config {
         Workload::Sae(_) => SAE_METRICS
@@ -187,7 +194,7 @@ fn objective(config: &Workload, raw: Option<v1::SweepObjective>) -> Result<Objec
                 ApiError::field(
                     "objective.metric",
                     format!(
-                        "the built-in SAE reports no metric {metric:?}; it reports {}",
+                        "the built-in SAE reports no metric {metric:?}; it reports {} (or use {FRONTIER})",
                         names.join(", ")
                     ),
                 )
@@ -208,6 +215,29 @@ fn objective(config: &Workload, raw: Option<v1::SweepObjective>) -> Result<Objec
         }
     };
     Ok(Objective { metric, direction })
+}
+
+/// The frontier objective: its directions are its own (lower L0, higher
+/// explained variance), and the median rule has no median of a frontier.
+fn frontier(direction: i32, searcher: Searcher) -> Result<Objective, Status> {
+    if direction != v1::sweep_objective::Direction::Unspecified as i32 {
+        return Err(ApiError::field(
+            "objective.direction",
+            "the frontier has its own directions (lower L0, higher explained variance): leave it unset",
+        )
+        .into());
+    }
+    if searcher == Searcher::Median {
+        return Err(ApiError::field(
+            "objective.metric",
+            "the median searcher ranks on one metric: use grid, random or asha with the frontier",
+        )
+        .into());
+    }
+    Ok(Objective {
+        metric: FRONTIER.to_string(),
+        direction: Direction::Maximize,
+    })
 }
 
 fn invalid_combination(params: &Params, e: cohort_spec::ConfigError) -> Status {

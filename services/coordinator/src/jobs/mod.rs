@@ -19,6 +19,7 @@ mod notice;
 pub mod oom;
 mod pace;
 pub mod passes;
+pub mod pause;
 pub mod positions;
 pub mod queue;
 pub mod quota;

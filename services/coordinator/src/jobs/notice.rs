@@ -5,7 +5,8 @@
 //! exits PREEMPTED, a program gets SIGTERM and its notice file. When the
 //! whole gang is gone the notice closes exactly once: the training goes
 //! back to QUEUED (or RESTARTING, for a drain) with no restart spent and a
-//! `preempted` event, resuming later from its newest checkpoint. Past the
+//! `preempted` event, resuming later from its newest checkpoint (a sweep's
+//! pause, [`super::pause`], leaves it QUEUED but held). Past the
 //! deadline (grace + agent timeout) what is left is killed. A coordinator
 //! that takes over finds the notices in the database and finishes them.
 
@@ -118,7 +119,7 @@ impl Jobs {
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn notify(
+    pub(super) async fn notify(
         &self,
         training_id: &str,
         attempt: i32,
@@ -288,7 +289,7 @@ impl Jobs {
         }
         tracing::info!(training_id = %closed.id, attempt = notice.attempt, kind = notice.kind.as_str(),
             by = %notice.by, resume_step, checkpointed, lost_gpu_s = lost, "notice closed");
-        if notice.kind != NoticeKind::Drain {
+        if matches!(notice.kind, NoticeKind::Preempt | NoticeKind::Reclaim) {
             self.claim(&notice.by);
         }
         match to {
@@ -412,7 +413,12 @@ impl Jobs {
 }
 
 /// An audit row of a decision the scheduler made on its own.
-fn scheduler_audit(method: &str, target: &str, team: &str, detail: String) -> AuditEntry {
+pub(super) fn scheduler_audit(
+    method: &str,
+    target: &str,
+    team: &str,
+    detail: String,
+) -> AuditEntry {
     AuditEntry {
         actor_kind: "scheduler".into(),
         actor: "coordinator".into(),

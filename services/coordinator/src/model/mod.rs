@@ -24,7 +24,7 @@ pub use rank_report::{RankReport, RankReportKind, RunningRank};
 pub use state::{JobState, RankState, UnknownState};
 pub use sweep::{
     Direction, Objective, RungRecord, Searcher, Sweep, SweepState, Trial, TrialTemplate,
-    SAE_METRICS,
+    BUDGET_SPENT, FRONTIER, SAE_METRICS,
 };
 pub use training::{
     EstimateChange, EventPayload, Preempted, StateChange, StateTransition, StoredEvent,

@@ -88,11 +88,24 @@ pub const SAE_METRICS: &[(&str, Direction)] = &[
     ("dead_fraction", Direction::Minimize),
 ];
 
+/// The objective that ranks an SAE's trials by the L0 / explained-variance
+/// frontier rather than one metric.
+pub const FRONTIER: &str = "frontier";
+
 /// What a sweep is judged on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Objective {
+    /// A metric, or [`FRONTIER`].
     pub metric: String,
+    /// The metric's; the frontier's is stored as maximize (explained
+    /// variance, the value its rungs record beside the L0).
     pub direction: Direction,
+}
+
+impl Objective {
+    pub fn is_frontier(&self) -> bool {
+        self.metric == FRONTIER
+    }
 }
 
 /// A sweep's state.
@@ -175,7 +188,25 @@ pub struct Trial {
     pub params: Params,
     pub state: JobState,
     pub state_reason: String,
+    /// QUEUED and held back by its sweep: paused at a rung until promoted.
+    pub paused: bool,
 }
+
+impl Trial {
+    /// Whether it is a result: not FAILED (a NaN loss is a failure) and
+    /// not stopped early at a rung (its newest value is from part-way,
+    /// judged worse there); one the budget stopped is what it reached.
+    pub fn is_result(&self) -> bool {
+        let stopped_early = self.state_reason.starts_with(STOPPED_BY_SEARCHER)
+            && !self.state_reason.starts_with(BUDGET_SPENT);
+        self.state != JobState::Failed && !stopped_early
+    }
+}
+
+/// How the reason of a trial the searcher stopped begins.
+pub const STOPPED_BY_SEARCHER: &str = "STOPPED_BY_SEARCHER";
+/// How the reason of a trial stopped because the budget is spent begins.
+pub const BUDGET_SPENT: &str = "STOPPED_BY_SEARCHER: the sweep's max_gpu_hours";
 
 /// A trial's objective when the searcher first saw it at or past a rung.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,5 +215,8 @@ pub struct RungRecord {
     /// From 1.
     pub rung: i32,
     pub step: i64,
+    /// The objective's value; for the frontier, the explained variance.
     pub value: f64,
+    /// For the frontier, the L0 beside it.
+    pub l0: Option<f64>,
 }

@@ -182,10 +182,19 @@ impl Persistence {
             }
             transition_in(c, out, &end.training_id, end.to, &end.reason)?;
             let this = trainings::table.filter(trainings::id.eq(&end.training_id));
-            if n.kind != NoticeKind::Drain {
-                diesel::update(this)
-                    .set(trainings::preemption_count.eq(trainings::preemption_count + 1))
-                    .execute(c)?;
+            match n.kind {
+                NoticeKind::Preempt | NoticeKind::Reclaim => {
+                    diesel::update(this)
+                        .set(trainings::preemption_count.eq(trainings::preemption_count + 1))
+                        .execute(c)?;
+                }
+                // Held back until its sweep promotes it.
+                NoticeKind::Pause => {
+                    diesel::update(this)
+                        .set(trainings::held_by.eq(&n.by))
+                        .execute(c)?;
+                }
+                NoticeKind::Drain => {}
             }
             if end.event.checkpointed {
                 diesel::update(this)

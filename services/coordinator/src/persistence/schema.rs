@@ -63,6 +63,7 @@ diesel::table! {
         preemption_count -> Integer,
         attempt_time -> Nullable<Timestamp>,
         notice_saves -> Bool,
+        held_by -> Text,
     }
 }
 
@@ -341,6 +342,7 @@ diesel::table! {
         rung -> Integer,
         step -> BigInt,
         value -> Double,
+        l0 -> Nullable<Double>,
     }
 }
 

@@ -160,20 +160,23 @@ pub enum TrialAdded {
     SweepEnded,
 }
 
-type TrialRow = (i32, i32, String, String, String, String);
+type TrialRow = (i32, i32, String, String, String, String, String);
 
 fn trial_of(row: TrialRow) -> Result<Trial, DatabaseError> {
-    let (index, draw, training_id, params, state, state_reason) = row;
+    let (index, draw, training_id, params, state, state_reason, held_by) = row;
     let params: Params =
         serde_json::from_str(&params).map_err(|e| corrupt("sweep_trials.params_json", e))?;
+    let state = state
+        .parse::<JobState>()
+        .map_err(|e| corrupt("trainings.state", e))?;
     Ok(Trial {
         index,
         draw,
         training_id,
         params,
-        state: state
-            .parse::<JobState>()
-            .map_err(|e| corrupt("trainings.state", e))?,
+        // A hold outlives a cancel; only a QUEUED trial is paused.
+        paused: !held_by.is_empty() && state == JobState::Queued,
+        state,
         state_reason,
     })
 }
@@ -190,6 +193,7 @@ fn trials_in(conn: &mut DbConnection, sweep_id: &str) -> Result<Vec<Trial>, Data
             sweep_trials::params_json,
             trainings::state,
             trainings::state_reason,
+            trainings::held_by,
         ))
         .load(conn)?;
     rows.into_iter().map(trial_of).collect()
@@ -483,7 +487,7 @@ impl Persistence {
     pub async fn sweep_rungs(&self, sweep_id: &str) -> Result<Vec<RungRecord>, DatabaseError> {
         let id = sweep_id.to_string();
         self.read("sweep_rungs", move |c| {
-            let rows: Vec<(i32, i32, i64, f64)> = sweep_rungs::table
+            let rows: Vec<(i32, i32, i64, f64, Option<f64>)> = sweep_rungs::table
                 .filter(sweep_rungs::sweep_id.eq(&id))
                 .order((sweep_rungs::trial_index, sweep_rungs::rung))
                 .select((
@@ -491,15 +495,17 @@ impl Persistence {
                     sweep_rungs::rung,
                     sweep_rungs::step,
                     sweep_rungs::value,
+                    sweep_rungs::l0,
                 ))
                 .load(c)?;
             Ok(rows
                 .into_iter()
-                .map(|(trial_index, rung, step, value)| RungRecord {
+                .map(|(trial_index, rung, step, value, l0)| RungRecord {
                     trial_index,
                     rung,
                     step,
                     value,
+                    l0,
                 })
                 .collect())
         })
@@ -531,8 +537,39 @@ impl Persistence {
                     sweep_rungs::rung.eq(record.rung),
                     sweep_rungs::step.eq(record.step),
                     sweep_rungs::value.eq(record.value),
+                    sweep_rungs::l0.eq(record.l0),
                 ))
                 .execute(c)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    /// Lifts sweep `sweep_id`'s hold on the QUEUED training `training_id`
+    /// with its new pending `reason`; false when that sweep does not hold it.
+    pub async fn release_hold(
+        &self,
+        training_id: &str,
+        sweep_id: &str,
+        reason: &str,
+    ) -> Result<bool, DatabaseError> {
+        let (id, sweep, reason) = (
+            training_id.to_string(),
+            sweep_id.to_string(),
+            reason.to_string(),
+        );
+        self.transaction("release_hold", move |c| {
+            let n = diesel::update(
+                trainings::table
+                    .filter(trainings::id.eq(&id))
+                    .filter(trainings::held_by.eq(&sweep))
+                    .filter(trainings::state.eq(JobState::Queued.as_str())),
+            )
+            .set((
+                trainings::held_by.eq(""),
+                trainings::state_reason.eq(&reason),
+            ))
+            .execute(c)?;
             Ok(n == 1)
         })
         .await

@@ -269,7 +269,8 @@ impl Persistence {
                     diesel::update(
                         trainings::table
                             .filter(trainings::id.eq_any(chunk))
-                            .filter(trainings::state.eq(JobState::Queued.as_str())),
+                            .filter(trainings::state.eq(JobState::Queued.as_str()))
+                            .filter(trainings::held_by.eq("")),
                     )
                     .set(trainings::state_reason.eq(reason))
                     .execute(c)?;

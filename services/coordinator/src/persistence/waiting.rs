@@ -1,4 +1,5 @@
-//! The waiting (QUEUED or RESTARTING) trainings without their configs:
+//! The waiting (QUEUED or RESTARTING) trainings without their configs (a
+//! training its sweep holds back, paused at a rung, is not waiting):
 //! their ordering keys alone (what queue positions need) and what a
 //! scheduling pass looks at, so neither decodes 20,000 configs. A pass reads
 //! the configs of trainings it has not seen yet with [`Persistence::configs`].
@@ -95,6 +96,7 @@ impl Persistence {
         self.read("waiting_trainings", |c| {
             trainings::table
                 .filter(trainings::state.eq_any(waiting_states()))
+                .filter(trainings::held_by.eq(""))
                 .select((
                     trainings::id,
                     trainings::state,
@@ -143,6 +145,7 @@ impl Persistence {
         self.read("waiting_keys", |c| {
             let rows: Vec<(String, String, i32, chrono::NaiveDateTime)> = trainings::table
                 .filter(trainings::state.eq_any(waiting_states()))
+                .filter(trainings::held_by.eq(""))
                 .select((
                     trainings::id,
                     trainings::state,

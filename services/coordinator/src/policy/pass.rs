@@ -86,6 +86,9 @@ pub enum NoticeKind {
     Reclaim,
     /// Its agent is being drained (the coordinator's, not the policy's).
     Drain,
+    /// Its sweep pauses it at a rung until it promotes it (the
+    /// coordinator's, not the policy's; `by` is the sweep).
+    Pause,
 }
 
 impl NoticeKind {
@@ -94,13 +97,19 @@ impl NoticeKind {
             NoticeKind::Preempt => "preempt",
             NoticeKind::Reclaim => "reclaim",
             NoticeKind::Drain => "drain",
+            NoticeKind::Pause => "pause",
         }
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        [NoticeKind::Preempt, NoticeKind::Reclaim, NoticeKind::Drain]
-            .into_iter()
-            .find(|k| k.as_str() == text)
+        [
+            NoticeKind::Preempt,
+            NoticeKind::Reclaim,
+            NoticeKind::Drain,
+            NoticeKind::Pause,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
     }
 }
 

@@ -14,7 +14,7 @@ pub struct PreemptionRow {
     pub attempt: i32,
     /// The training it made room for (a drained agent's name for a drain).
     pub by: String,
-    /// "preempt", "reclaim" or "drain".
+    /// "preempt", "reclaim", "drain" or "pause" (by its sweep, at a rung).
     pub kind: String,
     pub priority_class: String,
     /// The step the next attempt resumed from (none: from the start).

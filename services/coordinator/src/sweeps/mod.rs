@@ -7,11 +7,12 @@
 //! says where the searcher was), so a new leader goes on from there.
 
 pub mod objective;
+pub mod rungs;
 pub mod searcher;
 pub mod stopping;
 
 use crate::context::Context;
-use crate::model::{JobState, RungRecord, Sweep, SweepState, Trial};
+use crate::model::{JobState, Sweep, SweepState, Trial, BUDGET_SPENT};
 use crate::persistence::sweeps::TrialAdded;
 use crate::persistence::DatabaseError;
 use searcher::Next;
@@ -71,7 +72,7 @@ pub async fn cancel_trials(ctx: &Context, id: &str, reason: &str) -> Result<(), 
     Ok(())
 }
 
-async fn cancel_one(ctx: &Context, training_id: &str, reason: &str) {
+pub(crate) async fn cancel_one(ctx: &Context, training_id: &str, reason: &str) {
     match ctx.jobs.cancel(training_id, reason, None).await {
         Ok(_) => tracing::info!(training_id, reason, "sweeps: trial cancelled"),
         // It ended meanwhile.
@@ -96,99 +97,40 @@ async fn spent(
     Ok(Some(seconds / 3600.0))
 }
 
-/// ASHA and the median rule: records each running trial's objective at
-/// the rungs it passed since the last look and stops the ones the rule
-/// says; how many it stopped.
-async fn stop_early(
-    ctx: &Context,
-    sweep: &Sweep,
-    trials: &[Trial],
-) -> Result<usize, DatabaseError> {
-    let running: Vec<&Trial> = trials
-        .iter()
-        .filter(|t| t.state == JobState::Running)
-        .collect();
-    if running.is_empty() {
-        return Ok(0);
-    }
-    let progress = ctx
-        .db
-        .latest_progress(running.iter().map(|t| t.training_id.clone()).collect())
-        .await?;
-    let mut records = ctx.db.sweep_rungs(&sweep.id).await?;
-    let metric = &sweep.objective.metric;
-    let mut stopped = 0;
-    for t in running {
-        let Some(reading) = progress
-            .get(&t.training_id)
-            .and_then(|e| objective::read(metric, e))
-        else {
-            continue;
-        };
-        let Some(total) = reading.total_steps else {
-            continue;
-        };
-        let rungs = stopping::rungs(sweep.searcher, sweep.eta, total);
-        for (i, at) in rungs.iter().enumerate() {
-            let rung = i as i32 + 1;
-            if reading.step < *at {
-                break;
-            }
-            if records
-                .iter()
-                .any(|r| r.trial_index == t.index && r.rung == rung)
-            {
-                continue;
-            }
-            let others: Vec<f64> = records
-                .iter()
-                .filter(|r| r.rung == rung)
-                .map(|r| r.value)
-                .collect();
-            let record = RungRecord {
-                trial_index: t.index,
-                rung,
-                step: reading.step,
-                value: reading.value,
-            };
-            if !ctx.db.record_rung(&sweep.id, record.clone()).await? {
-                continue;
-            }
-            records.push(record);
-            let direction = sweep.objective.direction;
-            if let Some(why) =
-                stopping::verdict(sweep.searcher, sweep.eta, direction, reading.value, &others)
-            {
-                let reason = format!(
-                    "STOPPED_BY_SEARCHER: {metric} {:.6} at step {} (rung {rung} of {}) is {why}; its checkpoints are kept",
-                    reading.value,
-                    reading.step,
-                    rungs.len()
-                );
-                cancel_one(ctx, &t.training_id, &reason).await;
-                stopped += 1;
-                break;
-            }
-        }
-    }
-    Ok(stopped)
-}
-
 async fn advance(ctx: &Context, sweep: &Sweep) -> Result<(), DatabaseError> {
     let mut trials = ctx.db.sweep_trials(&sweep.id).await?;
-    if sweep.searcher.stops_early() && stop_early(ctx, sweep, &trials).await? > 0 {
-        trials = ctx.db.sweep_trials(&sweep.id).await?;
+    let limit = searcher::draws(sweep).map_or(sweep.max_trials, |n| sweep.max_trials.min(n as i32));
+    if sweep.searcher.stops_early() {
+        let outlook = rungs::Outlook {
+            feeding: (trials.len() as i32) < limit,
+        };
+        let acted = rungs::look(ctx, sweep, &trials, outlook).await?;
+        // Nothing to promote and nothing to come: the paused trials end.
+        let settled = !acted.any()
+            && !outlook.feeding
+            && trials.iter().all(|t| t.state.is_final() || t.paused);
+        let stopped = if settled {
+            rungs::stop_unpromoted(ctx, sweep, &trials).await?
+        } else {
+            0
+        };
+        if acted.any() || stopped > 0 {
+            trials = ctx.db.sweep_trials(&sweep.id).await?;
+        }
     }
-    let mut active = trials.iter().filter(|t| !t.state.is_final()).count() as i32;
+    // A paused trial holds no GPUs and waits for no pass: it does not count.
+    let mut active = trials
+        .iter()
+        .filter(|t| !t.state.is_final() && !t.paused)
+        .count() as i32;
     let mut started = trials.len() as i32;
     let mut last_draw = trials.last().map(|t| t.draw);
-    let limit = searcher::draws(sweep).map_or(sweep.max_trials, |n| sweep.max_trials.min(n as i32));
     let budget_spent = spent(ctx, sweep, &trials)
         .await?
         .filter(|h| *h >= sweep.max_gpu_hours);
     if let Some(hours) = budget_spent {
         let reason = format!(
-            "STOPPED_BY_SEARCHER: the sweep's max_gpu_hours ({}) is spent ({hours:.3} GPU-hours)",
+            "{BUDGET_SPENT} ({}) is spent ({hours:.3} GPU-hours)",
             sweep.max_gpu_hours
         );
         cancel_trials(ctx, &sweep.id, &reason).await?;

@@ -1,17 +1,23 @@
-//! Early stopping (ASHA and the median rule) over rungs: a trial's
-//! objective is recorded when the searcher first sees it at or past a rung,
-//! and judged against what the sweep's other trials recorded there.
+//! Rungs and who goes on at them (docs/sweeps.md): a trial's objective is
+//! recorded when the searcher first sees it at or past a rung, and ranked
+//! against what the sweep's other trials recorded there.
 //!
-//! ASHA (asynchronous successive halving, Li et al. 2020) as Ray Tune's and
-//! Determined's stopping variant runs it: rungs at a trial's total steps
-//! times eta^-2 and eta^-1; at a rung a trial goes on while it is among the
-//! best ceil(n / eta) of the n trials recorded there (itself included), so
-//! the first trials at a rung always go on and nobody waits for stragglers.
+//! ASHA (asynchronous successive halving, Li et al. 2020) as Determined
+//! runs it: rungs at a trial's total steps times eta^-2 and eta^-1; a trial
+//! at a rung goes on while it is among the best floor(n / eta) of the n
+//! trials recorded there, else it pauses with a checkpoint; a paused trial
+//! is promoted, and resumes from that checkpoint, once enough others have
+//! come that it ranks in the best share; nobody waits for stragglers. When
+//! no more trials can reach a rung the share is ceil(n / eta), and the
+//! paused trials that never make it end stopped.
 //! The median rule (Golovin et al. 2017, Google Vizier): rungs at a quarter,
 //! a half and three quarters; a trial is stopped when worse than the median
 //! of at least 3 other trials at the rung.
+//! The frontier ranks by distance to the rung's L0 / explained-variance
+//! frontier, so every trial on it (at any sparsity) ranks first.
 
-use crate::model::{Direction, Searcher};
+use crate::model::{Direction, Objective, RungRecord, Searcher};
+use cohort_spec::frontier::{self, Point};
 
 /// The fewest other trials at a rung the median rule judges against.
 pub const MEDIAN_MIN_OTHERS: usize = 3;
@@ -33,57 +39,95 @@ pub fn rungs(searcher: Searcher, eta: f64, total_steps: i64) -> Vec<i64> {
     steps
 }
 
-/// Why a trial with `value` at a rung stops, given the values `others`
-/// recorded there before it; `None`: it goes on. A NaN is worse than
-/// any number.
-pub fn verdict(
-    searcher: Searcher,
-    eta: f64,
-    direction: Direction,
-    value: f64,
-    others: &[f64],
-) -> Option<String> {
+/// How the trials at a rung are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// By one metric.
+    Metric(Direction),
+    /// By distance to the rung's L0 / explained-variance frontier: every
+    /// trial on it ranks first.
+    Frontier,
+}
+
+impl Ranking {
+    pub fn of(objective: &Objective) -> Ranking {
+        if objective.is_frontier() {
+            Ranking::Frontier
+        } else {
+            Ranking::Metric(objective.direction)
+        }
+    }
+}
+
+/// Each record's score at its rung, lower is better: the metric (negated
+/// when maximised), or the distance to the records' frontier (0 on it). A
+/// NaN scores worst.
+pub fn scores(ranking: Ranking, records: &[&RungRecord]) -> Vec<f64> {
+    let finite_or_worst = |v: f64| if v.is_nan() { f64::INFINITY } else { v };
+    match ranking {
+        Ranking::Metric(Direction::Minimize) => {
+            records.iter().map(|r| finite_or_worst(r.value)).collect()
+        }
+        Ranking::Metric(Direction::Maximize) => {
+            records.iter().map(|r| finite_or_worst(-r.value)).collect()
+        }
+        Ranking::Frontier => {
+            let points: Vec<Point> = records
+                .iter()
+                .map(|r| Point::new(r.l0.unwrap_or(f64::NAN), r.value))
+                .collect();
+            frontier::distances(&points)
+        }
+    }
+}
+
+/// How many of `scores` are strictly better than `scores[i]`.
+pub fn ahead(scores: &[f64], i: usize) -> usize {
+    scores.iter().filter(|s| **s < scores[i]).count()
+}
+
+/// ASHA: how many of the `n` trials at a rung go on to the next. While
+/// more trials may still reach the rung, the best floor(n / eta) (the
+/// first arrivals pause until enough others have come); once none can,
+/// ceil(n / eta), so the best always finishes.
+pub fn asha_keeps(n: usize, eta: f64, closed: bool) -> usize {
+    let share = n as f64 / eta;
+    if closed {
+        share.ceil() as usize
+    } else {
+        share.floor() as usize
+    }
+}
+
+/// The median rule: why a trial with `value` at a rung stops, given the
+/// values `others` recorded there before it; `None`: it goes on.
+pub fn median_verdict(direction: Direction, value: f64, others: &[f64]) -> Option<String> {
+    if others.len() < MEDIAN_MIN_OTHERS {
+        return None;
+    }
     let better = |a: f64, b: f64| match (a.is_nan(), b.is_nan()) {
         (true, _) => false,
         (false, true) => true,
         (false, false) => direction.better(a, b),
     };
-    match searcher {
-        Searcher::Asha => {
-            let n = others.len() + 1;
-            let keep = (n as f64 / eta).ceil() as usize;
-            let ahead = others.iter().filter(|o| better(**o, value)).count();
-            (ahead >= keep).then(|| {
-                format!(
-                    "not among the best {keep} of the {n} trials at this rung (ASHA, eta {eta})"
-                )
-            })
-        }
-        Searcher::Median => {
-            if others.len() < MEDIAN_MIN_OTHERS {
-                return None;
-            }
-            let mut sorted: Vec<f64> = others.to_vec();
-            sorted.sort_by(|a, b| match (better(*a, *b), better(*b, *a)) {
-                (true, _) => std::cmp::Ordering::Less,
-                (_, true) => std::cmp::Ordering::Greater,
-                _ => std::cmp::Ordering::Equal,
-            });
-            let mid = sorted.len() / 2;
-            let median = if sorted.len() % 2 == 1 {
-                sorted[mid]
-            } else {
-                (sorted[mid - 1] + sorted[mid]) / 2.0
-            };
-            better(median, value).then(|| {
-                format!(
-                    "worse than the median {median:.6} of the {} other trials at this rung (median stopping)",
-                    others.len()
-                )
-            })
-        }
-        Searcher::Grid | Searcher::Random => None,
-    }
+    let mut sorted: Vec<f64> = others.to_vec();
+    sorted.sort_by(|a, b| match (better(*a, *b), better(*b, *a)) {
+        (true, _) => std::cmp::Ordering::Less,
+        (_, true) => std::cmp::Ordering::Greater,
+        _ => std::cmp::Ordering::Equal,
+    });
+    let mid = sorted.len() / 2;
+    let median = if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    };
+    better(median, value).then(|| {
+        format!(
+            "worse than the median {median:.6} of the {} other trials at this rung (median stopping)",
+            others.len()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -99,25 +143,59 @@ mod tests {
         assert!(rungs(Searcher::Random, 3.0, 900).is_empty());
     }
 
+    fn record(value: f64, l0: Option<f64>) -> RungRecord {
+        RungRecord {
+            trial_index: 0,
+            rung: 1,
+            step: 1,
+            value,
+            l0,
+        }
+    }
+
     #[test]
-    fn asha_keeps_the_best_third_and_the_first_arrivals() {
-        let asha = |v: f64, others: &[f64]| verdict(Searcher::Asha, 3.0, Minimize, v, others);
-        // Alone, or second or third at the rung: ceil(n/3) = 1 is kept.
-        assert_eq!(asha(5.0, &[]), None);
-        assert!(asha(5.0, &[1.0]).is_some());
-        assert_eq!(asha(0.5, &[1.0]), None);
-        // Of 4, the best 2 go on.
-        assert_eq!(asha(2.0, &[1.0, 3.0, 4.0]), None);
-        assert!(asha(3.5, &[1.0, 2.0, 4.0]).is_some());
-        // NaN is worst, whatever the direction.
-        assert!(asha(f64::NAN, &[1.0]).is_some());
-        assert!(verdict(Searcher::Asha, 3.0, Maximize, 0.2, &[0.9]).is_some());
-        assert_eq!(verdict(Searcher::Asha, 3.0, Maximize, 0.95, &[0.9]), None);
+    fn asha_keeps_floor_while_open_and_ceil_once_closed() {
+        assert_eq!(asha_keeps(1, 3.0, false), 0);
+        assert_eq!(asha_keeps(2, 3.0, false), 0);
+        assert_eq!(asha_keeps(3, 3.0, false), 1);
+        assert_eq!(asha_keeps(7, 3.0, false), 2);
+        assert_eq!(asha_keeps(1, 3.0, true), 1);
+        assert_eq!(asha_keeps(2, 3.0, true), 1);
+        assert_eq!(asha_keeps(4, 3.0, true), 2);
+    }
+
+    #[test]
+    fn metric_scores_rank_by_direction_and_nan_last() {
+        let records = [record(2.0, None), record(1.0, None), record(f64::NAN, None)];
+        let refs: Vec<&RungRecord> = records.iter().collect();
+        let min = scores(Ranking::Metric(Minimize), &refs);
+        assert_eq!((ahead(&min, 0), ahead(&min, 1), ahead(&min, 2)), (1, 0, 2));
+        let max = scores(Ranking::Metric(Maximize), &refs);
+        assert_eq!((ahead(&max, 0), ahead(&max, 1), ahead(&max, 2)), (0, 1, 2));
+    }
+
+    #[test]
+    fn the_frontier_keeps_a_sparse_trial_a_loss_ranking_puts_last() {
+        // Dense and faithful, sparse and less faithful, and one dominated
+        // by the dense trial: value is the explained variance.
+        let records = [
+            record(0.95, Some(40.0)),
+            record(0.80, Some(8.0)),
+            record(0.90, Some(45.0)),
+        ];
+        let refs: Vec<&RungRecord> = records.iter().collect();
+        let s = scores(Ranking::Frontier, &refs);
+        assert_eq!((ahead(&s, 0), ahead(&s, 1)), (0, 0), "{s:?}");
+        assert_eq!(ahead(&s, 2), 2, "{s:?}");
+        // A trial with no L0 (NaN) is never on the frontier.
+        let refs = [&records[0], &record(0.99, None)];
+        let s = scores(Ranking::Frontier, &refs);
+        assert_eq!(ahead(&s, 1), 1, "{s:?}");
     }
 
     #[test]
     fn the_median_rule_needs_three_others_and_stops_the_worse_half() {
-        let median = |v: f64, others: &[f64]| verdict(Searcher::Median, 3.0, Minimize, v, others);
+        let median = |v: f64, others: &[f64]| median_verdict(Minimize, v, others);
         assert_eq!(median(9.0, &[1.0, 2.0]), None);
         assert!(median(2.5, &[1.0, 2.0, 3.0]).is_some());
         assert_eq!(median(1.5, &[1.0, 2.0, 3.0]), None);
