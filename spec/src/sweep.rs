@@ -270,9 +270,35 @@ impl Space {
         Ok(out)
     }
 
-    /// Trial `index`'s draw for `seed`: the same on every machine, and
-    /// without the draws before it (a new leader continues a sweep from
-    /// its trial count alone).
+    /// Trial `index`'s params for `seed`, as the random searchers draw
+    /// them. A space whose grid has at most [`MAX_GRID`] combinations is
+    /// drawn without replacement, as a seeded shuffle of its grid (`None`
+    /// once every combination was drawn): no trial repeats another. Any
+    /// other is drawn independently ([`Self::sample`]).
+    pub fn draw(&self, seed: u64, index: u64) -> Option<Params> {
+        let Ok(mut grid) = self.grid() else {
+            return Some(self.sample(seed, index));
+        };
+        // Fisher-Yates, from the seed alone.
+        let mut rng = Rng::new(seed ^ 0x5851_F42D_4C95_7F2D);
+        for i in (1..grid.len()).rev() {
+            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+            grid.swap(i, j);
+        }
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| grid.into_iter().nth(i))
+    }
+
+    /// How many draws the space has: its grid's size when it has one of at
+    /// most [`MAX_GRID`], else unbounded.
+    pub fn draws(&self) -> Option<usize> {
+        self.grid().ok().map(|g| g.len())
+    }
+
+    /// Trial `index`'s independent draw for `seed`: the same on every
+    /// machine, and without the draws before it (a new leader continues a
+    /// sweep from its trial count alone).
     pub fn sample(&self, seed: u64, index: u64) -> Params {
         let mut rng = Rng::new(seed ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03));
         // Mix once, so neighbouring indices start far apart.
@@ -426,6 +452,26 @@ mod tests {
         assert!(e.reason.contains("twice"), "{e}");
         let e = space("\"model.k\" = 4").unwrap_err();
         assert!(e.reason.contains("one of"), "{e}");
+    }
+
+    #[test]
+    fn a_finite_space_is_drawn_without_replacement() {
+        let s = space("\"a.c\" = { choice = [1, 2, 3] }\n\"a.i\" = { int_uniform = [0, 3] }\n")
+            .unwrap();
+        assert_eq!(s.draws(), Some(12));
+        let drawn: Vec<Params> = (0..12).map(|i| s.draw(5, i).unwrap()).collect();
+        let mut sorted = drawn.clone();
+        sorted.sort_by_key(|p| p.values().map(|v| v.to_string()).collect::<Vec<_>>());
+        sorted.dedup();
+        assert_eq!(sorted.len(), 12, "every combination once: {drawn:?}");
+        assert_eq!(s.draw(5, 12), None);
+        assert_eq!(s.draw(5, 3), drawn.get(3).cloned(), "seeded");
+        let other: Vec<Params> = (0..12).map(|i| s.draw(6, i).unwrap()).collect();
+        assert_ne!(drawn, other, "another seed, another order");
+        // A continuous parameter: independent draws.
+        let u = space("\"a.u\" = { uniform = [0.0, 1.0] }\n").unwrap();
+        assert_eq!(u.draws(), None);
+        assert_eq!(u.draw(5, 1_000_000), Some(u.sample(5, 1_000_000)));
     }
 
     #[test]

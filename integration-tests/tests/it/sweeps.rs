@@ -150,7 +150,7 @@ async fn random_sweep(backend: Backend) {
     let expected = Space::from_toml(SPACE).unwrap();
     for (i, t) in trials.iter().enumerate() {
         assert_eq!(t["state"], "SUCCEEDED", "{t}");
-        let drawn = expected.sample(7, i as u64);
+        let drawn = expected.draw(7, i as u64).unwrap();
         let lr = t["params"]["optim.learning_rate"].as_f64().expect("lr");
         let want = drawn["optim.learning_rate"].as_f64().unwrap();
         assert!(
@@ -450,10 +450,24 @@ async fn bad_sweeps_are_refused_naming_the_field_and_write_nothing() {
 /// second does not.
 fn seed_drawing(space: &str, key: &str, first: f64) -> u64 {
     let space = Space::from_toml(space).unwrap();
-    let is_first = |seed: u64, i: u64| space.sample(seed, i)[key].as_f64() == Some(first);
+    let is_first = |seed: u64, i: u64| space.draw(seed, i).unwrap()[key].as_f64() == Some(first);
     (1..1000u64)
         .find(|s| is_first(*s, 0) && !is_first(*s, 1))
         .expect("a seed whose first draw is the first value and second not")
+}
+
+/// ASHA's flags for two trials of `seed`, one at a time.
+fn two_trials_by_asha(seed: &str) -> [&str; 8] {
+    [
+        "--searcher",
+        "asha",
+        "--max-trials",
+        "2",
+        "--max-concurrent",
+        "1",
+        "--seed",
+        seed,
+    ]
 }
 
 /// The `preempted` events of kind "pause" in trial `id`'s history, and the
@@ -485,16 +499,7 @@ async fn asha_pauses_at_a_rung_promotes_the_better_and_stops_the_worse() {
         &cluster,
         &SaeJob::with_steps(20_000),
         ASHA_SPACE,
-        &[
-            "--searcher",
-            "asha",
-            "--max-trials",
-            "2",
-            "--max-concurrent",
-            "1",
-            "--seed",
-            &seed,
-        ],
+        &two_trials_by_asha(&seed),
     )
     .await;
     let sweep = run_to_end(&cluster, &id, 1, Duration::from_secs(300)).await;
@@ -553,16 +558,7 @@ async fn the_frontier_keeps_a_sparse_trial_that_the_loss_stops() {
     let seed = seed_drawing(L1_SPACE, "model.l1_coefficient", 0.0001).to_string();
     let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     let job = SaeJob::with_steps(20_000);
-    let flags = [
-        "--searcher",
-        "asha",
-        "--max-trials",
-        "2",
-        "--max-concurrent",
-        "1",
-        "--seed",
-        &seed,
-    ];
+    let flags = two_trials_by_asha(&seed);
     // One after the other: two ranks at once on a small machine's cores
     // slow each other down many times over.
     let timeout = Duration::from_secs(300);

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// How often the searcher looks at every RUNNING sweep (a create wakes it
 /// at once).
-pub const PASS_EVERY: Duration = Duration::from_secs(2);
+pub const PASS_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the searcher until `shutdown`.
 pub async fn run(ctx: Context, shutdown: impl std::future::Future<Output = ()>) {

@@ -19,17 +19,19 @@ pub enum Next {
         params: Params,
         config: Box<Workload>,
     },
-    /// The grid is done.
+    /// Every combination of a finite space was drawn.
     Exhausted,
     /// [`MAX_INVALID_DRAWS`] draws in a row gave configs that are not valid.
     Invalid { last: ConfigError },
 }
 
-/// The draws a sweep has in all: the grid's combinations, or unbounded.
+/// The draws a sweep has in all: the grid's combinations (a finite space
+/// is drawn without replacement by the random searchers too), or
+/// unbounded.
 pub fn draws(sweep: &Sweep) -> Option<usize> {
     match sweep.searcher {
         Searcher::Grid => Some(sweep.space.grid().map_or(0, |g| g.len())),
-        Searcher::Random | Searcher::Asha | Searcher::Median => None,
+        Searcher::Random | Searcher::Asha | Searcher::Median => sweep.space.draws(),
     }
 }
 
@@ -57,7 +59,9 @@ pub fn next(sweep: &Sweep, after: Option<i32>) -> Next {
         Searcher::Random | Searcher::Asha | Searcher::Median => {
             let mut last = None;
             for draw in first..first.saturating_add(MAX_INVALID_DRAWS) {
-                let params = sweep.space.sample(sweep.seed, draw as u64);
+                let Some(params) = sweep.space.draw(sweep.seed, draw as u64) else {
+                    return Next::Exhausted;
+                };
                 match apply(&sweep.config, &params) {
                     Ok(config) => {
                         return Next::Trial {
