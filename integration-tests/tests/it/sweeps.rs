@@ -486,15 +486,16 @@ async fn pauses(cluster: &Cluster, id: &str) -> (Vec<v1::PreemptedEvent>, Vec<i6
 }
 
 /// ASHA, one trial at a time: the first (a useful learning rate) pauses
-/// at rung 1 with a checkpoint, since too few trials reached it; the
-/// second (a learning rate too small to learn) reaches it worse and pauses
-/// too; with no trial left to come the better is promoted, resumes from
-/// its checkpoint and finishes, and the worse ends stopped.
+/// at rung 1 with a checkpoint, since too few trials reached it, and the
+/// coordinator restarts with it paused; the second (a learning rate too
+/// small to learn) reaches the rung worse and pauses too; with no trial
+/// left to come the better is promoted, resumes from its checkpoint and
+/// finishes, and the worse ends stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn asha_pauses_at_a_rung_promotes_the_better_and_stops_the_worse() {
+async fn asha_pauses_at_a_rung_promotes_the_better_after_a_restart_and_stops_the_worse() {
     const ASHA_SPACE: &str = "\"optim.learning_rate\" = { choice = [0.003, 0.00001] }\n";
     let seed = seed_drawing(ASHA_SPACE, "optim.learning_rate", 0.003).to_string();
-    let cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
+    let mut cluster = Cluster::start(ClusterOptions::new(Backend::Sqlite, 1)).await;
     let id = create(
         &cluster,
         &SaeJob::with_steps(20_000),
@@ -502,6 +503,16 @@ async fn asha_pauses_at_a_rung_promotes_the_better_and_stops_the_worse() {
         &two_trials_by_asha(&seed),
     )
     .await;
+    eventually("trial 0 paused", Duration::from_secs(120), || async {
+        let sweep = sweep_json(&cluster, &id).await;
+        match sweep["trials"][0]["paused"] == true {
+            true => Ok(()),
+            false => Err(sweep.to_string()),
+        }
+    })
+    .await;
+    // The pause and the hold are in the database: a new coordinator goes on.
+    cluster.restart_coordinator().await;
     let sweep = run_to_end(&cluster, &id, 1, Duration::from_secs(300)).await;
     assert_eq!(sweep["state"], "SUCCEEDED", "{sweep}");
     assert_eq!(sweep["eta"], 3.0, "{sweep}");
