@@ -59,7 +59,8 @@ impl PortLease {
     /// Frees the port for a server that binds it itself (moto, the c10d
     /// store of rank 0), to be called right before it starts. Between the
     /// two, another process could take the port: hand the socket over
-    /// ([`PortLease::pass_to`]) wherever the server can take one.
+    /// ([`PortLease::pass_to`]) wherever the server can take one, or use
+    /// [`free_port`], which picks outside the kernel's ephemeral range.
     pub fn release(self) -> u16 {
         self.port
     }
@@ -71,8 +72,33 @@ impl Default for PortLease {
     }
 }
 
-/// A port for a server that binds it itself (see [`PortLease::release`]).
+/// Where [`free_port`] picks from: below the kernel's ephemeral range
+/// (32768-60999 by default, where every bind of port 0 and every outgoing
+/// connection takes its port) and below the coordinator's MASTER_PORT
+/// range (29500-29999), so that nothing else on the machine takes the port
+/// between its release and the server's bind.
+const PICKED: std::ops::Range<u16> = 20_000..29_500;
+
+/// A port for a server that binds it itself (see [`PortLease::release`]):
+/// a free one of [`PICKED`] at random, never the same twice in a process
+/// (a port of the ephemeral range, from binding port 0, if none is free).
 pub fn free_port() -> u16 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::BuildHasher;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let random = RandomState::new();
+    let span = u64::from(PICKED.end - PICKED.start);
+    for attempt in 0u64..1_000 {
+        let port = PICKED.start + (random.hash_one(attempt) % span) as u16;
+        if given.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        given.push(port);
+        return port;
+    }
     PortLease::new().release()
 }
 
@@ -94,6 +120,16 @@ mod tests {
         assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "held");
         assert_eq!(lease.release(), port);
         assert!(TcpListener::bind(("127.0.0.1", port)).is_ok(), "free");
+    }
+
+    #[test]
+    fn free_ports_are_outside_the_ephemeral_range_and_never_repeat() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        assert!(ports.iter().all(|p| PICKED.contains(p)), "{ports:?}");
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
     }
 
     #[test]
