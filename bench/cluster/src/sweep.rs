@@ -15,6 +15,7 @@
 //! source scripts/env.sh
 //! cargo build --workspace --bins
 //! target/debug/cohort-bench-sweep --steps 45000 --out /tmp/sweep-bench
+//! # another space: --l1 1e-4,0.1 --lr 3e-3,1e-3,3e-4
 //! ```
 
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions};
@@ -22,12 +23,15 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The space's values unless `--l1` and `--lr` say otherwise.
 const L1: [f64; 4] = [1e-4, 1e-2, 0.1, 0.3];
 const LR: [f64; 4] = [3e-3, 3e-4, 3e-5, 3e-6];
 /// How long one sweep may take.
 const SWEEP_LIMIT: Duration = Duration::from_secs(3600);
 
 struct Args {
+    l1: Vec<f64>,
+    lr: Vec<f64>,
     steps: i64,
     seed: u64,
     eta: f64,
@@ -36,6 +40,8 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
+        l1: L1.to_vec(),
+        lr: LR.to_vec(),
         steps: 45_000,
         seed: 7,
         eta: 3.0,
@@ -45,14 +51,22 @@ fn args() -> Args {
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
+            "--l1" => a.l1 = list(&value, "--l1 A,B,..."),
+            "--lr" => a.lr = list(&value, "--lr A,B,..."),
             "--steps" => a.steps = value.parse().expect("--steps N"),
             "--seed" => a.seed = value.parse().expect("--seed S"),
             "--eta" => a.eta = value.parse().expect("--eta ETA"),
             "--out" => a.out = PathBuf::from(value),
-            other => panic!("unknown flag {other}: --steps --seed --eta --out"),
+            other => panic!("unknown flag {other}: --l1 --lr --steps --seed --eta --out"),
         }
     }
     a
+}
+
+fn list(text: &str, usage: &str) -> Vec<f64> {
+    text.split(',')
+        .map(|v| v.trim().parse().expect(usage))
+        .collect()
 }
 
 fn base(steps: i64) -> String {
@@ -67,8 +81,8 @@ fn base(steps: i64) -> String {
     )
 }
 
-fn space() -> String {
-    let list = |v: &[f64]| {
+fn space(args: &Args) -> String {
+    let values = |v: &[f64]| {
         v.iter()
             .map(|x| format!("{x:e}"))
             .collect::<Vec<_>>()
@@ -76,8 +90,8 @@ fn space() -> String {
     };
     format!(
         "\"model.l1_coefficient\" = {{ choice = [{}] }}\n\"optim.learning_rate\" = {{ choice = [{}] }}\n",
-        list(&L1),
-        list(&LR)
+        values(&args.l1),
+        values(&args.lr)
     )
 }
 
@@ -142,7 +156,7 @@ async fn run(cluster: &Cluster, args: &Args, name: &'static str, flags: &[&str])
     let base_file = cluster.root().join("base.toml");
     let space_file = cluster.root().join("space.toml");
     std::fs::write(&base_file, base(args.steps)).expect("writing the base config");
-    std::fs::write(&space_file, space()).expect("writing the space");
+    std::fs::write(&space_file, space(args)).expect("writing the space");
     let mut create = vec![
         "sweep",
         "create",
@@ -189,7 +203,7 @@ async fn main() {
     let mut options = ClusterOptions::new(Backend::Sqlite, 1);
     options.gpus_per_agent = 1;
     let cluster = Cluster::start(options).await;
-    let trials = (L1.len() * LR.len()).to_string();
+    let trials = (args.l1.len() * args.lr.len()).to_string();
     let (seed, eta) = (args.seed.to_string(), args.eta.to_string());
     let grid = run(&cluster, &args, "grid", &["--searcher", "grid"]).await;
     let asha = run(
@@ -247,7 +261,7 @@ async fn main() {
         "steps": args.steps,
         "seed": args.seed,
         "eta": args.eta,
-        "space": { "model.l1_coefficient": L1, "optim.learning_rate": LR },
+        "space": { "model.l1_coefficient": args.l1, "optim.learning_rate": args.lr },
         "sweeps": [grid.row(), asha.row()],
     });
     let path = args.out.join("report.json");
