@@ -97,27 +97,34 @@ async fn spent(
     Ok(Some(seconds / 3600.0))
 }
 
-async fn advance(ctx: &Context, sweep: &Sweep) -> Result<(), DatabaseError> {
-    let mut trials = ctx.db.sweep_trials(&sweep.id).await?;
-    let limit = searcher::draws(sweep).map_or(sweep.max_trials, |n| sweep.max_trials.min(n as i32));
-    if sweep.searcher.stops_early() {
-        let outlook = rungs::Outlook {
-            feeding: (trials.len() as i32) < limit,
-        };
-        let acted = rungs::look(ctx, sweep, &trials, outlook).await?;
-        // Nothing to promote and nothing to come: the paused trials end.
-        let settled = !acted.any()
-            && !outlook.feeding
-            && trials.iter().all(|t| t.state.is_final() || t.paused);
-        let stopped = if settled {
-            rungs::stop_unpromoted(ctx, sweep, &trials).await?
-        } else {
-            0
-        };
-        if acted.any() || stopped > 0 {
-            trials = ctx.db.sweep_trials(&sweep.id).await?;
-        }
+/// The sweep's trials after a look at the rungs (ASHA and median): the
+/// paused ones that no rung will promote any more end once nothing is
+/// left to promote and nothing more will start.
+async fn at_rungs(ctx: &Context, sweep: &Sweep, limit: i32) -> Result<Vec<Trial>, DatabaseError> {
+    let trials = ctx.db.sweep_trials(&sweep.id).await?;
+    if !sweep.searcher.stops_early() {
+        return Ok(trials);
     }
+    let outlook = rungs::Outlook {
+        feeding: (trials.len() as i32) < limit,
+    };
+    let acted = rungs::look(ctx, sweep, &trials, outlook).await?;
+    let settled =
+        !acted.any() && !outlook.feeding && trials.iter().all(|t| t.state.is_final() || t.paused);
+    let stopped = if settled {
+        rungs::stop_unpromoted(ctx, sweep, &trials).await?
+    } else {
+        0
+    };
+    if acted.any() || stopped > 0 {
+        return ctx.db.sweep_trials(&sweep.id).await;
+    }
+    Ok(trials)
+}
+
+async fn advance(ctx: &Context, sweep: &Sweep) -> Result<(), DatabaseError> {
+    let limit = searcher::draws(sweep).map_or(sweep.max_trials, |n| sweep.max_trials.min(n as i32));
+    let trials = at_rungs(ctx, sweep, limit).await?;
     // A paused trial holds no GPUs and waits for no pass: it does not count.
     let mut active = trials
         .iter()
