@@ -104,6 +104,7 @@ pub fn create_request(job: &SaeJob, count: i32, queue: bool) -> v1::CreateTraini
         gpus: Some(v1::GpuRequest {
             selection: Some(v1::gpu_request::Selection::Count(count)),
             queue: Some(queue),
+            ..Default::default()
         }),
         ..Default::default()
     }

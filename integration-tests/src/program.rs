@@ -96,6 +96,7 @@ pub fn steps_program(
         gpus: Some(v1::GpuRequest {
             selection: Some(v1::gpu_request::Selection::Count(gpus)),
             queue: Some(true),
+            ..Default::default()
         }),
         priority_class: class.to_string(),
         max_restarts: Some(0),
@@ -139,6 +140,7 @@ pub fn torch_ddp(args: &[&str], keep: i64) -> v1::CreateTrainingRequest {
         gpus: Some(v1::GpuRequest {
             selection: Some(v1::gpu_request::Selection::Count(2)),
             queue: Some(true),
+            ..Default::default()
         }),
         max_restarts: Some(2),
         ..Default::default()

@@ -154,6 +154,7 @@ fn optim_table(o: v1::OptimConfig) -> Result<Value, ConfigError> {
     t.float("max_grad_norm", o.max_grad_norm)?;
     t.opt("accumulation_steps", o.accumulation_steps);
     t.opt("max_nonfinite_steps", o.max_nonfinite_steps);
+    t.opt("global_batch", o.global_batch);
     Ok(t.into_value())
 }
 
@@ -290,6 +291,7 @@ impl From<&OptimConfig> for v1::OptimConfig {
             max_grad_norm: Some(o.max_grad_norm),
             accumulation_steps: Some(o.accumulation_steps),
             max_nonfinite_steps: Some(o.max_nonfinite_steps),
+            global_batch: o.global_batch,
         }
     }
 }

@@ -5,6 +5,7 @@
 //!   parsed strictly (unknown keys are errors) and validated once.
 //! - [`progress`]: the JSON lines `cohort-rank` prints on stdout and the agent parses.
 //! - [`doctor`]: the libtorch facts `cohort-rank doctor` reports to the agent's host doctor.
+//! - [`elastic`]: the sizes an elastic training runs at, the global batch held at each.
 //! - [`duration`]: durations on command lines (`500ms`, `10s`, `24h`).
 //! - [`exit`]: the table of `cohort-rank` exit codes and how each is classified.
 //! - [`roots`], [`prefixes`]: the local directories and object-storage prefixes a team's ranks may reach.
@@ -24,6 +25,7 @@ pub mod code;
 pub mod config;
 pub mod doctor;
 pub mod duration;
+pub mod elastic;
 pub mod envfile;
 pub mod exit;
 pub mod frontier;

@@ -94,6 +94,29 @@ impl Workload {
         }
     }
 
+    /// [`Self::from_file`] for a job file that may also say how many GPUs
+    /// it runs on: a top-level `gpus` (a count or a range), taken out
+    /// before the workload is parsed.
+    pub fn from_job_file(path: &Path) -> Result<(Self, Option<crate::elastic::Gpus>), ConfigError> {
+        let (text, json) = crate::config::read_config(path)?;
+        let mut value: serde_json::Value = if json {
+            serde_json::from_str(&text).map_err(|e| parse_error("JSON", e))?
+        } else {
+            let table: toml::Table = text
+                .parse()
+                .map_err(|e: toml::de::Error| parse_error("TOML", e.message()))?;
+            if !table.contains_key("gpus") {
+                return Ok((Self::from_toml(&text)?, None));
+            }
+            serde_json::to_value(table).map_err(|e| parse_error("TOML", e))?
+        };
+        let gpus = match value.as_object_mut().and_then(|o| o.remove("gpus")) {
+            Some(gpus) => Some(crate::elastic::Gpus::from_json(gpus)?),
+            None => None,
+        };
+        Ok((Self::from_value(value)?, gpus))
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("config serialises")
     }

@@ -88,6 +88,7 @@ fn create_request(worker: usize, i: usize, gpus: u32) -> anyhow::Result<v1::Crea
         gpus: Some(v1::GpuRequest {
             selection: Some(v1::gpu_request::Selection::Count(i32::try_from(gpus)?)),
             queue: Some(true),
+            ..Default::default()
         }),
         request_id: format!("bench-{}-{worker}-{i}", std::process::id()),
         ..Default::default()

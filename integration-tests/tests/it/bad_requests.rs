@@ -104,6 +104,7 @@ async fn config_errors_write_nothing(backend: Backend) {
     zero_gpus.gpus = Some(v1::GpuRequest {
         selection: Some(v1::gpu_request::Selection::Count(0)),
         queue: None,
+        ..Default::default()
     });
     expect_error(
         "a count of 0 GPUs",
@@ -241,6 +242,7 @@ async fn gpu_errors_write_nothing(backend: Backend) {
             },
         )),
         queue: None,
+        ..Default::default()
     });
     let status = expect_error(
         "an unknown GPU id",
@@ -279,6 +281,7 @@ async fn gpu_errors_write_nothing(backend: Backend) {
             },
         )),
         queue: Some(false),
+        ..Default::default()
     });
     let holder = client
         .create_training(holder)
@@ -305,6 +308,7 @@ async fn gpu_errors_write_nothing(backend: Backend) {
             },
         )),
         queue: Some(false),
+        ..Default::default()
     });
     expect_error(
         "a busy GPU with queueing off",

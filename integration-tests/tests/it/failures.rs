@@ -174,6 +174,7 @@ async fn auto_packs_onto_two_hosts_and_a_killed_agent_moves_the_gang() {
             max_gpus: 4,
         })),
         queue: Some(true),
+        ..Default::default()
     });
     let id = cluster.create(request).await;
     let running = cluster

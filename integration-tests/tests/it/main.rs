@@ -10,6 +10,7 @@ mod console_served;
 mod database_outage;
 mod doctor;
 mod download;
+mod elastic;
 mod end_to_end;
 mod failover;
 mod failures;

@@ -62,6 +62,7 @@ async fn create(
             gpus: Some(v1::GpuRequest {
                 selection: Some(v1::gpu_request::Selection::Count(gpus)),
                 queue: Some(true),
+                ..Default::default()
             }),
             ..Default::default()
         })

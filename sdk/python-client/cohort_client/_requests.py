@@ -5,7 +5,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence, Union
+from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 from ._pb.cohort.v1 import checkpoint_pb2, config_pb2, training_pb2
 from ._pb.cohort.v1 import training_logs_pb2, training_service_pb2 as ts
@@ -16,7 +16,8 @@ State = training_pb2.Training.State
 FINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 
 ConfigLike = Union[str, Path, config_pb2.TrainingConfig]
-GpusLike = Union[None, int, Sequence[str]]
+#: A count, GPU uuids, a ``(min, max)`` range (an elastic training), or None (auto).
+GpusLike = Union[None, int, Tuple[int, int], Sequence[str]]
 
 
 def config_source(config: ConfigLike):
@@ -43,9 +44,12 @@ def gpu_request(gpus: GpusLike, queue: bool = True) -> training_pb2.GpuRequest:
     if gpus is None:
         request.auto.SetInParent()
     elif isinstance(gpus, bool):
-        raise TypeError("gpus is a count or a list of GPU ids")
+        raise TypeError("gpus is a count, a (min, max) range or a list of GPU ids")
     elif isinstance(gpus, int):
         request.count = gpus
+    elif isinstance(gpus, tuple) and len(gpus) == 2 and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in gpus):
+        request.min_count, request.max_count = gpus
     else:
         request.gpu_ids.ids.extend(gpus)
     return request

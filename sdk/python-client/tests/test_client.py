@@ -84,6 +84,24 @@ def test_errors_carry_the_code_and_the_stable_reason(cohort):
         assert bad.value.reason, bad.value
 
 
+def test_an_elastic_training_from_a_range(cohort, tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text(job(20))
+    with Client(cohort.url) as client:
+        wait_for_gpus(client)
+        training = client.submit(config, gpus=(1, 2))
+        assert (training.gpu_request.min_count, training.gpu_request.max_count) == (1, 2)
+        for _ in client.watch(training.id):
+            pass
+        done = client.get(training.id)
+        assert done.state == State.SUCCEEDED, done
+        assert done.world_size in (1, 2)
+        with pytest.raises(CohortError) as bad:
+            client.submit(config, gpus=(3, 2))
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "gpus.max_count" in str(bad.value), bad.value
+
+
 def test_cancel_and_a_resumed_watch(cohort):
     with Client(cohort.url) as client:
         training = client.submit(job(1_000_000), gpus=2)

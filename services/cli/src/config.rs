@@ -7,6 +7,7 @@
 
 use crate::errors::CliError;
 use clap::Args;
+use cohort_spec::elastic::Gpus;
 use cohort_spec::Workload;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -83,13 +84,25 @@ fn set(value: &mut Value, table: &str, key: &str, field: Value, unset: &[&str]) 
 
 /// The config from `file` (if any) with the flags applied, parsed and validated.
 /// A program's config (`[program]`) takes none of the SAE's flags.
+#[cfg(test)]
 pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<Workload, CliError> {
-    let mut value = match file {
+    build_job(file, flags).map(|(workload, _)| workload)
+}
+
+/// [`build`], and the job file's `gpus` (a count or a range) when it has one.
+pub fn build_job(
+    file: Option<&Path>,
+    flags: &ConfigFlags,
+) -> Result<(Workload, Option<Gpus>), CliError> {
+    let (mut value, gpus) = match file {
         Some(path) => {
-            let config = Workload::from_file(path).map_err(CliError::Config)?;
-            serde_json::to_value(&config).unwrap_or_else(|_| json!({}))
+            let (config, gpus) = Workload::from_job_file(path).map_err(CliError::Config)?;
+            (
+                serde_json::to_value(&config).unwrap_or_else(|_| json!({})),
+                gpus,
+            )
         }
-        None => json!({}),
+        None => (json!({}), None),
     };
     let f = flags;
     if let Some(n) = f.d_in {
@@ -163,7 +176,7 @@ pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<Workload, CliEr
     if let Some(d) = &f.device {
         set(&mut value, "runtime", "device", d.as_str().into(), &[]);
     }
-    Workload::from_value(value).map_err(|e| match e {
+    let workload = Workload::from_value(value).map_err(|e| match e {
         // A parse error here is about the merged flags, not JSON the user wrote.
         cohort_spec::ConfigError::Parse { reason, .. } => {
             CliError::Config(cohort_spec::ConfigError::Invalid {
@@ -172,7 +185,8 @@ pub fn build(file: Option<&Path>, flags: &ConfigFlags) -> Result<Workload, CliEr
             })
         }
         other => CliError::Config(other),
-    })
+    })?;
+    Ok((workload, gpus))
 }
 
 #[cfg(test)]
@@ -277,6 +291,35 @@ mod tests {
             "{err}"
         );
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_job_file_may_say_its_gpus() {
+        let dir = std::env::temp_dir().join(format!("cohort-cli-gpus-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = "[model]\nd_in = 8\n[optim]\nbatch_size = 8\nsteps = 3\n[data.synthetic]\nnum_samples = 64\n";
+        let toml = dir.join("job.toml");
+        std::fs::write(&toml, format!("gpus = {{ min = 2, max = 4 }}\n{base}")).unwrap();
+        let (w, gpus) = build_job(Some(&toml), &ConfigFlags::default()).unwrap();
+        assert_eq!(
+            gpus,
+            Some(Gpus::Range(cohort_spec::elastic::SizeRange {
+                min: 2,
+                max: 4
+            }))
+        );
+        assert_eq!(w.sae().unwrap().optim.batch_size, 8);
+        let json = dir.join("job.json");
+        std::fs::write(&json, r#"{"gpus": 3, "model": {"d_in": 8}, "optim": {"batch_size": 8, "steps": 3}, "data": {"synthetic": {"num_samples": 64}}}"#).unwrap();
+        let (_, gpus) = build_job(Some(&json), &ConfigFlags::default()).unwrap();
+        assert_eq!(gpus, Some(Gpus::Count(3)));
+        std::fs::write(&toml, format!("gpus = \"many\"\n{base}")).unwrap();
+        let err = build_job(Some(&toml), &ConfigFlags::default()).unwrap_err();
+        assert!(err.to_string().contains("gpus: give a count"), "{err}");
+        std::fs::write(&toml, base).unwrap();
+        let (_, gpus) = build_job(Some(&toml), &ConfigFlags::default()).unwrap();
+        assert_eq!(gpus, None, "no gpus key: the flags or auto decide");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

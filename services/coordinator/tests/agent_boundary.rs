@@ -145,6 +145,7 @@ async fn an_agent_cannot_speak_for_another_agents_gpus_or_ranks() {
                     },
                 )),
                 queue: Some(true),
+                ..Default::default()
             }),
             ..Default::default()
         })

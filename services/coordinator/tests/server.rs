@@ -49,6 +49,7 @@ fn create_request(request_id: &str) -> v1::CreateTrainingRequest {
         gpus: Some(v1::GpuRequest {
             selection: Some(v1::gpu_request::Selection::Count(2)),
             queue: None,
+            ..Default::default()
         }),
         display_name: "t".into(),
         max_restarts: None,
@@ -418,6 +419,7 @@ async fn without_agents_a_refused_create_and_a_queued_training_give_one_reason()
     refused.gpus = Some(v1::GpuRequest {
         selection: Some(v1::gpu_request::Selection::Count(2)),
         queue: Some(false),
+        ..Default::default()
     });
     let status = client.create_training(refused).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");

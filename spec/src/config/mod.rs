@@ -88,7 +88,9 @@ pub struct ModelConfig {
 
 /// Adam, its schedule and the step's numerics. `batch_size` is per rank and
 /// per micro-batch: the global batch is `batch_size x world_size x
-/// accumulation_steps`.
+/// accumulation_steps`. With `global_batch` set the global batch is that at
+/// every world size, and `batch_size` is the largest micro-batch: each size
+/// derives its micro-batch and accumulation by [`crate::elastic::split`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimConfig {
@@ -133,6 +135,10 @@ pub struct OptimConfig {
     /// More non-finite steps than this in a row end the run as diverged.
     #[serde(default = "defaults::max_nonfinite_steps")]
     pub max_nonfinite_steps: i64,
+    /// Samples per optimizer step over all ranks, held at every world size
+    /// (an elastic training's sizes split it; docs/scheduling.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

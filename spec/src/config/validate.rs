@@ -6,6 +6,10 @@ use crate::location::Location;
 
 type Checked = Result<(), ConfigError>;
 
+/// The largest `optim.global_batch`: the largest micro-batch at the largest
+/// accumulation on 1024 ranks.
+const MAX_GLOBAL_BATCH: i64 = 1 << 44;
+
 fn fail(field: &str, reason: impl Into<String>) -> Checked {
     Err(ConfigError::invalid(field, reason))
 }
@@ -170,7 +174,14 @@ impl TrainingConfig {
             return fail("optim.lr_min_ratio", "must be in [0, 1]");
         }
         finite_at_least("optim.max_grad_norm", o.max_grad_norm, 0.0)?;
-        within("optim.accumulation_steps", o.accumulation_steps, 1..=1024)?;
+        within(
+            "optim.accumulation_steps",
+            o.accumulation_steps,
+            1..=crate::elastic::MAX_ACCUMULATION,
+        )?;
+        if let Some(global) = o.global_batch {
+            within("optim.global_batch", global, 1..=MAX_GLOBAL_BATCH)?;
+        }
         within(
             "optim.max_nonfinite_steps",
             o.max_nonfinite_steps,

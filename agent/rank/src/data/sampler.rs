@@ -10,13 +10,19 @@
 //!    `data.shuffle_buffer` samples, and each window's samples are shuffled
 //!    uniformly (Fisher-Yates, seeded by seed, epoch and window).
 //!
-//! The order does not depend on the world size. Global batch `k` is the
-//! order's positions `[k*B*W, (k+1)*B*W)` and rank `r` takes the `r`-th
-//! contiguous slice of it, so `W` ranks at batch `B` see exactly the samples
-//! one rank sees at batch `B*W`. The epoch is padded by wrapping around to a
-//! multiple of the world size (fewer than `W` samples twice), every sample is
-//! seen once per epoch, and a step's samples are a pure function of (seed,
-//! epoch, step): resuming at a step reads exactly what the uninterrupted run
+//! The order does not depend on the world size. Optimizer steps take the
+//! order's positions in consecutive spans of the global batch
+//! `G = B*W*A` (micro-batch `B` per rank, `W` ranks, `A` micro-batches a
+//! step): step `s` of an epoch reads `[s*G, (s+1)*G)`, its micro-batch `m`
+//! the positions `[s*G + m*B*W, s*G + (m+1)*B*W)`, and rank `r` the `r`-th
+//! slice of `B` of that. So a step's samples depend on `G` alone, never on
+//! how it is split: `W` ranks at batch `B` read exactly what one rank reads
+//! at batch `B*W`, and an elastic training resized between steps reads what
+//! a fixed one would have. Every step is whole: the epoch's last step is
+//! completed by wrapping around to the epoch's first positions (fewer than
+//! `G` samples twice), every sample is seen at least once per epoch, and a
+//! step's samples are a pure function of (seed, epoch, step, `G`): resuming
+//! at a step, at any split of `G`, reads exactly what the uninterrupted run
 //! would have read.
 
 /// SplitMix64: a small, well-mixed, portable generator.
@@ -242,38 +248,40 @@ pub struct DistributedSampler {
     pub world_size: i64,
     pub rank: i64,
     pub seed: u64,
+    /// Rows per rank and micro-batch.
     pub batch_size: i64,
+    /// Micro-batches per optimizer step.
+    pub accumulation: i64,
 }
 
 impl DistributedSampler {
-    /// Samples each rank sees per epoch.
-    pub fn per_rank(&self) -> i64 {
-        (self.num_samples + self.world_size - 1) / self.world_size
+    /// Samples per optimizer step, over all ranks and micro-batches.
+    pub fn global_batch(&self) -> i64 {
+        self.batch_size * self.world_size * self.accumulation
     }
 
-    /// Optimizer steps per epoch (the last batch may be short; it is the same
-    /// length on every rank).
+    /// Optimizer steps per epoch (the last completed by wrapping around).
     pub fn steps_per_epoch(&self) -> i64 {
-        (self.per_rank() + self.batch_size - 1) / self.batch_size
+        (self.num_samples + self.global_batch() - 1) / self.global_batch()
     }
 
-    /// Where global step `step` (0-based) reads from: (epoch, batch within epoch).
-    pub fn position(&self, step: i64) -> (i64, i64) {
-        let spe = self.steps_per_epoch();
-        (step / spe, step % spe)
+    /// Micro-batches per epoch.
+    fn batches_per_epoch(&self) -> i64 {
+        self.steps_per_epoch() * self.accumulation
     }
 
-    /// Rows this rank takes from batch `batch` of an epoch.
-    pub fn batch_len(&self, batch: i64) -> i64 {
-        let start = batch * self.batch_size;
-        self.batch_size.min(self.per_rank() - start)
+    /// Where micro-batch `batch` (0-based over the run; optimizer step s
+    /// reads s*A .. (s+1)*A) reads from: (epoch, micro-batch within epoch).
+    pub fn position(&self, batch: i64) -> (i64, i64) {
+        let per_epoch = self.batches_per_epoch();
+        (batch / per_epoch, batch % per_epoch)
     }
 
     /// This rank's positions of the epoch's order within `range` (padding
     /// positions past the data set are not included).
     pub fn positions_in(&self, range: std::ops::Range<u64>) -> Vec<u64> {
         let global = (self.batch_size * self.world_size) as u64;
-        let last = self.steps_per_epoch() as u64 - 1;
+        let last = self.batches_per_epoch() as u64 - 1;
         let first_batch = range.start / global;
         let last_batch = ((range.end.max(1) - 1) / global).min(last);
         let mut out = Vec::new();
@@ -286,16 +294,15 @@ impl DistributedSampler {
         out
     }
 
-    /// This rank's positions of batch `batch`, before wrapping: those past
-    /// the data set are the padding.
+    /// This rank's positions of micro-batch `batch` of an epoch, before
+    /// wrapping: those past the data set are the padding.
     pub fn batch_span(&self, batch: i64) -> std::ops::Range<u64> {
-        let len = self.batch_len(batch);
-        let start = batch * self.batch_size * self.world_size + self.rank * len;
-        start as u64..(start + len) as u64
+        let start = (batch * self.world_size + self.rank) * self.batch_size;
+        start as u64..(start + self.batch_size) as u64
     }
 
-    /// This rank's positions of batch `batch` in the epoch's order; positions
-    /// past the data set wrap around (the padding).
+    /// This rank's positions of micro-batch `batch` in the epoch's order;
+    /// positions past the data set wrap around (the padding).
     pub fn batch_positions(&self, batch: i64) -> impl Iterator<Item = u64> {
         let n = self.num_samples as u64;
         self.batch_span(batch).map(move |p| p % n)

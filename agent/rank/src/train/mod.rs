@@ -120,6 +120,19 @@ impl<'a> Trainer<'a> {
             cfg.optim.batch_size,
             std::env::var(fault::OOM_FAULT).ok().as_deref(),
         )?;
+        if let Some(global) = cfg.optim.global_batch {
+            let split = cfg.optim.batch_size * launch.world_size * cfg.optim.accumulation_steps;
+            if split != global {
+                return Err(RankError::Config(cohort_spec::ConfigError::Invalid {
+                    field: "optim.global_batch".to_string(),
+                    reason: format!(
+                        "{global}, but batch_size {} x {} ranks x accumulation_steps {} is {split} \
+                         (the coordinator derives the split for each world size)",
+                        cfg.optim.batch_size, launch.world_size, cfg.optim.accumulation_steps
+                    ),
+                }));
+            }
+        }
         let device = select_device(cfg.runtime.device)?;
         let kind = kind_of(cfg.model.dtype);
         let f16 = cfg.model.dtype == Dtype::F16;
@@ -132,13 +145,12 @@ impl<'a> Trainer<'a> {
             rank: launch.rank,
             seed: cfg.optim.seed,
             batch_size: cfg.optim.batch_size,
+            accumulation: cfg.optim.accumulation_steps,
         };
         let accumulation = cfg.optim.accumulation_steps;
         let total_steps = match (cfg.optim.steps, cfg.optim.epochs) {
             (Some(steps), _) => steps,
-            (None, Some(epochs)) => {
-                (epochs * sampler.steps_per_epoch() + accumulation - 1) / accumulation
-            }
+            (None, Some(epochs)) => epochs * sampler.steps_per_epoch(),
             (None, None) => unreachable!("validated config has steps or epochs"),
         };
         let backend = backend_for(device, cfg.runtime.backend, launch.world_size)?;

@@ -132,12 +132,8 @@ impl Trainer<'_> {
         let cfg = self.cfg;
         let acc = self.accumulation;
         let auxc = cfg.model.aux_coefficient;
-        let lens: Vec<i64> = (0..acc)
-            .map(|j| {
-                self.sampler
-                    .batch_len(self.sampler.position(step * acc + j).1)
-            })
-            .collect();
+        // Every micro-batch is whole (the sampler wraps the epoch's end).
+        let lens: Vec<i64> = vec![self.sampler.batch_size; acc as usize];
         let dead = (cfg.topk().is_some() && auxc > 0.0).then(|| {
             let mask = self.state.dead.mask();
             let count = mask.sum(Kind::Int64).int64_value(&[]);

@@ -59,6 +59,14 @@ pub fn validate_create(
         return Err(ApiError::field("max_restarts", "must be >= 0").into());
     }
     let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
+    if gpu_request.selection.is_elastic() {
+        // Each trial's config may split its global batch differently.
+        return Err(ApiError::field(
+            "gpus.min_count",
+            "a sweep's trials run on a fixed count, auto or ids; elastic trials are not offered",
+        )
+        .into());
+    }
     // Trials are preemptible unless asked otherwise: search is what a
     // shared fleet runs on idle GPUs.
     let class = match req.priority_class.as_str() {

@@ -126,7 +126,7 @@ impl TrainingApi {
                 })
                 .collect();
         }
-        if let (Some(sae), true) = (training.config.sae(), training.world_size > 0) {
+        if let Some(sae) = training.sae_at_world_size() {
             message.global_batch_size = sae.optim.batch_size
                 * i64::from(training.world_size)
                 * sae.optim.accumulation_steps;

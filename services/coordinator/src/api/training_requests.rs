@@ -109,7 +109,9 @@ pub fn validate_create(
     req: v1::CreateTrainingRequest,
 ) -> Result<NewTraining, Status> {
     let config = checked_key_and_config(&req.request_id, req.config)?;
-    let gpu_request = GpuRequest::try_from(req.gpus).map_err(ApiError::from)?;
+    let gpu_request = GpuRequest::try_from(req.gpus)
+        .and_then(|r| r.for_workload(&config))
+        .map_err(ApiError::from)?;
     let labels = checked_labels("labels", req.labels)?;
     let max_restarts = req.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
     if max_restarts < 0 {

@@ -15,8 +15,7 @@
 use cohort_spec::config::OomPolicy;
 use cohort_spec::TrainingConfig;
 
-/// The most micro-batches one optimizer step may take (the config's limit).
-const MAX_ACCUMULATION: i64 = 1024;
+use cohort_spec::elastic::MAX_ACCUMULATION;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum OomNext {

@@ -200,12 +200,20 @@ impl Jobs {
             .collect())
     }
 
-    /// The config the ranks get: the training's, with the collective timeout
+    /// The config the ranks get: the training's at its world size (the
+    /// micro-batch and accumulation that hold its global batch, elastic
+    /// trainings and `optim.global_batch`), with the collective timeout
     /// kept below the hang deadline so ranks fail on their own first.
     /// A program's is its own.
     fn launch_config(&self, training: &Training) -> cohort_spec::Workload {
         let mut config = training.config.clone();
         if let cohort_spec::Workload::Sae(sae) = &mut config {
+            match training.sae_at_world_size() {
+                Some(sized) => *sae = sized,
+                // Placement only picks sizes that split it.
+                None => tracing::warn!(training_id = %training.id, world = training.world_size,
+                    "the world size does not split the global batch; the config goes as written"),
+            }
             let cap = self.settings.hang_floor.as_secs_f64() / 2.0;
             if sae.runtime.collective_timeout_s > cap {
                 sae.runtime.collective_timeout_s = cap;

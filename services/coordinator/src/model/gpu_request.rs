@@ -1,5 +1,7 @@
 //! Which GPUs a training asked for, as stored with the training (JSON).
 
+use cohort_spec::elastic::SizeRange;
+use cohort_spec::{TrainingConfig, Workload};
 use serde::{Deserialize, Serialize};
 
 /// How the GPUs are chosen.
@@ -12,6 +14,26 @@ pub enum GpuSelection {
     Count { count: u32 },
     /// Exactly these GPU uuids, in rank order.
     Ids { ids: Vec<String> },
+    /// An elastic training: any of `sizes` (ascending, the world sizes of
+    /// `min..=max` that split its global batch), the largest that fits.
+    Range { min: u32, max: u32, sizes: Vec<u32> },
+}
+
+impl GpuSelection {
+    /// The largest of a range's sizes at most `available`; None below its
+    /// smallest.
+    pub fn largest_size(sizes: &[u32], available: usize) -> Option<usize> {
+        sizes
+            .iter()
+            .rev()
+            .map(|&s| s as usize)
+            .find(|&s| s <= available)
+    }
+
+    /// Whether the training may run at more than one size.
+    pub fn is_elastic(&self) -> bool {
+        matches!(self, GpuSelection::Range { .. })
+    }
 }
 
 /// A training's GPU request.
@@ -37,4 +59,133 @@ impl Default for GpuRequest {
 pub struct InvalidGpuRequest {
     pub field: &'static str,
     pub reason: String,
+}
+
+impl GpuRequest {
+    /// The request as `workload` can run it: a range narrowed to the sizes
+    /// that split the SAE's global batch (every size for a program), and a
+    /// fixed size checked against `optim.global_batch`.
+    pub fn for_workload(mut self, workload: &Workload) -> Result<Self, InvalidGpuRequest> {
+        let Workload::Sae(config) = workload else {
+            return Ok(self);
+        };
+        let fixed = match &mut self.selection {
+            GpuSelection::Range { min, max, sizes } => {
+                let range = SizeRange {
+                    min: *min as i64,
+                    max: *max as i64,
+                };
+                let found = config.elastic_sizes(range).map_err(|e| InvalidGpuRequest {
+                    field: "gpus.min_count",
+                    reason: e.to_string(),
+                })?;
+                *sizes = found.into_iter().map(|s| s as u32).collect();
+                return Ok(self);
+            }
+            GpuSelection::Count { count } => *count as i64,
+            GpuSelection::Ids { ids } => ids.len() as i64,
+            GpuSelection::Auto { .. } => {
+                if config.optim.global_batch.is_some() {
+                    return Err(InvalidGpuRequest {
+                        field: "optim.global_batch",
+                        reason: "a global batch is held over a GPU count or range: give \
+                                 gpus.count or gpus.min_count and gpus.max_count"
+                            .to_string(),
+                    });
+                }
+                return Ok(self);
+            }
+        };
+        fixed_size(config, fixed)?;
+        Ok(self)
+    }
+}
+
+/// A fixed size's check: it must split `optim.global_batch` when one is given.
+fn fixed_size(config: &TrainingConfig, world: i64) -> Result<(), InvalidGpuRequest> {
+    if config.optim.global_batch.is_none() {
+        return Ok(());
+    }
+    let range = SizeRange {
+        min: world,
+        max: world,
+    };
+    config
+        .elastic_sizes(range)
+        .map(|_| ())
+        .map_err(|e| InvalidGpuRequest {
+            field: "optim.global_batch",
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sae(optim: &str) -> Workload {
+        Workload::Sae(
+            TrainingConfig::from_toml(&format!(
+                "[model]\nd_in = 4\n[optim]\nsteps = 1\n{optim}\n[data.synthetic]\nnum_samples = 4\n"
+            ))
+            .expect("valid"),
+        )
+    }
+
+    fn request(selection: GpuSelection) -> GpuRequest {
+        GpuRequest {
+            selection,
+            queue: true,
+        }
+    }
+
+    #[test]
+    fn a_range_keeps_the_sizes_that_split_the_global_batch() {
+        let range = request(GpuSelection::Range {
+            min: 2,
+            max: 8,
+            sizes: (2..=8).collect(),
+        });
+        let fitted = range.clone().for_workload(&sae("batch_size = 6")).unwrap();
+        // 6 x 8 = 48: 2, 3, 4, 6 and 8 divide it.
+        assert_eq!(
+            fitted.selection,
+            GpuSelection::Range {
+                min: 2,
+                max: 8,
+                sizes: vec![2, 3, 4, 6, 8]
+            }
+        );
+        let err = request(GpuSelection::Range {
+            min: 5,
+            max: 5,
+            sizes: vec![5],
+        })
+        .for_workload(&sae("batch_size = 8\nglobal_batch = 96"))
+        .unwrap_err();
+        assert_eq!(err.field, "gpus.min_count");
+        assert!(
+            err.reason
+                .ends_with("sizes that would: 1, 2, 3, 4, 6, 8, 12, 16"),
+            "{}",
+            err.reason
+        );
+    }
+
+    #[test]
+    fn a_global_batch_needs_a_size_that_splits_it() {
+        let config = sae("batch_size = 8\nglobal_batch = 96");
+        assert!(request(GpuSelection::Count { count: 4 })
+            .for_workload(&config)
+            .is_ok());
+        let err = request(GpuSelection::Count { count: 5 })
+            .for_workload(&config)
+            .unwrap_err();
+        assert_eq!(err.field, "optim.global_batch");
+        let err = GpuRequest::default().for_workload(&config).unwrap_err();
+        assert_eq!(err.field, "optim.global_batch");
+        assert!(GpuRequest::default()
+            .for_workload(&sae("batch_size = 8"))
+            .is_ok());
+    }
 }

@@ -64,6 +64,25 @@ pub struct Training {
     pub notice_saves: bool,
 }
 
+impl Training {
+    /// The built-in SAE's config as its current world size runs it: the
+    /// micro-batch and accumulation that hold its global batch (an elastic
+    /// training, `optim.global_batch`); None for a program, before it is
+    /// placed, or at a size that cannot split it.
+    pub fn sae_at_world_size(&self) -> Option<cohort_spec::TrainingConfig> {
+        let sae = self.config.sae()?;
+        let world = i64::from(self.world_size);
+        if world <= 0 {
+            return None;
+        }
+        let largest = match &self.gpu_request.selection {
+            super::GpuSelection::Range { max, .. } => i64::from(*max),
+            _ => world,
+        };
+        sae.at_world_size(world, largest)
+    }
+}
+
 /// One row of a training's state history.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateTransition {

@@ -356,11 +356,17 @@ impl<'a> Pass<'a> {
         if w.restarting && !w.torn_down {
             return true; // its old gang is not verified gone yet
         }
-        // What it takes is known before a plan but for AUTO (what is
-        // free): a training its team may not run now, or that waits for the
-        // borrowing phase, costs no plan.
-        let auto = matches!(w.job.request.selection, GpuSelection::Auto { .. });
-        let mut planned = auto.then(|| self.plan(w));
+        // What it takes is known before a plan but for AUTO and a range
+        // (what is free): a training its team may not run now, or that
+        // waits for the borrowing phase, costs no plan.
+        let sized_by_fleet = matches!(
+            w.job.request.selection,
+            GpuSelection::Auto { .. } | GpuSelection::Range { .. }
+        );
+        let mut planned = sized_by_fleet.then(|| self.plan(w));
+        if let Some(Ok(slots)) = &mut planned {
+            self.cut_to_share(w, slots);
+        }
         let need = match &planned {
             Some(plan) => plan.as_ref().map_or(w.job.count(), Vec::len),
             None => w.job.count(),
@@ -387,6 +393,34 @@ impl<'a> Pass<'a> {
             Err(why) => self.wait(w, why, &admission),
         }
         true
+    }
+
+    /// An elastic training's plan cut to the largest of its sizes its team
+    /// may run now (a range is admitted by its smallest size, and takes
+    /// no more than its share allows).
+    fn cut_to_share(&self, w: &WaitingJob, slots: &mut Vec<RankSlot>) {
+        let GpuSelection::Range { sizes, .. } = &w.job.request.selection else {
+            return;
+        };
+        if w.restarting {
+            return;
+        }
+        let held = self.held.get(&w.job.team).copied().unwrap_or(0);
+        let admitted = |size: usize| {
+            let admission =
+                self.shares
+                    .admit(&w.job.team, held, size as i64, w.job.borrow, self.p.lending);
+            !matches!(admission, Admission::Over(_))
+        };
+        let fits = sizes
+            .iter()
+            .rev()
+            .map(|&s| s as usize)
+            .filter(|&s| s <= slots.len())
+            .find(|&s| admitted(s));
+        if let Some(size) = fits {
+            slots.truncate(size);
+        }
     }
 
     /// Where `w` goes using the GPUs held back for the oldest training,
@@ -432,13 +466,15 @@ impl<'a> Pass<'a> {
         // Without reasons to give, a gang bigger than what is free fails
         // at once (the estimates and the simulator pass often).
         if !self.p.reasons {
-            if let GpuSelection::Count { count } = w.job.request.selection {
-                if count as usize > self.free {
-                    return Err(Unplaceable::InsufficientGpus {
-                        wanted: count as usize,
-                        free: self.free,
-                    });
-                }
+            let least = match &w.job.request.selection {
+                GpuSelection::Count { .. } | GpuSelection::Range { .. } => w.job.count(),
+                _ => 0,
+            };
+            if least > self.free {
+                return Err(Unplaceable::InsufficientGpus {
+                    wanted: least,
+                    free: self.free,
+                });
             }
         }
         if w.attempt > 0 {

@@ -44,12 +44,14 @@ pub struct Job {
 }
 
 impl Job {
-    /// The GPUs it asks for, when the request says (AUTO: at least one).
+    /// The GPUs it asks for, when the request says (AUTO: at least one; a
+    /// range: its smallest size, what admits it).
     pub fn count(&self) -> usize {
         match &self.request.selection {
             GpuSelection::Count { count } => *count as usize,
             GpuSelection::Ids { ids } => ids.len(),
             GpuSelection::Auto { .. } => 1,
+            GpuSelection::Range { sizes, .. } => sizes.first().map_or(1, |&s| s as usize),
         }
     }
 }

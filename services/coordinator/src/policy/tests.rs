@@ -439,3 +439,49 @@ fn a_training_that_ends_before_the_oldest_can_start_backfills_its_gpus() {
     s.running[0].ends_at = Some(t0() + Span::hours(1));
     assert_eq!(placed(&pass(&mut s, &Policy::default())), ["short"]);
 }
+
+fn elastic(id: &str, team: &str, sizes: &[u32]) -> Job {
+    let mut j = job(id, team, sizes[0], 0, false);
+    j.request.selection = GpuSelection::Range {
+        min: sizes[0],
+        max: *sizes.last().expect("sizes"),
+        sizes: sizes.to_vec(),
+    };
+    j
+}
+
+#[test]
+fn an_elastic_training_starts_at_the_largest_size_its_team_may_run() {
+    // 8 free GPUs; sizes 2, 4, 8: all of them.
+    let mut s = world(2, 4, vec![], vec![elastic("e", "a", &[2, 4, 8])]);
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(d.placements[0].slots.len(), 8);
+    // 3 free: its largest size within them, 2.
+    let mut s = world(
+        1,
+        4,
+        vec![(job("one", "b", 1, 0, false), 5)],
+        vec![elastic("e", "a", &[2, 4, 8])],
+    );
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(d.placements[0].slots.len(), 2);
+    // Team a may use 4 (guarantee 4, borrowing nothing): 4 of the 8 free.
+    let mut s = world(2, 4, vec![], vec![elastic("e", "a", &[2, 4, 8])]);
+    s.shares = shares(&[("a", Some(4), Some(0), 1.0)], &[]);
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(d.placements[0].slots.len(), 4, "{:?}", d.reasons);
+    // Fewer free than its smallest size: it waits, and says why.
+    let mut s = world(
+        1,
+        2,
+        vec![(job("one", "b", 1, 0, false), 5)],
+        vec![elastic("e", "a", &[2, 4])],
+    );
+    let d = pass(&mut s, &Policy::default());
+    assert!(d.placements.is_empty());
+    assert!(
+        d.reasons[0].1.starts_with("INSUFFICIENT_GPUS"),
+        "{:?}",
+        d.reasons
+    );
+}

@@ -7,6 +7,7 @@ fn sampler(n: i64, world: i64, rank: i64, batch: i64) -> DistributedSampler {
         rank,
         seed: 7,
         batch_size: batch,
+        accumulation: 1,
     }
 }
 
@@ -39,7 +40,7 @@ fn chunks_never_cross_segments() {
 }
 
 #[test]
-fn every_sample_exactly_once_per_epoch_across_ranks() {
+fn every_sample_at_least_once_per_epoch_and_fewer_than_a_step_twice() {
     // Uneven segments, a window of 3 chunks, world sizes that do and don't divide.
     let table = ChunkTable::new([50, 7, 63], 8);
     let n = table.rows() as i64;
@@ -58,14 +59,69 @@ fn every_sample_exactly_once_per_epoch_across_ranks() {
         }
         let extra: i32 = seen.iter().map(|&c| c - 1).sum();
         assert!(seen.iter().all(|&c| c >= 1), "world {world}: {seen:?}");
-        assert!(
-            extra < world as i32,
-            "world {world}: {extra} padding samples"
+        let global = 16 * world as i32;
+        assert_eq!(
+            extra,
+            global * steps[0] as i32 - n as i32,
+            "world {world}: whole steps, the last one completed by wrapping"
         );
+        assert!(extra < global, "world {world}: {extra} padding samples");
         assert!(
             steps.windows(2).all(|w| w[0] == w[1]),
             "equal steps per rank"
         );
+    }
+}
+
+/// The ids optimizer step `step` reads over all ranks and micro-batches
+/// (micro-batch major, then rank), as a run of `world` ranks at micro-batch
+/// `batch` and `accumulation` reads them.
+fn step_ids(table: &ChunkTable, n: i64, split: (i64, i64, i64), step: i64) -> Vec<u64> {
+    let (world, batch, accumulation) = split;
+    let ranks: Vec<DistributedSampler> = (0..world)
+        .map(|rank| DistributedSampler {
+            accumulation,
+            ..sampler(n, world, rank, batch)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for m in 0..accumulation {
+        let (epoch, b) = ranks[0].position(step * accumulation + m);
+        let mut order = EpochOrder::new(table, 7, epoch as u64, 2);
+        for s in &ranks {
+            assert_eq!(s.position(step * accumulation + m), (epoch, b));
+            out.extend(batch_ids(s, &mut order, b));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_step_reads_the_same_samples_at_every_split_of_the_global_batch() {
+    // G = 48 split as (ranks, micro-batch, accumulation); data sets that
+    // G divides and that it does not, over three epochs.
+    let splits = [
+        (1, 48, 1),
+        (2, 24, 1),
+        (2, 12, 2),
+        (4, 12, 1),
+        (3, 8, 2),
+        (4, 4, 3),
+    ];
+    for n in [96i64, 100, 130] {
+        let table = ChunkTable::new([n as u64 / 2, n as u64 - n as u64 / 2], 8);
+        let steps = 3 * (n + 47) / 48;
+        for step in 0..steps {
+            let fixed = step_ids(&table, n, splits[0], step);
+            assert_eq!(fixed.len(), 48);
+            for split in &splits[1..] {
+                assert_eq!(
+                    step_ids(&table, n, *split, step),
+                    fixed,
+                    "n {n}, step {step}, split {split:?}"
+                );
+            }
+        }
     }
 }
 
@@ -81,7 +137,7 @@ fn epochs_shuffle_differently_and_deterministically() {
     };
     assert_eq!(ids(1), ids(1));
     assert_ne!(ids(1), ids(2));
-    assert_eq!(s.position(250), (5, 0));
+    assert_eq!(s.position(250), (5, 0), "50 steps of 20 an epoch");
 }
 
 #[test]
@@ -118,8 +174,8 @@ fn a_windows_positions_are_the_ranks_positions_in_it() {
             let s = sampler(n, world, rank, 16);
             let order = EpochOrder::new(&table, s.seed, 0, 3);
             let mut all: Vec<u64> = (0..s.steps_per_epoch())
-                .flat_map(|b| s.batch_positions(b).collect::<Vec<_>>())
-                .filter(|&p| p < n as u64)
+                .flat_map(|b| s.batch_span(b))
+                .filter(|&p| p < n as u64) // the padding is read directly
                 .collect();
             all.sort_unstable();
             all.dedup();

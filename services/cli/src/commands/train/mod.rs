@@ -18,6 +18,7 @@ use cohort_proto::v1::{
     CancelTrainingRequest, CreateTrainingRequest, GetTrainingRequest, GpuRequest,
     ListTrainingsRequest, WatchTrainingRequest,
 };
+use cohort_spec::elastic::Gpus;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -73,9 +74,11 @@ pub struct SubmitArgs {
     /// without it, the config flags below describe the whole config.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Run on this many GPUs, chosen by the coordinator (default: as many as fit).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "gpu_ids")]
-    pub gpus: Option<i32>,
+    /// Run on this many GPUs, chosen by the coordinator, or elastic on any
+    /// size of a range `MIN..MAX` that splits the global batch (default:
+    /// the config's `gpus`, else as many as fit).
+    #[arg(long, value_name = "N|MIN..MAX", conflicts_with = "gpu_ids")]
+    pub gpus: Option<Gpus>,
     /// Run on exactly these GPUs (uuids from `cohort gpus`), in rank order.
     #[arg(long, value_name = "UUID,...", value_delimiter = ',', num_args = 1..)]
     pub gpu_ids: Vec<String>,
@@ -188,21 +191,29 @@ const HISTORY_IDLE: Duration = Duration::from_millis(300);
 /// The longest `train get` spends reading history.
 const HISTORY_BUDGET: Duration = Duration::from_secs(5);
 
-/// The GPU request the flags describe: explicit ids, a count, or auto.
-pub fn gpu_request(args: &SubmitArgs) -> GpuRequest {
-    let selection = if !args.gpu_ids.is_empty() {
-        Some(Selection::GpuIds(v1::gpu_request::GpuIds {
-            ids: args.gpu_ids.clone(),
-            ..Default::default()
-        }))
-    } else {
-        args.gpus.map(Selection::Count)
-    };
-    GpuRequest {
-        selection,
+/// The GPU request the flags describe (`--gpus` before the job file's
+/// `gpus`): explicit ids, a count, a range, or auto.
+pub fn gpu_request(args: &SubmitArgs, file: Option<Gpus>) -> GpuRequest {
+    let mut request = GpuRequest {
         queue: args.no_queue.then_some(false),
         ..Default::default()
+    };
+    if !args.gpu_ids.is_empty() {
+        request.selection = Some(Selection::GpuIds(v1::gpu_request::GpuIds {
+            ids: args.gpu_ids.clone(),
+            ..Default::default()
+        }));
+        return request;
     }
+    match args.gpus.or(file) {
+        Some(Gpus::Count(n)) => request.selection = Some(Selection::Count(n as i32)),
+        Some(Gpus::Range(r)) => {
+            request.min_count = Some(r.min as i32);
+            request.max_count = Some(r.max as i32);
+        }
+        None => {}
+    }
+    request
 }
 
 pub async fn submit(
@@ -210,7 +221,7 @@ pub async fn submit(
     args: &SubmitArgs,
     out: OutputFormat,
 ) -> Result<(), CliError> {
-    let mut config = crate::config::build(args.config.as_deref(), &args.fields)?;
+    let (mut config, file_gpus) = crate::config::build_job(args.config.as_deref(), &args.fields)?;
     crate::commands::code::attach(
         coordinator,
         &mut config,
@@ -223,7 +234,7 @@ pub async fn submit(
     let request = CreateTrainingRequest {
         request_id: args.request_id.clone().unwrap_or_default(),
         config: Some(v1::TrainingConfig::from(&config)),
-        gpus: Some(gpu_request(args)),
+        gpus: Some(gpu_request(args, file_gpus)),
         display_name: args.name.clone().unwrap_or_default(),
         max_restarts: args.max_restarts,
         priority: args.priority,
@@ -485,13 +496,30 @@ mod tests {
     #[test]
     fn gpu_requests_from_flags() {
         let path = std::path::Path::new("c.toml");
-        let r = gpu_request(&submit_args(&["--gpus", "3", "--no-queue"], path));
+        let r = gpu_request(&submit_args(&["--gpus", "3", "--no-queue"], path), None);
         assert_eq!(r.selection, Some(Selection::Count(3)));
         assert_eq!(r.queue, Some(false));
-        let r = gpu_request(&submit_args(&["--gpu-ids", "a,b"], path));
+        let r = gpu_request(&submit_args(&["--gpu-ids", "a,b"], path), None);
         assert!(matches!(r.selection, Some(Selection::GpuIds(ref g)) if g.ids == ["a", "b"]));
         assert_eq!(r.queue, None);
-        let r = gpu_request(&submit_args(&[], path));
+        let r = gpu_request(&submit_args(&[], path), None);
         assert_eq!(r.selection, None);
+        let r = gpu_request(&submit_args(&["--gpus", "2..8"], path), None);
+        assert_eq!(
+            (r.selection, r.min_count, r.max_count),
+            (None, Some(2), Some(8))
+        );
+        // The flag wins over the job file's `gpus`.
+        let file = Some(Gpus::Range(cohort_spec::elastic::SizeRange {
+            min: 1,
+            max: 4,
+        }));
+        let r = gpu_request(&submit_args(&["--gpus", "3"], path), file);
+        assert_eq!(
+            (r.selection, r.min_count),
+            (Some(Selection::Count(3)), None)
+        );
+        let r = gpu_request(&submit_args(&[], path), file);
+        assert_eq!((r.min_count, r.max_count), (Some(1), Some(4)));
     }
 }

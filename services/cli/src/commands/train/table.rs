@@ -246,6 +246,11 @@ pub fn gpu_request(r: &v1::GpuRequest) -> String {
         Some(Selection::Count(1)) => "1 GPU".to_string(),
         Some(Selection::Count(n)) => format!("{n} GPUs"),
         Some(Selection::Auto(a)) if a.max_gpus > 0 => format!("auto, at most {}", a.max_gpus),
+        None if r.min_count.is_some() => format!(
+            "{}..{} GPUs, elastic",
+            r.min_count.unwrap_or(1),
+            r.max_count.unwrap_or(1)
+        ),
         _ => "auto".to_string(),
     };
     let queue = if r.queue == Some(false) {
@@ -276,7 +281,14 @@ pub fn config_summary(c: &v1::TrainingConfig) -> String {
         parts.push(format!("SAE d_in {}, {width}{activation}", m.d_in));
     }
     if let Some(o) = &c.optim {
-        parts.push(format!("batch {}/rank", o.batch_size));
+        match o.global_batch {
+            // Each size derives its own micro-batch, at most batch_size.
+            Some(global) => parts.push(format!(
+                "global batch {global}, micro-batch <= {}",
+                o.batch_size
+            )),
+            None => parts.push(format!("batch {}/rank", o.batch_size)),
+        }
         match (o.steps, o.epochs) {
             (Some(s), _) => parts.push(format!("{s} steps")),
             (None, Some(e)) => parts.push(format!("{e} epochs")),

@@ -237,7 +237,22 @@ fn auto_count(available: usize, max_gpus: u32) -> usize {
     available.min(bound).max(1)
 }
 
-/// Where a new training goes: count and AUTO requests follow the recommender
+/// GPUs that could take a rank needing `need` bytes now.
+fn suitable(view: &FleetView, need: u64) -> usize {
+    view.candidates
+        .iter()
+        .filter(|c| c.unsuitable(need).is_none())
+        .count()
+}
+
+/// A range's size on `available` GPUs: the largest that fits, else its
+/// smallest (which then waits, as a count does).
+fn range_count(sizes: &[u32], available: usize) -> usize {
+    GpuSelection::largest_size(sizes, available)
+        .unwrap_or_else(|| sizes.first().map_or(1, |&s| s as usize))
+}
+
+/// Where a new training goes: count, range and AUTO requests follow the recommender
 /// (healthy, free GPUs with `need` bytes of memory, on the fewest hosts);
 /// explicit ids are taken as given.
 pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
@@ -247,18 +262,12 @@ pub fn plan_first(view: &FleetView, request: &GpuRequest, need: u64) -> Plan {
 /// [`plan_first`]; without `explain` a shortfall is only counted (the
 /// recommender's reason, which looks at every GPU again, is not built).
 pub fn plan_first_as(view: &FleetView, request: &GpuRequest, need: u64, explain: bool) -> Plan {
-    let count = match request.selection {
+    let count = match &request.selection {
         GpuSelection::Ids { .. } => return plan_restart(view, request, &HashSet::new(), None),
         _ if view.agents == 0 => return Err(Unplaceable::NoAgents),
-        GpuSelection::Count { count } => count as usize,
-        GpuSelection::Auto { max_gpus } => {
-            let suitable = view
-                .candidates
-                .iter()
-                .filter(|c| c.unsuitable(need).is_none())
-                .count();
-            auto_count(suitable, max_gpus)
-        }
+        GpuSelection::Count { count } => *count as usize,
+        GpuSelection::Auto { max_gpus } => auto_count(suitable(view, need), *max_gpus),
+        GpuSelection::Range { sizes, .. } => range_count(sizes, suitable(view, need)),
     };
     // The usual case, a fit, allocates nothing per GPU; a shortfall asks the
     // recommender why.
@@ -304,6 +313,12 @@ pub fn plan_restart(
             GpuSelection::Auto { max_gpus } => by_count(
                 candidates,
                 auto_count(candidates.len(), *max_gpus),
+                any_agent,
+                leader,
+            ),
+            GpuSelection::Range { sizes, .. } => by_count(
+                candidates,
+                range_count(sizes, candidates.len()),
                 any_agent,
                 leader,
             ),

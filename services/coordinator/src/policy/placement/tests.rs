@@ -225,3 +225,46 @@ fn a_program_goes_only_where_a_root_open_to_its_team_holds_it() {
         );
     }
 }
+
+fn range(sizes: &[u32]) -> GpuRequest {
+    GpuRequest {
+        selection: GpuSelection::Range {
+            min: sizes[0],
+            max: *sizes.last().expect("sizes"),
+            sizes: sizes.to_vec(),
+        },
+        queue: true,
+    }
+}
+
+#[test]
+fn a_range_takes_its_largest_size_that_fits_now() {
+    let fleet = |free: usize| {
+        let mut view = FleetView::uniform(2, 2, 1 << 34);
+        let held: Vec<String> = view.candidates[free..]
+            .iter()
+            .map(|c| c.uuid.clone())
+            .collect();
+        let hold = Hold {
+            training_id: "other".into(),
+            attempt: 1,
+            rank: 0,
+            team: String::new(),
+        };
+        view.hold(&held, &hold);
+        view
+    };
+    let need = 1 << 30;
+    // Sizes 1, 2 and 4 (3 does not split its global batch).
+    let sizes = range(&[1, 2, 4]);
+    for (free, size) in [(4, 4), (3, 2), (2, 2), (1, 1)] {
+        let first = plan_first(&fleet(free), &sizes, need).unwrap();
+        assert_eq!(first.len(), size, "{free} free: first placement");
+        let restart = plan_restart(&fleet(free), &sizes, &HashSet::new(), None).unwrap();
+        assert_eq!(restart.len(), size, "{free} free: a restart");
+    }
+    // Below its smallest size it waits, as a count does.
+    let why = plan_first(&fleet(1), &range(&[2, 4]), need).unwrap_err();
+    assert!(matches!(why, Unplaceable::NotSuitable(_)), "{why}");
+    assert!(plan_restart(&fleet(1), &range(&[2, 4]), &HashSet::new(), None).is_err());
+}
