@@ -412,6 +412,7 @@ impl<'a> Engine<'a> {
                 self.settings.grace_s
             }),
             saves_on_notice: t.saves_on_notice,
+            resizable: false,
         }
     }
 

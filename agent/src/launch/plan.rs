@@ -276,22 +276,22 @@ pub(super) fn program(
 /// another agent), under the run directory.
 const RESUME: &str = "resume";
 
-/// On a restart of a program whose checkpoints are on one host's disk: the
-/// newest recorded checkpoint, fetched from the agent that holds it when
-/// this host does not (`None`: a first attempt, shared storage, or this
-/// host holds it).
+/// On a restart of a training whose checkpoints are on one host's disk:
+/// the newest recorded checkpoint, fetched into `into` from the agent that
+/// holds it when this host does not (`None`: a first attempt, shared
+/// storage, or this host holds it).
 async fn fetch_from_peer(
     config: &AgentConfig,
     cmd: &StartRanks,
-    p: &ProgramTraining,
-    run_dir: &Path,
+    storage: Option<&str>,
+    (run_dir, into): (&Path, PathBuf),
     peer: Option<&PeerLink>,
 ) -> Result<Option<PathBuf>, Refusal> {
     let newest = cmd.published.pairs().iter().map(|(_, s)| *s).max();
     let (Some(link), Some(newest)) = (peer, newest) else {
         return Ok(None);
     };
-    if p.checkpoint.storage.is_some() || cmd.attempt <= 1 {
+    if storage.is_some() || cmd.attempt <= 1 {
         return Ok(None);
     }
     let dir = run_dir.join(CHECKPOINTS_DIR);
@@ -306,7 +306,6 @@ async fn fetch_from_peer(
     {
         return Ok(None);
     }
-    let into = run_dir.join(RESUME);
     peer::fetch(link, &cmd.training_id, newest, &into, config.resume_fetch)
         .await
         .map(Some)
@@ -328,6 +327,14 @@ pub(super) async fn plan(
 ) -> Result<Plan, Refusal> {
     let p = match &cmd.workload {
         Workload::Sae(sae_config) => {
+            // Rank 0 restores the checkpoint and broadcasts it: its host
+            // needs it among its own (an elastic training re-formed, a
+            // preempted one placed again, elsewhere).
+            if cmd.ranks.iter().any(|r| r.rank == 0) {
+                let into = paths.run_dir.join(CHECKPOINTS_DIR);
+                let storage = sae_config.checkpoint.storage.as_deref();
+                fetch_from_peer(config, cmd, storage, (&paths.run_dir, into), peer).await?;
+            }
             let mut plan = sae(config, &cmd.team, paths);
             // The training's NCCL variables (an allowlist the config checked), over the agent's.
             plan.extra_env.extend(sae_config.runtime.nccl_env.clone());
@@ -335,7 +342,9 @@ pub(super) async fn plan(
         }
         Workload::Program(p) => p.clone(),
     };
-    let fetched = fetch_from_peer(config, cmd, &p, &paths.run_dir, peer).await?;
+    let into = paths.run_dir.join(RESUME);
+    let storage = p.checkpoint.storage.as_deref();
+    let fetched = fetch_from_peer(config, cmd, storage, (&paths.run_dir, into), peer).await?;
     let code_root = match p.snapshot() {
         Some(snapshot) => Some(
             code::ensure(peer, &code::cache_dir(&config.work_dir), snapshot)

@@ -10,6 +10,7 @@ import { Events } from "../training/Events";
 import { Logs } from "../training/Logs";
 import { ProgressBar } from "../training/ProgressBar";
 import { Ranks } from "../training/Ranks";
+import { Sizes } from "../training/Sizes";
 import { Report } from "../training/Report";
 import { gpuCount, isProgram, loss, progress } from "../training/summary";
 import { secondsLeft, useTraining } from "../training/useTraining";
@@ -47,7 +48,7 @@ export function TrainingPage({ id }: { id: string }) {
         {t.id} · team {t.team || "–"} · by {t.creator || "–"} · {gpuCount(t)} GPUs · attempt {t.attempt} ({t.restartCount}/{t.maxRestarts} restarts) · created {when(t.createTime)}
       </p>
       <p className="muted small" aria-label="scheduling">
-        class {t.priorityClass || "none"} (priority {t.priority}) · preempted {t.preemptionCount}× · {t.borrow ? "may borrow idle quota" : "never borrows"}
+        class {t.priorityClass || "none"} (priority {t.priority}) · preempted {t.preemptionCount}×{t.resizeCount > 0 ? ` · resized ${t.resizeCount}×` : ""} · {t.borrow ? "may borrow idle quota" : "never borrows"}
         {(() => {
           const e = estimate(t);
           return e.text === "–" ? null : <> · <span title={e.why}>{e.text}{e.why ? ` (${e.why})` : ""}</span></>;
@@ -77,6 +78,9 @@ export function TrainingPage({ id }: { id: string }) {
         return <ProgressBar fraction={p.fraction} label={label} />;
       })()}
       <p className="small">loss {num(loss(t))}{t.globalBatchSize > 0n ? ` · global batch ${t.globalBatchSize}` : ""}</p>
+      {t.gpuRequest?.minCount !== undefined && (
+        <section aria-labelledby="size"><h2 id="size">Size</h2><Sizes events={view.events} min={t.gpuRequest.minCount} max={t.gpuRequest.maxCount ?? t.gpuRequest.minCount} now={ended(t.state) && t.endTime ? Number(t.endTime.seconds) * 1000 : Date.now()} /></section>
+      )}
       <section aria-labelledby="curves"><h2 id="curves">Curves</h2><Curves view={view} program={program} /></section>
       <section aria-labelledby="ranks"><h2 id="ranks">Ranks</h2><Ranks training={t} stats={view.ranks} /></section>
       <section aria-labelledby="logs"><h2 id="logs">Logs</h2><Logs trainingId={t.id} attempt={t.attempt} live={!ended(t.state)} /></section>

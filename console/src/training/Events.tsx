@@ -31,6 +31,8 @@ export function describe(ev: TrainingEvent): string {
       const what = p.kind === "reclaim" ? `reclaimed for ${p.by}` : p.kind === "drain" ? `moved off drained agent ${p.by}` : `preempted by ${p.by}${p.priorityClass ? ` (class ${p.priorityClass})` : ""}`;
       return `${what}: resumes from ${p.resumeStep !== undefined ? `step ${p.resumeStep}` : "the start"}, ${num(p.gpuSecondsLost)} GPU-seconds lost${p.checkpointed ? ", checkpointed on notice" : ""}`;
     }
+    case "resized":
+      return `resized: ${e.value.fromWorldSize} → ${e.value.toWorldSize} ranks ${e.value.step !== undefined ? `at step ${e.value.step}` : "from the start"}, ${num(e.value.seconds)} s (${e.value.reason})`;
     case "estimate":
       if (e.value.estimatedStartTime) return `estimate: starts ${clock(e.value.estimatedStartTime)}`;
       if (e.value.estimatedEndTime) return `estimate: ends ${clock(e.value.estimatedEndTime)}`;

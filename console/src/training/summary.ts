@@ -25,6 +25,8 @@ export function gpuCount(t: Training): number {
   const sel = t.gpuRequest?.selection;
   if (sel?.case === "gpuIds") return sel.value.ids.length;
   if (sel?.case === "count") return sel.value;
+  // An elastic training not yet placed: at least its smallest size.
+  if (t.gpuRequest?.minCount !== undefined) return t.gpuRequest.minCount;
   return 0;
 }
 

@@ -61,7 +61,7 @@ export async function startCluster(): Promise<ClusterState> {
   const open = `http://127.0.0.1:${p1}`;
   const secured = `http://127.0.0.1:${p2}`;
   const pids: number[] = [];
-  pids.push(start("coordinator", dir, "cohort-coordinator", ["--listen", `127.0.0.1:${p1}`, "--data-dir", join(dir, "coordinator")]).pid!);
+  pids.push(start("coordinator", dir, "cohort-coordinator", ["--listen", `127.0.0.1:${p1}`, "--data-dir", join(dir, "coordinator"), "--elastic-cooldown", "1s"]).pid!);
   pids.push(
     start("agent", dir, "cohort-agent", [
       "--coordinator", open, "--name", "e2e-host", "--address", "127.0.0.1", "--work-dir", join(dir, "agent"),

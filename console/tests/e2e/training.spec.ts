@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
-import { cluster } from "./cluster";
+import { join } from "node:path";
+import { cli, cluster, ROOT } from "./cluster";
 import { expect, points, shot, test } from "./fixtures";
 
 test("a training submitted from the form trains to the end, live, and its checkpoint downloads", async ({ page, problems }) => {
@@ -51,4 +52,21 @@ test("a training submitted from the form trains to the end, live, and its checkp
   await expect(page.getByRole("link", { name: id })).toBeVisible();
   await expect(page.getByRole("row", { name: new RegExp(id) })).toContainText("succeeded");
   await shot(page, "trainings");
+});
+
+test("an elastic training's page draws its size over time as it grows", async ({ page, problems }) => {
+  void problems;
+  const { open } = cluster();
+  const config = join(ROOT, "examples/sae.toml");
+  // One GPU held, so the elastic training (1..2) starts at 1; then freed.
+  const blocker = cli(open, ["train", "submit", "--config", config, "--steps", "100000", "--gpus", "1", "--name", "e2e-blocker", "--quiet"]).trim();
+  const id = cli(open, ["train", "submit", "--config", config, "--steps", "4000", "--gpus", "1..2", "--name", "e2e-elastic", "--quiet"]).trim();
+  await page.goto(`${open}/trainings/${id}`);
+  await expect(page.getByRole("img", { name: /^size over time: 1 from / })).toBeVisible({ timeout: 60_000 });
+  cli(open, ["train", "cancel", blocker]);
+  await expect(page.getByRole("img", { name: /^size over time: 1 from .*, 2 from / })).toBeVisible({ timeout: 90_000 });
+  await expect(page.getByLabel("scheduling")).toContainText("resized 1×");
+  await expect(page.getByRole("list", { name: "events" })).toContainText(/resized: 1 → 2 ranks at step \d+/);
+  await shot(page, "elastic");
+  cli(open, ["train", "cancel", id]);
 });

@@ -5,6 +5,7 @@ import { GpuCard } from "../../src/fleet/GpuCard";
 import { GpuAvailability, GpuSchema } from "../../src/gen/cohort/v1/gpu_pb";
 import { AlertSchema, AlertSeverity } from "../../src/gen/cohort/v1/telemetry_pb";
 import { ProgressBar } from "../../src/training/ProgressBar";
+import { Sizes, sizeSteps } from "../../src/training/Sizes";
 import { describe as describeEvent } from "../../src/training/Events";
 import { TrainingEventSchema } from "../../src/gen/cohort/v1/training_events_pb";
 import { Training_State } from "../../src/gen/cohort/v1/training_pb";
@@ -117,5 +118,39 @@ describe("sharing the fleet", () => {
     const unknown = create(TrainingSchema, { state: Training_State.QUEUED, estimateReason: "NO_DURATION: waits behind training t-1" });
     expect(estimate(unknown, now)).toEqual({ text: "no estimate", why: "NO_DURATION: waits behind training t-1" });
     expect(estimate(create(TrainingSchema, { state: Training_State.SUCCEEDED }), now).text).toBe("–");
+  });
+});
+
+describe("an elastic training's sizes", () => {
+  const started = (seconds: number, worldSize: number) =>
+    create(TrainingEventSchema, { time: { seconds: BigInt(seconds), nanos: 0 }, event: { case: "started", value: { worldSize } } });
+  const events = [started(100, 2), started(160, 4), started(170, 4), started(300, 2)];
+
+  it("are a step per size change, oldest first", () => {
+    expect(sizeSteps(events)).toEqual([
+      { at: 100_000, size: 2 },
+      { at: 160_000, size: 4 },
+      { at: 300_000, size: 2 },
+    ]);
+  });
+
+  it("are drawn with their range and said to assistive technology", () => {
+    render(<Sizes events={events} min={2} max={4} now={400_000} />);
+    const chart = screen.getByRole("img");
+    expect(chart.getAttribute("aria-label")).toMatch(/^size over time: 2 from .*, 4 from .*, 2 from /);
+    expect(screen.getByText("GPUs over time (range 2..4, dashed)")).toBeTruthy();
+  });
+
+  it("change in events that read as sentences", () => {
+    const resized = create(TrainingEventSchema, {
+      event: { case: "resized", value: { fromWorldSize: 2, toWorldSize: 4, step: 640n, seconds: 1.9, reason: "grow" } },
+    });
+    expect(describeEvent(resized)).toContain("resized: 2 → 4 ranks at step 640");
+    expect(describeEvent(resized)).toContain("(grow)");
+  });
+
+  it("say how it starts before it has", () => {
+    render(<Sizes events={[]} min={2} max={8} now={0} />);
+    expect(screen.getByText(/starts at the largest of 2..8 GPUs that fits/)).toBeTruthy();
   });
 });

@@ -112,6 +112,7 @@ pub fn describe(event: &v1::TrainingEvent) -> Option<String> {
         Event::Lagged(l) => format!("lagged: missed {} events", l.missed_events),
         Event::Preempted(p) => preempted(p),
         Event::Estimate(e) => estimate(e),
+        Event::Resized(r) => resized(r),
         // An event kind newer than this CLI.
         #[allow(unreachable_patterns)]
         _ => return None,
@@ -155,6 +156,17 @@ fn preempted(p: &v1::PreemptedEvent) -> String {
         } else {
             ""
         }
+    )
+}
+
+/// `resized: 2 -> 4 ranks at step 1200, 3.1 s (grow)`.
+fn resized(r: &v1::ResizedEvent) -> String {
+    let at = r
+        .step
+        .map_or("from the start".to_string(), |s| format!("at step {s}"));
+    format!(
+        "resized: {} -> {} ranks {at}, {:.1} s ({})",
+        r.from_world_size, r.to_world_size, r.seconds, r.reason
     )
 }
 

@@ -1,6 +1,6 @@
 //! The coordinator's scheduling flags (docs/scheduling.md): the priority
 //! classes, the protection window, fair share's half-life, how often the
-//! estimates are recomputed, and the policy's features.
+//! estimates are recomputed, the elastic cooldown, and the policy's features.
 
 use super::JobSettings;
 use crate::policy::{PriorityClass, PriorityClasses};
@@ -36,6 +36,10 @@ pub struct SchedulingFlags {
     /// Quotas are hard caps: nothing is borrowed or reclaimed.
     #[arg(long, env = "COHORT_NO_LENDING")]
     pub no_lending: bool,
+    /// An elastic training grows at most once this often (counted from
+    /// when its current size was placed), so nothing flaps.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "COHORT_ELASTIC_COOLDOWN")]
+    pub elastic_cooldown: Duration,
 }
 
 impl SchedulingFlags {
@@ -45,6 +49,7 @@ impl SchedulingFlags {
         policy.min_runtime = self.preemption_min_runtime;
         policy.preemption = !self.no_preemption;
         policy.lending = !self.no_lending;
+        policy.elastic_cooldown = self.elastic_cooldown;
         JobSettings {
             policy,
             classes: PriorityClasses::with(self.priority_classes.clone()),

@@ -23,6 +23,7 @@ pub mod pause;
 pub mod positions;
 pub mod queue;
 pub mod quota;
+mod resize;
 mod runtime;
 mod scheduling;
 mod snapshot;
@@ -134,6 +135,8 @@ pub struct Jobs {
     /// Trainings that made room by a notice just closed, until when (a
     /// handful: each goes within minutes).
     claims: Arc<Mutex<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>>>,
+    /// Elastic trainings re-forming at another size, until placed.
+    resizing: resize::Resizing,
 }
 
 impl std::fmt::Debug for Jobs {
@@ -165,6 +168,7 @@ impl Jobs {
             usage: Default::default(),
             caps: Default::default(),
             claims: Default::default(),
+            resizing: Default::default(),
             tasks,
         }
     }

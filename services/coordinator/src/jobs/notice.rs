@@ -35,6 +35,9 @@ impl Jobs {
         victim: &RunningJob,
         attempt: i32,
     ) -> Result<(), DatabaseError> {
+        if p.kind == NoticeKind::Resize {
+            return self.give_shrink(p, victim, attempt).await;
+        }
         let by = self.db.get_training(&p.by).await?;
         let (by_class, by_team) = by
             .as_ref()
@@ -85,6 +88,7 @@ impl Jobs {
             audit,
         )
         .await
+        .map(|_| ())
     }
 
     /// A training on draining agent `agent` gets notice to move.
@@ -116,6 +120,7 @@ impl Jobs {
             audit,
         )
         .await
+        .map(|_| ())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -129,7 +134,7 @@ impl Jobs {
         stopping: String,
         grace: Duration,
         audit: AuditEntry,
-    ) -> Result<(), DatabaseError> {
+    ) -> Result<bool, DatabaseError> {
         let now = Utc::now();
         let notice = Notice {
             training_id: training_id.to_string(),
@@ -141,7 +146,7 @@ impl Jobs {
             deadline: now + grace + self.settings.agent_timeout + NOTICE_SLACK,
         };
         if !self.db.give_notice(notice, stopping.clone(), audit).await? {
-            return Ok(()); // decided otherwise meanwhile, or noticed already
+            return Ok(false); // decided otherwise meanwhile, or noticed already
         }
         tracing::info!(
             training_id,
@@ -162,7 +167,7 @@ impl Jobs {
             &stopping,
         );
         self.kick();
-        Ok(())
+        Ok(true)
     }
 
     /// A rank of a noticed attempt ended: once the whole gang is gone the
@@ -289,7 +294,12 @@ impl Jobs {
         }
         tracing::info!(training_id = %closed.id, attempt = notice.attempt, kind = notice.kind.as_str(),
             by = %notice.by, resume_step, checkpointed, lost_gpu_s = lost, "notice closed");
-        if matches!(notice.kind, NoticeKind::Preempt | NoticeKind::Reclaim) {
+        // Who made room takes it first; a resizing training takes its own
+        // GPUs and the free ones back first.
+        if matches!(
+            notice.kind,
+            NoticeKind::Preempt | NoticeKind::Reclaim | NoticeKind::Resize
+        ) {
             self.claim(&notice.by);
         }
         match to {

@@ -41,6 +41,13 @@ impl Jobs {
                 self.give_notice(p, victim, *attempt).await?;
             }
         }
+        for r in &decisions.resizes {
+            if let (Some(running), Some(attempt)) =
+                (snapshot.running(&r.id), built.attempts.get(&r.id))
+            {
+                self.give_resize(r, running, *attempt).await?;
+            }
+        }
         let chosen = self.hold_placements(&decisions, &snapshot);
         let placed = self.start_all(chosen).await;
         let rewritten = decisions.reasons.len();

@@ -121,6 +121,7 @@ impl Jobs {
     ) -> Job {
         let sae = profile.sae;
         let saves = sae || fields.notice_saves;
+        let resizable = sae && fields.request.selection.is_elastic();
         Job {
             id: id.to_string(),
             team: fields.team,
@@ -139,6 +140,7 @@ impl Jobs {
                 profile.grace
             },
             saves_on_notice: saves,
+            resizable,
         }
     }
 

@@ -167,6 +167,7 @@ impl Jobs {
         let (spans, trace) = AttemptSpans::placed(placed, waited_since.into(), agents);
         self.rt().placed(&placed.id, spans);
         let published = self.published_checkpoints(placed).await?;
+        self.resized(placed).await?;
         if let Err(agent) =
             commands::start_ranks(&self.fleet, placed, placement, &config, &trace, &published)
         {

@@ -27,6 +27,6 @@ pub use sweep::{
     BUDGET_SPENT, FRONTIER, SAE_METRICS,
 };
 pub use training::{
-    EstimateChange, EventPayload, Preempted, StateChange, StateTransition, StoredEvent,
-    StragglerChange, Training,
+    EstimateChange, EventPayload, Preempted, Resized, StateChange, StateTransition, StoredEvent,
+    StragglerChange, Training, RESIZING,
 };

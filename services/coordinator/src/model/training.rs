@@ -7,6 +7,10 @@ use cohort_spec::progress::ProgressLine;
 use cohort_spec::Workload;
 use serde::{Deserialize, Serialize};
 
+/// The reason of a training re-forming at another size (its notice's, then
+/// QUEUED's until it is placed again).
+pub const RESIZING: &str = "RESIZING: ";
+
 /// A training job (one row of `trainings`, decoded).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Training {
@@ -62,6 +66,8 @@ pub struct Training {
     /// It wrote a checkpoint in the grace of an earlier notice (a program
     /// that honours the notice): preempting it loses little.
     pub notice_saves: bool,
+    /// Times its gang was re-formed at another size (an elastic training).
+    pub resize_count: i32,
 }
 
 impl Training {
@@ -117,6 +123,21 @@ pub enum EventPayload {
     Preempted(Preempted),
     /// Its start or end estimate appeared, moved by more than 10 %, or went.
     Estimate(EstimateChange),
+    /// An elastic training's gang re-formed at another size.
+    Resized(Resized),
+}
+
+/// A resize, as stored in the event history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resized {
+    pub from_world_size: i32,
+    pub to_world_size: i32,
+    /// The step it resumed from.
+    pub step: Option<i64>,
+    /// From the decision to the new gang sent to its agents.
+    pub seconds: f64,
+    /// Why: "grow".
+    pub why: String,
 }
 
 /// A preemption, as stored in the event history.
@@ -165,6 +186,7 @@ impl EventPayload {
             EventPayload::Straggler(_) => "straggler".to_string(),
             EventPayload::Preempted(_) => "preempted".to_string(),
             EventPayload::Estimate(_) => "estimate".to_string(),
+            EventPayload::Resized(_) => "resized".to_string(),
             EventPayload::Rank(line) => line.event().to_string(),
         }
     }
@@ -181,6 +203,7 @@ impl EventPayload {
             }
             EventPayload::Preempted(p) => serde_json::to_string(p).expect("preemption serialises"),
             EventPayload::Estimate(e) => serde_json::to_string(e).expect("estimate serialises"),
+            EventPayload::Resized(r) => serde_json::to_string(r).expect("resize serialises"),
         }
     }
 
@@ -198,6 +221,10 @@ impl EventPayload {
             serde_json::from_str(payload_json)
                 .ok()
                 .map(EventPayload::Preempted)
+        } else if kind == "resized" {
+            serde_json::from_str(payload_json)
+                .ok()
+                .map(EventPayload::Resized)
         } else if kind == "estimate" {
             serde_json::from_str(payload_json)
                 .ok()

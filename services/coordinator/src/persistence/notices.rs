@@ -194,6 +194,11 @@ impl Persistence {
                         .set(trainings::held_by.eq(&n.by))
                         .execute(c)?;
                 }
+                NoticeKind::Resize => {
+                    diesel::update(this)
+                        .set(trainings::resize_count.eq(trainings::resize_count + 1))
+                        .execute(c)?;
+                }
                 NoticeKind::Drain => {}
             }
             if end.event.checkpointed {
@@ -201,14 +206,18 @@ impl Persistence {
                     .set(trainings::notice_saves.eq(true))
                     .execute(c)?;
             }
-            append_event_in(
-                c,
-                out,
-                &end.training_id,
-                end.attempt,
-                &EventPayload::Preempted(end.event.clone()),
-                now(),
-            )?;
+            // A resize is not a preemption: its `resized` event comes when
+            // the new gang is placed.
+            if n.kind != NoticeKind::Resize {
+                append_event_in(
+                    c,
+                    out,
+                    &end.training_id,
+                    end.attempt,
+                    &EventPayload::Preempted(end.event.clone()),
+                    now(),
+                )?;
+            }
             load_training(c, &end.training_id)
         })
         .await

@@ -58,6 +58,7 @@ pub struct TrainingRow {
     pub preemption_count: i32,
     pub attempt_time: Option<NaiveDateTime>,
     pub notice_saves: bool,
+    pub resize_count: i32,
 }
 
 impl TryFrom<TrainingRow> for Training {
@@ -99,6 +100,7 @@ impl TryFrom<TrainingRow> for Training {
             preemption_count: row.preemption_count,
             attempt_time: row.attempt_time.map(from_db_time),
             notice_saves: row.notice_saves,
+            resize_count: row.resize_count,
         })
     }
 }

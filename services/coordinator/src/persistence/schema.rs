@@ -64,6 +64,7 @@ diesel::table! {
         attempt_time -> Nullable<Timestamp>,
         notice_saves -> Bool,
         held_by -> Text,
+        resize_count -> Integer,
     }
 }
 

@@ -30,7 +30,7 @@ pub use classes::{PriorityClass, PriorityClasses};
 pub use forecast::{forecast, Estimate, Forecast, Horizon};
 pub use need::Need;
 pub use order::QueuePolicy;
-pub use pass::{pass, Decisions, NoticeKind, Placement, Policy, Preemption};
+pub use pass::{pass, Decisions, NoticeKind, Placement, Policy, Preemption, Resize};
 pub use placement::FleetView;
 pub use shares::{Admission, Shares, TeamShare};
 pub use snapshot::{Job, RunningJob, Snapshot, Stopping, WaitingJob};

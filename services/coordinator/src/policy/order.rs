@@ -177,6 +177,7 @@ mod tests {
             preemption_count: 0,
             attempt_time: None,
             notice_saves: false,
+            resize_count: 0,
         }
     }
 

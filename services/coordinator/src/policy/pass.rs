@@ -40,6 +40,9 @@ pub struct Policy {
     /// Pending reasons are worth computing (the coordinator's passes; not
     /// the estimates' or the simulator's).
     pub reasons: bool,
+    /// An elastic training grows at most once this often (from when its
+    /// current size was placed).
+    pub elastic_cooldown: Duration,
 }
 
 impl Default for Policy {
@@ -52,6 +55,7 @@ impl Default for Policy {
             fair_share: true,
             min_runtime: Duration::from_secs(600),
             reasons: true,
+            elastic_cooldown: Duration::from_secs(300),
         }
     }
 }
@@ -89,6 +93,8 @@ pub enum NoticeKind {
     /// Its sweep pauses it at a rung until it promotes it (the
     /// coordinator's, not the policy's; `by` is the sweep).
     Pause,
+    /// An elastic training re-forms at another size (`by` is itself).
+    Resize,
 }
 
 impl NoticeKind {
@@ -98,6 +104,7 @@ impl NoticeKind {
             NoticeKind::Reclaim => "reclaim",
             NoticeKind::Drain => "drain",
             NoticeKind::Pause => "pause",
+            NoticeKind::Resize => "resize",
         }
     }
 
@@ -107,6 +114,7 @@ impl NoticeKind {
             NoticeKind::Reclaim,
             NoticeKind::Drain,
             NoticeKind::Pause,
+            NoticeKind::Resize,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
@@ -123,11 +131,23 @@ pub struct Preemption {
     pub lost_gpu_seconds: f64,
 }
 
+/// A running elastic training to re-form at another size: a notice (it
+/// checkpoints and stops), then a placement at the largest of its sizes
+/// that fits, from that checkpoint, its global batch unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resize {
+    pub id: String,
+    pub from: usize,
+    pub to: usize,
+}
+
 /// What one pass decided.
 #[derive(Debug, Clone, Default)]
 pub struct Decisions {
     pub placements: Vec<Placement>,
     pub preemptions: Vec<Preemption>,
+    /// Elastic trainings that grow onto GPUs no waiting training can use.
+    pub resizes: Vec<Resize>,
     /// QUEUED trainings whose pending reason changed (only with `reasons`).
     pub reasons: Vec<(String, String)>,
     /// RESTARTING trainings that cannot be placed: back to QUEUED, with why.
@@ -656,9 +676,68 @@ impl<'a> Pass<'a> {
 
     /// Frees the reservations and says whether any GPU is left.
     fn finish(mut self) -> Decisions {
+        // What is free now, the reservation still held, no waiting
+        // training could take: elastic trainings may grow onto it.
+        self.grow();
         self.view.unhold(&self.reserved);
         self.d.full = self.view.free_count() == 0;
         self.d
+    }
+}
+
+impl Pass<'_> {
+    /// Elastic trainings grown onto the GPUs this pass leaves free, the
+    /// longest placed first: each to the largest of its sizes that its
+    /// GPUs and the free ones hold and its team's guarantee allows, once
+    /// per cooldown, never while stopping, never into borrowed quota (a
+    /// reclaim would take it back).
+    fn grow(&mut self) {
+        let mut free = self.view.free_count();
+        if free == 0 {
+            return;
+        }
+        let mut order: Vec<&RunningJob> = self
+            .running
+            .iter()
+            .filter(|r| r.job.resizable && r.stopping.is_none())
+            .filter(|r| !self.stopping.contains(&r.job.id))
+            .collect();
+        order.sort_by(|a, b| a.since.cmp(&b.since).then(a.job.id.cmp(&b.job.id)));
+        let cooldown = chrono::Duration::from_std(self.p.elastic_cooldown).unwrap_or_default();
+        // What this pass's grows add to each team (the snapshot's `held`
+        // stays what the placements made it).
+        let mut grown: HashMap<&str, i64> = HashMap::new();
+        for r in order {
+            let GpuSelection::Range { sizes, .. } = &r.job.request.selection else {
+                continue;
+            };
+            if self.now - r.since < cooldown {
+                continue;
+            }
+            let current = r.gpus.len();
+            let Some(to) = GpuSelection::largest_size(sizes, current + free) else {
+                continue;
+            };
+            if to <= current {
+                continue;
+            }
+            let more = (to - current) as i64;
+            let held = self.held.get(&r.job.team).copied().unwrap_or(0)
+                + grown.get(r.job.team.as_str()).copied().unwrap_or(0);
+            let admission =
+                self.shares
+                    .admit(&r.job.team, held, more, r.job.borrow, self.p.lending);
+            if admission != Admission::Within {
+                continue;
+            }
+            free -= to - current;
+            *grown.entry(r.job.team.as_str()).or_default() += more;
+            self.d.resizes.push(Resize {
+                id: r.job.id.clone(),
+                from: current,
+                to,
+            });
+        }
     }
 }
 

@@ -9,6 +9,11 @@
 //! team, borrowing, or with no guarantees in force. Never one already
 //! stopping, and whole gangs only.
 //!
+//! Elastic trainings shrink first: when re-forming some of them at a
+//! smaller size of their range frees a placement (each fitting again at
+//! its smallest size on what is left), they get a notice of kind `resize`
+//! instead and nobody is stopped whole.
+//!
 //! Which: the set that frees a placement with the least work lost, then
 //! the fewest victims, then the youngest — found as Kueue does: candidates
 //! cheapest first until the training fits, then each victim not needed
@@ -96,6 +101,24 @@ impl Pass<'_> {
                 .then(b.since.cmp(&a.since))
                 .then(a.job.id.cmp(&b.job.id))
         });
+        // Elastic trainings give up what they hold above their smallest
+        // size before anyone is stopped whole.
+        if let Some((shrunk, slots)) = self.shrink(w, &candidates) {
+            self.view.restore(saved);
+            for r in &shrunk {
+                self.stopping.insert(r.job.id.clone());
+                self.d.preemptions.push(Preemption {
+                    victim: r.job.id.clone(),
+                    by: w.job.id.clone(),
+                    kind: NoticeKind::Resize,
+                    lost_gpu_seconds: r.lost_if_preempted(now),
+                });
+            }
+            self.reserve(w, &slots);
+            let mut all = mine;
+            all.extend(shrunk);
+            return Some(stopping_reason(&all));
+        }
         let found = self.fewest(w, candidates);
         self.view.restore(saved);
         let Some((victims, slots)) = found else {
@@ -136,6 +159,45 @@ impl Pass<'_> {
             && ran >= self.p.min_runtime
             && (r.job.team == w.job.team || borrowing || !self.shares.any_guarantee());
         reclaimable || lower
+    }
+
+    /// Elastic candidates, cheapest first, until `w` fits and every one of
+    /// them fits again at its smallest size on what `w` leaves: they are
+    /// re-formed smaller (a notice of kind `resize`), not stopped. `None`
+    /// when no such set exists. The view comes back as it was.
+    fn shrink<'r>(
+        &mut self,
+        w: &WaitingJob,
+        candidates: &[&'r RunningJob],
+    ) -> Option<(Vec<&'r RunningJob>, Vec<crate::model::RankSlot>)> {
+        let smallest = |r: &RunningJob| match &r.job.request.selection {
+            GpuSelection::Range { sizes, .. } => sizes.first().map_or(usize::MAX, |&s| s as usize),
+            _ => usize::MAX,
+        };
+        let mut chosen: Vec<(&RunningJob, Saved)> = Vec::new();
+        let mut found = None;
+        for r in candidates
+            .iter()
+            .copied()
+            .filter(|r| r.job.resizable && smallest(r) < r.gpus.len())
+        {
+            chosen.push((r, self.view.release_saving(&r.gpus)));
+            let Ok(slots) = plan_on(w, self.view, false) else {
+                continue;
+            };
+            // A re-placement takes any free GPUs (by count): what `w`
+            // leaves must hold each shrunk gang at its smallest size.
+            let again: usize = chosen.iter().map(|(r, _)| smallest(r)).sum();
+            if self.view.free_count().saturating_sub(slots.len()) >= again {
+                found = Some(slots);
+                break;
+            }
+        }
+        let shrunk = chosen.iter().map(|(r, _)| *r).collect();
+        for (_, saved) in chosen.into_iter().rev() {
+            self.view.restore(saved);
+        }
+        found.map(|slots| (shrunk, slots))
     }
 
     /// Candidates cheapest first until `w` fits, then each one not needed

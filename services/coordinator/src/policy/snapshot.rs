@@ -41,6 +41,9 @@ pub struct Job {
     pub stop_within: Duration,
     /// A notice loses (almost) nothing: it checkpoints when noticed.
     pub saves_on_notice: bool,
+    /// It may change size while running (an elastic request of the
+    /// built-in SAE): the policy grows it onto GPUs nobody waits for.
+    pub resizable: bool,
 }
 
 impl Job {

@@ -35,6 +35,7 @@ fn job(id: &str, team: &str, gpus: u32, priority: i32, preempting: bool) -> Job 
         grace: Duration::from_secs(60),
         stop_within: Duration::from_secs(30),
         saves_on_notice: true,
+        resizable: false,
     }
 }
 
@@ -484,4 +485,91 @@ fn an_elastic_training_starts_at_the_largest_size_its_team_may_run() {
         "{:?}",
         d.reasons
     );
+}
+
+#[test]
+fn an_elastic_training_grows_onto_gpus_no_waiting_training_can_use() {
+    let mut grower = elastic("e", "a", &[2, 4]);
+    grower.resizable = true;
+    // 4 GPUs, e on 2 of them for 10 minutes: it grows to 4.
+    let mut s = world(1, 4, vec![(grower.clone(), 10)], vec![]);
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(
+        d.resizes,
+        [Resize {
+            id: "e".into(),
+            from: 2,
+            to: 4
+        }]
+    );
+    // Within its cooldown (5 minutes from its placement): not yet.
+    let mut s = world(1, 4, vec![(grower.clone(), 1)], vec![]);
+    assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+    // A waiting training that fits comes first: nothing is left to grow on.
+    let mut s = world(
+        1,
+        4,
+        vec![(grower.clone(), 10)],
+        vec![job("w", "b", 2, -100, false)],
+    );
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(placed(&d), ["w"]);
+    assert!(d.resizes.is_empty());
+    // 1 free: no size of 2..4 between 2 and 3 (3 does not split).
+    let mut s = world(
+        1,
+        4,
+        vec![(grower.clone(), 10), (job("one", "b", 1, 0, false), 10)],
+        vec![],
+    );
+    assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+    // Stopping, or not resizable (a program that did not opt in): never.
+    let mut s = world(1, 4, vec![(grower.clone(), 10)], vec![]);
+    s.running[0].stopping = Some(Stopping {
+        by: "x".into(),
+        until: t0(),
+    });
+    assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+    let mut fixed = grower.clone();
+    fixed.resizable = false;
+    let mut s = world(1, 4, vec![(fixed, 10)], vec![]);
+    assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+    // Not into borrowed quota: team a's guarantee is 2.
+    let mut s = world(1, 4, vec![(grower, 10)], vec![]);
+    s.shares = shares(&[("a", Some(2), Some(4), 1.0)], &[]);
+    assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+}
+
+#[test]
+fn an_elastic_training_shrinks_to_make_room_before_anyone_is_stopped_whole() {
+    // e holds all 4 GPUs (sizes 2 and 4), low priority, for 20 minutes.
+    let running = |sizes: &[u32]| {
+        let mut e = job("e", "a", 4, -100, false);
+        e.resizable = true;
+        let mut s = world(1, 4, vec![(e, 20)], vec![job("u", "a", 2, 1000, true)]);
+        s.running[0].job.request.selection = GpuSelection::Range {
+            min: sizes[0],
+            max: 4,
+            sizes: sizes.to_vec(),
+        };
+        s
+    };
+    let mut s = running(&[2, 4]);
+    let d = pass(&mut s, &Policy::default());
+    let kinds: Vec<(&str, NoticeKind)> = d
+        .preemptions
+        .iter()
+        .map(|p| (p.victim.as_str(), p.kind))
+        .collect();
+    assert_eq!(kinds, [("e", NoticeKind::Resize)], "shrunk, not stopped");
+    assert_eq!(d.preemptions[0].by, "u");
+    // Its smallest size is 4: shrinking frees nothing, it is stopped whole.
+    let mut s = running(&[4]);
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(d.preemptions[0].kind, NoticeKind::Preempt);
+    // u needs 3: e at 2 would not fit beside it, so e is stopped whole.
+    let mut s = running(&[2, 4]);
+    s.waiting[0].job.request.selection = GpuSelection::Count { count: 3 };
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(d.preemptions[0].kind, NoticeKind::Preempt);
 }

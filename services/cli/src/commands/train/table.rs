@@ -146,8 +146,13 @@ fn scheduling_fields(t: &v1::Training) -> Fields {
         (
             "sharing",
             format!(
-                "preempted {} time(s){}{}",
+                "preempted {} time(s){}{}{}",
                 t.preemption_count,
+                if t.resize_count > 0 {
+                    format!(", resized {} time(s)", t.resize_count)
+                } else {
+                    String::new()
+                },
                 if t.borrow { "" } else { ", never borrows" },
                 if t.borrowing { ", borrowing now" } else { "" }
             ),

@@ -1,5 +1,7 @@
-//! FetchCheckpoint: an agent of a restarted program's gang fetches the
-//! checkpoint it resumes from when that checkpoint is on another agent's
+//! FetchCheckpoint: an agent of a restarted gang (a program's, or the
+//! SAE's rank 0 re-placed on another host: an elastic training re-formed,
+//! a preempted one placed again) fetches the checkpoint it resumes from
+//! when that checkpoint is on another agent's
 //! disk (no shared `checkpoint.storage`), relayed through the coordinator
 //! from the agent that recorded it — the same relay DownloadCheckpoint
 //! reads through. Only an agent holding ranks of the training's current
@@ -64,13 +66,6 @@ pub(super) async fn fetch(
                 req.training_id.clone(),
             )))
         })?;
-    if training.config.program().is_none() {
-        return Err(ApiError::field(
-            "training_id",
-            "not a program training: the SAE's ranks resume from their own storage",
-        )
-        .into());
-    }
     if let Some(storage) = training.config.checkpoint_storage() {
         return Err(ApiError::field(
             "training_id",

@@ -51,6 +51,7 @@ impl From<&Training> for v1::Training {
             end_time: t.end_time.map(timestamp),
             priority_class: t.priority_class.clone(),
             preemption_count: t.preemption_count,
+            resize_count: t.resize_count,
             borrowing: t.borrowing
                 && matches!(
                     t.state,
@@ -105,6 +106,13 @@ pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
             estimated_start_time: est.start_time.map(timestamp),
             estimated_end_time: est.end_time.map(timestamp),
             reason: est.reason.clone(),
+        }),
+        EventPayload::Resized(r) => Event::Resized(v1::ResizedEvent {
+            from_world_size: r.from_world_size,
+            to_world_size: r.to_world_size,
+            step: r.step,
+            seconds: r.seconds,
+            reason: r.why.clone(),
         }),
     };
     Some(v1::TrainingEvent {

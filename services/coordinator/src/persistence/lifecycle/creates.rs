@@ -208,6 +208,7 @@ fn queued_row(new: &NewTraining, key: Option<String>, config_json: String) -> Tr
         preemption_count: 0,
         attempt_time: None,
         notice_saves: false,
+        resize_count: 0,
     }
 }
 

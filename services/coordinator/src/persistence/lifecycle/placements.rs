@@ -2,7 +2,7 @@
 //! change, the trainings that hold GPUs now, and the start of a restart.
 
 use crate::model::{
-    EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training,
+    EventPayload, JobState, Placement, RankRecord, RankState, StateChange, Training, RESIZING,
 };
 use crate::persistence::connection::on_backend;
 use crate::persistence::ranks::RankRow;
@@ -165,12 +165,12 @@ fn insert_transitions(
 ) -> Result<(), DatabaseError> {
     let transitions: Vec<NewTransitionRow> = placed
         .iter()
-        .map(|(new, from, t)| NewTransitionRow {
+        .map(|(_, from, t)| NewTransitionRow {
             training_id: &t.id,
             attempt: t.attempt,
             from_state: Some(from.as_str()),
             to_state: JobState::Scheduled.as_str(),
-            reason: &new.reason,
+            reason: &t.state_reason,
             at: to_db_time(at),
         })
         .collect();
@@ -190,11 +190,11 @@ fn insert_events(
 ) -> Result<(), DatabaseError> {
     let events: Vec<EventRow> = placed
         .iter()
-        .map(|(new, from, t)| {
+        .map(|(_, from, t)| {
             let change = EventPayload::StateChange(StateChange {
                 from: Some(*from),
                 to: JobState::Scheduled,
-                reason: new.reason.clone(),
+                reason: t.state_reason.clone(),
             });
             EventRow {
                 training_id: t.id.clone(),
@@ -231,6 +231,15 @@ fn scheduled(
     }
     let placement = &new.placement;
     let world = placement.slots.len() as i32;
+    // An elastic training re-formed after its resize notice says so.
+    let reason = if current.state_reason.starts_with(RESIZING) {
+        format!(
+            "RESIZED: {} -> {world} ranks from its checkpoint, its global batch unchanged",
+            current.world_size
+        )
+    } else {
+        new.reason.clone()
+    };
     let placed = Training {
         attempt: current.attempt + 1,
         world_size: world,
@@ -238,7 +247,7 @@ fn scheduled(
         master_addr: Some(placement.master_addr.clone()),
         master_port: Some(i32::from(placement.master_port)),
         state: JobState::Scheduled,
-        state_reason: new.reason.clone(),
+        state_reason: reason,
         update_time: from_db_time(to_db_time(at)),
         attempt_time: Some(from_db_time(to_db_time(at))),
         borrowing: new.borrowing,

@@ -181,6 +181,7 @@ columns!(TrainingColumns of TrainingRow, |r| {
     preemption_count: Integer => i32 = r.preemption_count,
     attempt_time: Nullable<Timestamp> => Option<NaiveDateTime> = r.attempt_time,
     notice_saves: Bool => bool = r.notice_saves,
+    resize_count: Integer => i32 = r.resize_count,
 });
 
 columns!(TransitionColumns of NewTransitionRow<'_>, |r| {
