@@ -287,7 +287,7 @@ async fn a_checkpoint_too_big_to_fetch_fails_the_start_naming_the_cap() {
 }
 
 /// FetchCheckpoint serves only an agent of the gang, only a kept step of a
-/// program with its checkpoints on one host: anything else is refused with
+/// training with its checkpoints on one host: anything else is refused with
 /// its code, and nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_checkpoint_refuses_what_is_not_a_gang_member_s_kept_checkpoint() {
@@ -316,12 +316,24 @@ async fn fetch_checkpoint_refuses_what_is_not_a_gang_member_s_kept_checkpoint() 
     // A kept step, to a member of the gang: served.
     assert_eq!(done.attempt, 1);
     code(fetch(&cluster, &member, &id, 10).await).expect("a member fetches a kept step");
-    // The SAE's trainings resume from their own storage.
-    let sae = cluster
-        .create(create_request(&SaeJob::small(), 1, true))
-        .await;
+    // A training whose checkpoints are in shared storage: every agent
+    // reads them itself (an SAE's rank 0 fetches only from another host's
+    // disk).
+    let mut shared = create_request(&SaeJob::small(), 1, true);
+    let storage = cluster.root().join("shared-checkpoints");
+    shared
+        .config
+        .as_mut()
+        .and_then(|c| c.checkpoint.as_mut())
+        .expect("a checkpoint table")
+        .storage = Some(storage.display().to_string());
+    let sae = cluster.create(shared).await;
     let refused = code(fetch(&cluster, &member, &sae, 10).await).unwrap_err();
     assert_eq!(refused.0, tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.1.contains("which every agent reads itself"),
+        "{refused:?}"
+    );
 }
 
 async fn fetch(
