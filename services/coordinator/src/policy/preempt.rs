@@ -103,35 +103,23 @@ impl Pass<'_> {
         });
         // Elastic trainings give up what they hold above their smallest
         // size before anyone is stopped whole.
-        if let Some((shrunk, slots)) = self.shrink(w, &candidates) {
-            self.view.restore(saved);
-            for r in &shrunk {
-                self.stopping.insert(r.job.id.clone());
-                self.d.preemptions.push(Preemption {
-                    victim: r.job.id.clone(),
-                    by: w.job.id.clone(),
-                    kind: NoticeKind::Resize,
-                    lost_gpu_seconds: r.lost_if_preempted(now),
-                });
-            }
-            self.reserve(w, &slots);
-            let mut all = mine;
-            all.extend(shrunk);
-            return Some(stopping_reason(&all));
-        }
-        let found = self.fewest(w, candidates);
+        let (found, shrinking) = match self.shrink(w, &candidates) {
+            Some(shrunk) => (Some(shrunk), true),
+            None => (self.fewest(w, candidates), false),
+        };
         self.view.restore(saved);
         let Some((victims, slots)) = found else {
             self.no_room.insert(key);
             return None;
         };
         for r in &victims {
-            let kind =
-                if reclaim && self.d.borrowing.contains(&r.job.id) && r.job.team != w.job.team {
-                    NoticeKind::Reclaim
-                } else {
-                    NoticeKind::Preempt
-                };
+            let kind = if shrinking {
+                NoticeKind::Resize
+            } else if reclaim && self.d.borrowing.contains(&r.job.id) && r.job.team != w.job.team {
+                NoticeKind::Reclaim
+            } else {
+                NoticeKind::Preempt
+            };
             self.stopping.insert(r.job.id.clone());
             self.d.preemptions.push(Preemption {
                 victim: r.job.id.clone(),
@@ -170,16 +158,13 @@ impl Pass<'_> {
         w: &WaitingJob,
         candidates: &[&'r RunningJob],
     ) -> Option<(Vec<&'r RunningJob>, Vec<crate::model::RankSlot>)> {
-        let smallest = |r: &RunningJob| match &r.job.request.selection {
-            GpuSelection::Range { sizes, .. } => sizes.first().map_or(usize::MAX, |&s| s as usize),
-            _ => usize::MAX,
-        };
         let mut chosen: Vec<(&RunningJob, Saved)> = Vec::new();
         let mut found = None;
         for r in candidates
             .iter()
             .copied()
-            .filter(|r| r.job.resizable && smallest(r) < r.gpus.len())
+            // A range's count is its smallest size.
+            .filter(|r| r.job.resizable && r.job.count() < r.gpus.len())
         {
             chosen.push((r, self.view.release_saving(&r.gpus)));
             let Ok(slots) = plan_on(w, self.view, false) else {
@@ -187,7 +172,7 @@ impl Pass<'_> {
             };
             // A re-placement takes any free GPUs (by count): what `w`
             // leaves must hold each shrunk gang at its smallest size.
-            let again: usize = chosen.iter().map(|(r, _)| smallest(r)).sum();
+            let again: usize = chosen.iter().map(|(r, _)| r.job.count()).sum();
             if self.view.free_count().saturating_sub(slots.len()) >= again {
                 found = Some(slots);
                 break;
