@@ -79,6 +79,7 @@ async fn two_real_ranks_train_to_success() {
                 log_path: dir.path().join(format!("rank-{rank}.log")),
                 run_dir: dir.path().join("run"),
                 world_size: 2,
+                world_sizes: (2, 2),
                 local_rank: rank,
                 local_world_size: 2,
                 group_rank: 0,

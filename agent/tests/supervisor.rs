@@ -41,6 +41,7 @@ fn rank_spec(dir: &Path, program: PathBuf, job: &str, rank: u32) -> RankSpec {
         log_path: dir.join(format!("rank-{job}-{rank}.log")),
         run_dir,
         world_size: 2,
+        world_sizes: (2, 2),
         local_rank: rank,
         local_world_size: 2,
         group_rank: 0,

@@ -82,6 +82,7 @@ pub fn steps_program(
                 heartbeat_timeout: None,
                 env: Default::default(),
                 code: None,
+                ..Default::default()
             }),
             checkpoint: Some(v1::CheckpointConfig {
                 keep: Some(3),
@@ -130,6 +131,7 @@ pub fn torch_ddp(args: &[&str], keep: i64) -> v1::CreateTrainingRequest {
                 heartbeat_timeout: Some("2m".into()),
                 env: [("OMP_NUM_THREADS".to_string(), "1".to_string())].into(),
                 code: None,
+                ..Default::default()
             }),
             checkpoint: Some(v1::CheckpointConfig {
                 keep: Some(keep),

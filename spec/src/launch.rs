@@ -43,6 +43,14 @@ pub const RESUME_PATH: &str = "COHORT_RESUME_PATH";
 pub const NOTICE_FILE: &str = "COHORT_NOTICE_FILE";
 /// The line of the notice file that says the rank is being preempted.
 pub const PREEMPTED_LINE: &str = "COHORT_PREEMPTED=1";
+/// The smallest world size the training may be re-formed at (an elastic
+/// training's range; WORLD_SIZE for one that is never resized).
+pub const MIN_WORLD_SIZE: &str = "COHORT_MIN_WORLD_SIZE";
+/// The largest world size the training may be re-formed at.
+pub const MAX_WORLD_SIZE: &str = "COHORT_MAX_WORLD_SIZE";
+/// The global batch a program holds at every size (`[program]
+/// global_batch`); absent when the config gives none.
+pub const GLOBAL_BATCH: &str = "COHORT_GLOBAL_BATCH";
 /// The GPU the rank may use (empty: none, the rank runs on the CPU).
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
@@ -54,6 +62,8 @@ pub struct Launch {
     pub attempt: u32,
     pub rank: u32,
     pub world_size: u32,
+    /// The sizes the training may be re-formed at, smallest and largest.
+    pub world_sizes: (u32, u32),
     pub local_rank: u32,
     pub local_world_size: u32,
     /// The rank's host among the gang's hosts (ordered by their first rank).
@@ -95,6 +105,8 @@ impl Launch {
             (JOB_ID, self.training_id.clone()),
             (ATTEMPT, self.attempt.to_string()),
             (RUN_DIR, self.run_dir.clone()),
+            (MIN_WORLD_SIZE, self.world_sizes.0.to_string()),
+            (MAX_WORLD_SIZE, self.world_sizes.1.to_string()),
         ]);
         env
     }
@@ -113,6 +125,9 @@ impl Launch {
                 RESUME_DIR,
                 RESUME_PATH,
                 NOTICE_FILE,
+                MIN_WORLD_SIZE,
+                MAX_WORLD_SIZE,
+                GLOBAL_BATCH,
             ]
             .contains(&name)
     }
@@ -129,6 +144,7 @@ mod tests {
             attempt: 3,
             rank: 5,
             world_size: 8,
+            world_sizes: (4, 8),
             local_rank: 1,
             local_world_size: 4,
             group_rank: 1,
@@ -159,6 +175,8 @@ mod tests {
             ("COHORT_JOB_ID", "trn-1"),
             ("COHORT_ATTEMPT", "3"),
             ("COHORT_RUN_DIR", "/w/trainings/trn-1/run"),
+            ("COHORT_MIN_WORLD_SIZE", "4"),
+            ("COHORT_MAX_WORLD_SIZE", "8"),
         ];
         assert_eq!(env.len(), expect.len());
         for (k, v) in expect {

@@ -24,6 +24,8 @@ pub const MAX_TEXT: usize = 4096;
 pub const MAX_ENV: usize = 128;
 /// The largest `memory_gib_per_rank`.
 pub const MAX_MEMORY_GIB: f64 = 4096.0;
+/// The largest `global_batch`.
+pub const MAX_GLOBAL_BATCH: i64 = 1 << 40;
 /// The shortest and longest `heartbeat_timeout`.
 pub const MIN_HEARTBEAT: Duration = Duration::from_secs(10);
 pub const MAX_HEARTBEAT: Duration = Duration::from_secs(7 * 86_400);
@@ -71,6 +73,17 @@ pub struct ProgramConfig {
     /// Variables added to the launch contract's (which they cannot replace).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The program may be re-formed at another size of its GPU range while
+    /// it runs (stopped with the preemption notice, started again at the
+    /// new size from its newest checkpoint: torchrun elastic's contract).
+    /// Without it a range gives one size at start, kept for the training.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub elastic: bool,
+    /// The global batch the program holds at every size
+    /// (`COHORT_GLOBAL_BATCH`); a range is narrowed to the sizes that
+    /// divide it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<i64>,
 }
 
 /// How a program's checkpoints are kept: where (`storage`, as for the SAE)
@@ -216,6 +229,14 @@ impl ProgramTraining {
                 ));
             }
         }
+        if let Some(g) = p.global_batch {
+            if !(1..=MAX_GLOBAL_BATCH).contains(&g) {
+                return Err(invalid(
+                    "program.global_batch",
+                    format!("must be in 1..={MAX_GLOBAL_BATCH}"),
+                ));
+            }
+        }
         if p.env.len() > MAX_ENV {
             return Err(invalid(
                 "program.env",
@@ -269,6 +290,29 @@ impl ProgramTraining {
         self.program.code.as_ref().and_then(CodeSource::snapshot)
     }
 
+    /// The world sizes of `min..=max` it runs at, ascending: those that
+    /// divide its global batch when it gives one (none is an error listing
+    /// the nearest that would), all of them otherwise.
+    pub fn elastic_sizes(&self, min: i64, max: i64) -> Result<Vec<i64>, String> {
+        let divides = |w: &i64| self.program.global_batch.is_none_or(|g| g % w == 0);
+        let found: Vec<i64> = (min..=max).filter(divides).collect();
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        let mut would: Vec<i64> = (1..=crate::elastic::MAX_WORLD_SIZE)
+            .filter(divides)
+            .collect();
+        would.sort_by_key(|w| (w - min).abs().min((w - max).abs()));
+        would.truncate(8);
+        would.sort_unstable();
+        let list: Vec<String> = would.iter().map(i64::to_string).collect();
+        Err(format!(
+            "program.global_batch {} divides over none of {min}..={max} ranks; sizes that would: {}",
+            self.program.global_batch.unwrap_or_default(),
+            list.join(", ")
+        ))
+    }
+
     /// Bytes one rank needs on its GPU.
     pub fn memory_bytes_per_rank(&self) -> u64 {
         (self.program.memory_gib_per_rank * (1u64 << 30) as f64) as u64
@@ -307,6 +351,21 @@ mod tests {
         assert_eq!(t.checkpoint.storage, None);
         assert_eq!(t.heartbeat(), None);
         assert_eq!(t.memory_bytes_per_rank(), 2 << 30);
+    }
+
+    #[test]
+    fn an_elastic_program_runs_at_the_sizes_that_divide_its_global_batch() {
+        let t = program("elastic = true\nglobal_batch = 96").unwrap();
+        assert!(t.program.elastic);
+        assert_eq!(t.elastic_sizes(2, 8), Ok(vec![2, 3, 4, 6, 8]));
+        let err = t.elastic_sizes(5, 5).unwrap_err();
+        assert!(
+            err.ends_with("sizes that would: 1, 2, 3, 4, 6, 8, 12, 16"),
+            "{err}"
+        );
+        let free = program("elastic = true").unwrap();
+        assert_eq!(free.elastic_sizes(3, 5), Ok(vec![3, 4, 5]));
+        assert_eq!(field_of("global_batch = 0"), "program.global_batch");
     }
 
     #[test]

@@ -128,6 +128,15 @@ impl Workload {
         }
     }
 
+    /// Whether it may be re-formed at another size of a GPU range while it
+    /// runs: the built-in SAE always, a program that says `elastic = true`.
+    pub fn is_elastic(&self) -> bool {
+        match self {
+            Workload::Sae(_) => true,
+            Workload::Program(p) => p.program.elastic,
+        }
+    }
+
     pub fn program(&self) -> Option<&ProgramTraining> {
         match self {
             Workload::Program(program) => Some(program),

@@ -23,6 +23,9 @@ pub struct StartRanks {
     pub workload: Workload,
     /// Ranks across all agents (≥ 1; every rank below it).
     pub world_size: u32,
+    /// The sizes the training may be re-formed at, smallest and largest
+    /// (both `world_size` for one that is never resized).
+    pub world_sizes: (u32, u32),
     /// Rank 0's host and rendezvous port.
     pub master_addr: String,
     pub master_port: u16,

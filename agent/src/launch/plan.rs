@@ -218,6 +218,9 @@ pub(super) fn program(
         launch::CHECKPOINT_DIR.to_string(),
         dir.display().to_string(),
     )];
+    if let Some(global) = p.program.global_batch {
+        extra_env.push((launch::GLOBAL_BATCH.to_string(), global.to_string()));
+    }
     let resume = match (&remote, fetched) {
         (_, Some(fetched)) => Some(fetched),
         (None, None) => resume_dir(&dir, published, attempt),

@@ -220,6 +220,7 @@ fn rank_spec(
         log_path,
         run_dir: ready.paths.run_dir.clone(),
         world_size: cmd.world_size,
+        world_sizes: cmd.world_sizes,
         local_rank: rank.local_rank,
         local_world_size: rank.local_world_size,
         group_rank: cmd.group_rank,

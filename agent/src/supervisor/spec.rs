@@ -54,6 +54,8 @@ pub struct RankSpec {
     /// A program's confinement (Landlock), when the agent confines them.
     pub sandbox: Option<crate::program::sandbox::SandboxRules>,
     pub world_size: u32,
+    /// The sizes the training may be re-formed at, smallest and largest.
+    pub world_sizes: (u32, u32),
     pub local_rank: u32,
     pub local_world_size: u32,
     /// This host's place among the attempt's hosts, and their number.
@@ -112,6 +114,7 @@ impl RankSpec {
             attempt: self.key.attempt,
             rank: self.key.rank,
             world_size: self.world_size,
+            world_sizes: self.world_sizes,
             local_rank: self.local_rank,
             local_world_size: self.local_world_size,
             group_rank: self.group_rank,

@@ -1,7 +1,8 @@
 """A plain PyTorch DDP training, as a team would write it for torchrun.
 
-It knows nothing of cohort beyond three environment variables, all
-optional: it runs unchanged under `torchrun --nproc-per-node 2 train.py`.
+It knows nothing of cohort beyond a few environment variables, all
+optional: it runs unchanged under `torchrun --nproc-per-node 2 train.py`
+(and under `torchrun --nnodes 1:4`, torchrun's elastic mode).
 
 - `init_process_group(init_method="env://")` finds its peers from RANK,
   WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun's, and cohort's).
@@ -10,19 +11,30 @@ optional: it runs unchanged under `torchrun --nproc-per-node 2 train.py`.
   and renamed into place, so a `step-<N>` directory is always complete.
 - On a restart, `$COHORT_RESUME_DIR` names the newest complete checkpoint:
   every rank loads it and goes on from its step.
+- It is elastic: it may be stopped and started again at another world
+  size (cohort's `[program] elastic = true`, torchrun's `--nnodes MIN:MAX`).
+  It holds a global batch (`$COHORT_GLOBAL_BATCH` or `--global-batch`;
+  default `--batch` per rank) at every size: step s reads the same samples
+  whatever the size, each rank its share, so the optimisation does not
+  depend on how many ranks run it.
+- On SIGTERM (cohort's preemption or resize notice, torchrun's stop) every
+  rank finishes its step, they agree to stop, rank 0 checkpoints that step
+  and they exit 0: the next start resumes from it, at whatever size.
 - Rank 0 prints one JSON line per logged step
   (`{"event": "progress", "step": ..., "total_steps": ..., "loss": ...}`);
   cohort shows them as the training's progress. Everything else it prints
   is a log line (`cohort logs`).
 
-The model learns a fixed random linear map with noise; every rank draws
-its own batches (its own seed), DDP averages the gradients.
+The model learns a fixed random linear map with noise; step s's global
+batch is drawn from seed s, each rank takes its slice, DDP averages the
+gradients (the mean over the global batch, at any size).
 """
 
 import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -36,7 +48,12 @@ D_IN, D_OUT = 32, 8
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=64,
+                   help="rows per rank when no global batch is given")
+    p.add_argument("--global-batch", type=int,
+                   default=int(os.environ.get("COHORT_GLOBAL_BATCH", "0")),
+                   help="rows per step over all ranks, held at every size "
+                        "(default: $COHORT_GLOBAL_BATCH, else --batch x ranks)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--log-every", type=int, default=5)
@@ -66,8 +83,32 @@ def save_checkpoint(directory, step, model, optimizer):
     print(f"checkpoint written: {final}", flush=True)
 
 
+_stop = False
+
+
+def _on_sigterm(signum, frame):
+    global _stop
+    _stop = True
+
+
+def agree_to_stop(device):
+    """Whether any rank got SIGTERM: every rank stops after the same step."""
+    flag = torch.tensor([1 if _stop else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def global_batch(step, size, device):
+    """Step `step`'s `size` rows, the same at every world size."""
+    g = torch.Generator().manual_seed(1_000_003 * step)
+    x = torch.randn(size, D_IN, generator=g)
+    noise = 0.01 * torch.randn(size, D_OUT, generator=g)
+    return x.to(device), noise.to(device)
+
+
 def main():
     args = parse_args()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     dist.init_process_group(backend=backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -89,20 +130,28 @@ def main():
         start = state["step"]
         print(f"rank {rank}: resuming from {resume} at step {start}", flush=True)
     ddp = DDP(model)
-    generator = torch.Generator().manual_seed(1000 + rank)  # each rank its own data
+    total = args.global_batch or args.batch * world
+    if total % world:
+        sys.exit(f"the global batch {total} does not split over {world} ranks")
+    share = total // world
+    sizes = (os.environ.get("COHORT_MIN_WORLD_SIZE", world),
+             os.environ.get("COHORT_MAX_WORLD_SIZE", world))
     checkpoints = os.environ.get("COHORT_CHECKPOINT_DIR")
     fail_code, fail_step = (int(x) for x in args.exit_code_at.split("@")) \
         if args.exit_code_at else (0, -1)
-    print(f"rank {rank} of {world} on {device} ({backend}), steps {start}..{args.steps}",
+    print(f"rank {rank} of {world} on {device} ({backend}), steps {start}..{args.steps}, "
+          f"global batch {total} ({share} per rank), sizes {sizes[0]}..{sizes[1]}",
           flush=True)
     if rank == 0 and start > 0:
         emit("progress", step=start, total_steps=args.steps, resumed_from=start)
 
-    loss = torch.tensor(float("nan"))
+    reported = float("nan")
     began = time.time()
     for step in range(start + 1, args.steps + 1):
-        x = torch.randn(args.batch, D_IN, generator=generator).to(device)
-        y = x @ target.to(device) + 0.01 * torch.randn(args.batch, D_OUT, generator=generator).to(device)
+        xs, noise = global_batch(step, total, device)
+        mine = slice(rank * share, (rank + 1) * share)
+        x = xs[mine]
+        y = x @ target.to(device) + noise[mine]
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         optimizer.zero_grad()
         loss.backward()  # DDP all-reduces the gradients here
@@ -112,17 +161,29 @@ def main():
         if rank == 0 and step == fail_step:
             print(f"exiting with code {fail_code} at step {step} as asked", file=sys.stderr, flush=True)
             sys.exit(fail_code)
-        if rank == 0 and (step % args.log_every == 0 or step == args.steps):
-            emit("progress", step=step, total_steps=args.steps, loss=loss.item(),
-                 lr=optimizer.param_groups[0]["lr"],
-                 samples_per_sec=step * args.batch * world / max(time.time() - began, 1e-9))
+        if step % args.log_every == 0 or step == args.steps:
+            # The loss over the global batch: the same at any size.
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            reported = mean.item() / world
+            if rank == 0:
+                emit("progress", step=step, total_steps=args.steps,
+                     loss=reported, lr=optimizer.param_groups[0]["lr"],
+                     samples_per_sec=(step - start) * total / max(time.time() - began, 1e-9))
         if rank == 0 and checkpoints and (step % args.checkpoint_every == 0 or step == args.steps):
             save_checkpoint(checkpoints, step, model, optimizer)
         # Rank 0's checkpoint is on disk before any rank goes past it.
         if step % args.checkpoint_every == 0:
             dist.barrier()
+        if step < args.steps and agree_to_stop(device):
+            if rank == 0 and checkpoints and step % args.checkpoint_every:
+                save_checkpoint(checkpoints, step, model, optimizer)
+            dist.barrier()
+            print(f"rank {rank}: stopped at step {step} as asked", flush=True)
+            dist.destroy_process_group()
+            return
 
-    final = loss.item()
+    final = reported
     if rank == 0:
         emit("finished", step=args.steps, total_steps=args.steps, loss=final)
     dist.destroy_process_group()

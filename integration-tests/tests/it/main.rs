@@ -11,6 +11,7 @@ mod database_outage;
 mod doctor;
 mod download;
 mod elastic;
+mod elastic_programs;
 mod end_to_end;
 mod failover;
 mod failures;

@@ -54,6 +54,12 @@ impl TryFrom<v1::TrainingConfig> for Workload {
         if !program.env.is_empty() {
             table.insert("env".into(), json!(program.env));
         }
+        if program.elastic {
+            table.insert("elastic".into(), json!(true));
+        }
+        if let Some(g) = program.global_batch {
+            table.insert("global_batch".into(), json!(g));
+        }
         if let Some(code) = program.code {
             table.insert("code".into(), code_table(code));
         }
@@ -125,6 +131,8 @@ impl From<&ProgramConfig> for v1::ProgramConfig {
                 .as_ref()
                 .and_then(CodeSource::snapshot)
                 .map(Into::into),
+            elastic: p.elastic,
+            global_batch: p.global_batch,
         }
     }
 }
@@ -166,6 +174,7 @@ mod tests {
             heartbeat_timeout: Some("10m".into()),
             env: [("HF_HOME".to_string(), "/data/hf".to_string())].into(),
             code: None,
+            ..Default::default()
         }
     }
 

@@ -25,6 +25,10 @@ __all__ = [
     "step_of",
     "should_stop",
     "notice_file",
+    "world_size",
+    "world_sizes",
+    "global_batch",
+    "local_batch",
 ]
 
 _STEP_PREFIX = "step-"
@@ -72,6 +76,48 @@ def finish(step: int, **metrics) -> None:
     if not is_main():
         return
     _emit("finished", {"step": int(step), **_numbers(metrics)})
+
+
+def _int_of(variable: str) -> Optional[int]:
+    value = os.environ.get(variable, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def world_size() -> int:
+    """The ranks this start runs with (WORLD_SIZE; 1 outside a launcher)."""
+    return _int_of("WORLD_SIZE") or 1
+
+
+def world_sizes() -> tuple:
+    """The smallest and largest world size the training may be re-formed
+    at (COHORT_MIN_WORLD_SIZE, COHORT_MAX_WORLD_SIZE): an elastic
+    training's range, `(world_size(), world_size())` for one that never
+    changes size or outside cohort."""
+    world = world_size()
+    return (_int_of("COHORT_MIN_WORLD_SIZE") or world,
+            _int_of("COHORT_MAX_WORLD_SIZE") or world)
+
+
+def global_batch() -> Optional[int]:
+    """The global batch the training holds at every size
+    (COHORT_GLOBAL_BATCH, from `[program] global_batch`); None when the
+    config gives none."""
+    return _int_of("COHORT_GLOBAL_BATCH")
+
+
+def local_batch(global_batch_size: Optional[int] = None) -> int:
+    """This rank's share of the global batch (`global_batch_size`, else
+    COHORT_GLOBAL_BATCH) at the world size it runs at now: the same
+    optimisation at every size of an elastic range. Raises ValueError when
+    there is no global batch or the world size does not divide it (cohort
+    only starts an elastic program at sizes that divide its global batch)."""
+    total = global_batch_size if global_batch_size is not None else global_batch()
+    if total is None:
+        raise ValueError("no global batch: give one or set [program] global_batch")
+    world = world_size()
+    if total <= 0 or total % world:
+        raise ValueError(f"the global batch {total} does not split over {world} ranks")
+    return total // world
 
 
 def _path_of(variable: str) -> Optional[Path]:

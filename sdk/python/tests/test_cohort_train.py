@@ -148,3 +148,26 @@ def test_ranks_agree_to_stop_when_one_was_noticed(tmp_path):
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert [o[0].strip() for o in outs] == ["True", "True"], outs
+
+
+def test_an_elastic_rank_knows_its_range_and_its_share(monkeypatch):
+    for name in ("WORLD_SIZE", "COHORT_MIN_WORLD_SIZE", "COHORT_MAX_WORLD_SIZE",
+                 "COHORT_GLOBAL_BATCH"):
+        monkeypatch.delenv(name, raising=False)
+    # Outside cohort: one process, no range, no global batch.
+    assert ct.world_size() == 1
+    assert ct.world_sizes() == (1, 1)
+    assert ct.global_batch() is None
+    with pytest.raises(ValueError, match="no global batch"):
+        ct.local_batch()
+    assert ct.local_batch(64) == 64
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("COHORT_MIN_WORLD_SIZE", "2")
+    monkeypatch.setenv("COHORT_MAX_WORLD_SIZE", "8")
+    monkeypatch.setenv("COHORT_GLOBAL_BATCH", "96")
+    assert ct.world_sizes() == (2, 8)
+    assert ct.global_batch() == 96
+    assert ct.local_batch() == 24
+    monkeypatch.setenv("WORLD_SIZE", "5")
+    with pytest.raises(ValueError, match="does not split over 5 ranks"):
+        ct.local_batch()

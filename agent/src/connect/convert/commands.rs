@@ -47,6 +47,7 @@ pub fn start_ranks(mut cmd: v1::StartRanks, gpu_count: usize) -> Result<StartRan
         attempt: cmd.attempt as u32,
         workload,
         world_size: cmd.world_size as u32,
+        world_sizes: world_sizes(&cmd),
         master_port: cmd.master_port as u16,
         ranks: cmd
             .ranks
@@ -74,6 +75,17 @@ pub fn start_ranks(mut cmd: v1::StartRanks, gpu_count: usize) -> Result<StartRan
         trace_context: cmd.trace_context,
         team: cmd.team,
     })
+}
+
+/// The sizes the training may be re-formed at; a coordinator that does
+/// not say (or says something outside sense): the world size it runs at.
+fn world_sizes(cmd: &v1::StartRanks) -> (u32, u32) {
+    let world = cmd.world_size.max(1) as u32;
+    let (min, max) = (cmd.min_world_size, cmd.max_world_size);
+    if min < 1 || max < min || !(min..=max).contains(&cmd.world_size) {
+        return (world, world);
+    }
+    (min as u32, max as u32)
 }
 
 /// The ranks a command names, for reporting a refusal of all of them.

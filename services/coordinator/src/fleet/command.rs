@@ -85,6 +85,9 @@ pub struct StartRanks {
     pub max_restarts: i32,
     /// Each rank's host-memory limit (0: unbounded).
     pub host_memory_limit_bytes: u64,
+    /// The smallest and largest size the training may be re-formed at
+    /// (`world_size` both for one that is never resized).
+    pub world_sizes: (i32, i32),
 }
 
 /// One rank an agent runs.

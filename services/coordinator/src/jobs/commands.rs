@@ -30,12 +30,22 @@ pub(super) fn start_ranks(
     let mut agents: Vec<(&str, Vec<LocalRank>)> = by_agent.into_iter().collect();
     agents.sort_by_key(|(_, ranks)| ranks.iter().map(|r| r.rank).min());
     let group_world_size = agents.len() as i32;
+    let world_size = placement.slots.len() as i32;
+    let world_sizes = if config.is_elastic() {
+        let (min, max) = training
+            .gpu_request
+            .selection
+            .world_sizes(world_size as u32);
+        (min as i32, max as i32)
+    } else {
+        (world_size, world_size)
+    };
     for (group_rank, (agent_id, ranks)) in agents.into_iter().enumerate() {
         let message = AgentCommand::StartRanks(Box::new(StartRanks {
             training_id: training.id.clone(),
             attempt: training.attempt,
             config: config.clone(),
-            world_size: placement.slots.len() as i32,
+            world_size,
             master_addr: placement.master_addr.clone(),
             master_port: placement.master_port,
             ranks,
@@ -46,6 +56,7 @@ pub(super) fn start_ranks(
             group_world_size,
             max_restarts: training.max_restarts,
             host_memory_limit_bytes,
+            world_sizes,
         }));
         if !fleet.send(agent_id, message) {
             return Err(agent_id.to_string());

@@ -25,6 +25,9 @@ pub struct Profile {
     pub expected: Option<Duration>,
     /// The built-in SAE: it checkpoints on a notice.
     pub sae: bool,
+    /// It may be re-formed at another size of a range: the SAE, or a
+    /// program with `elastic = true`.
+    pub elastic: bool,
 }
 
 impl Profile {
@@ -35,6 +38,7 @@ impl Profile {
             grace: hints.preemption_grace(),
             expected: hints.expected_duration(),
             sae: config.sae().is_some(),
+            elastic: config.is_elastic(),
         }
     }
 }

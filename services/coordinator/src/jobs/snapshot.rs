@@ -121,7 +121,7 @@ impl Jobs {
     ) -> Job {
         let sae = profile.sae;
         let saves = sae || fields.notice_saves;
-        let resizable = sae && fields.request.selection.is_elastic();
+        let resizable = profile.elastic && fields.request.selection.is_elastic();
         Job {
             id: id.to_string(),
             team: fields.team,
@@ -160,7 +160,7 @@ impl Jobs {
         let remaining = pace
             .and_then(|p| p.left_from(p.last_step()?))
             .or(profile.expected);
-        let job = self.job(
+        let mut job = self.job(
             &w.id,
             JobFields {
                 team: w.team,
@@ -174,6 +174,11 @@ impl Jobs {
             profile,
             remaining,
         );
+        // A range that may not be resized keeps the size it first ran at
+        // (a program's checkpoints are written for it).
+        if !job.resizable && w.attempt > 0 {
+            job.request.selection.pin(w.world_size.max(0) as u32);
+        }
         WaitingJob {
             job,
             restarting: w.state == JobState::Restarting,

@@ -34,6 +34,28 @@ impl GpuSelection {
     pub fn is_elastic(&self) -> bool {
         matches!(self, GpuSelection::Range { .. })
     }
+
+    /// A range held at `world`, the size it ran at (a training that may
+    /// not be resized keeps its first size); anything else as it is.
+    pub fn pin(&mut self, world: u32) {
+        if let GpuSelection::Range { sizes, .. } = self {
+            if sizes.contains(&world) {
+                *sizes = vec![world];
+            }
+        }
+    }
+
+    /// The smallest and largest world size it may run at (a fixed
+    /// selection: `world`, the size it runs at).
+    pub fn world_sizes(&self, world: u32) -> (u32, u32) {
+        match self {
+            GpuSelection::Range { min, max, sizes } => (
+                sizes.first().copied().unwrap_or(*min),
+                sizes.last().copied().unwrap_or(*max),
+            ),
+            _ => (world, world),
+        }
+    }
 }
 
 /// A training's GPU request.
@@ -66,8 +88,20 @@ impl GpuRequest {
     /// that split the SAE's global batch (every size for a program), and a
     /// fixed size checked against `optim.global_batch`.
     pub fn for_workload(mut self, workload: &Workload) -> Result<Self, InvalidGpuRequest> {
-        let Workload::Sae(config) = workload else {
-            return Ok(self);
+        let config = match workload {
+            Workload::Sae(config) => config,
+            Workload::Program(p) => {
+                if let GpuSelection::Range { min, max, sizes } = &mut self.selection {
+                    let found =
+                        p.elastic_sizes(i64::from(*min), i64::from(*max))
+                            .map_err(|reason| InvalidGpuRequest {
+                                field: "gpus.min_count",
+                                reason,
+                            })?;
+                    *sizes = found.into_iter().map(|s| s as u32).collect();
+                }
+                return Ok(self);
+            }
         };
         let fixed = match &mut self.selection {
             GpuSelection::Range { min, max, sizes } => {
@@ -187,5 +221,49 @@ mod tests {
         assert!(GpuRequest::default()
             .for_workload(&sae("batch_size = 8"))
             .is_ok());
+    }
+
+    #[test]
+    fn a_program_range_keeps_the_sizes_that_divide_its_global_batch() {
+        let program = |extra: &str| {
+            Workload::from_toml(&format!(
+                "[program]\ncommand = [\"/usr/bin/python3\"]\nworking_dir = \"/srv\"\n\
+                 memory_gib_per_rank = 1\n{extra}"
+            ))
+            .expect("valid")
+        };
+        let range = |min, max| {
+            request(GpuSelection::Range {
+                min,
+                max,
+                sizes: (min..=max).collect(),
+            })
+        };
+        let fitted = range(2, 8)
+            .for_workload(&program("elastic = true\nglobal_batch = 24"))
+            .unwrap();
+        assert_eq!(fitted.selection.world_sizes(0), (2, 8));
+        assert_eq!(
+            fitted.selection,
+            GpuSelection::Range {
+                min: 2,
+                max: 8,
+                sizes: vec![2, 3, 4, 6, 8]
+            }
+        );
+        let err = range(5, 5)
+            .for_workload(&program("global_batch = 24"))
+            .unwrap_err();
+        assert_eq!(err.field, "gpus.min_count");
+        // Without a global batch every size of the range runs.
+        let all = range(3, 5).for_workload(&program("")).unwrap();
+        assert_eq!(all.selection.world_sizes(0), (3, 5));
+        // A training that may not be resized keeps the size it ran at.
+        let mut pinned = all.selection.clone();
+        pinned.pin(4);
+        assert_eq!(pinned.world_sizes(0), (4, 4));
+        let mut fixed = GpuSelection::Count { count: 2 };
+        fixed.pin(4);
+        assert_eq!(fixed, GpuSelection::Count { count: 2 });
     }
 }

@@ -213,6 +213,8 @@ impl From<StartRanks> for v1::StartRanks {
             group_world_size: s.group_world_size,
             max_restarts: s.max_restarts,
             host_memory_limit_bytes: s.host_memory_limit_bytes,
+            min_world_size: s.world_sizes.0,
+            max_world_size: s.world_sizes.1,
         }
     }
 }
@@ -249,11 +251,13 @@ mod tests {
             group_world_size: 2,
             max_restarts: 3,
             host_memory_limit_bytes: 5 << 30,
+            world_sizes: (2, 4),
         }));
         let Some(Message::StartRanks(m)) = v1::CoordinatorMessage::from(start).message else {
             panic!("not StartRanks");
         };
         assert_eq!((m.attempt, m.world_size, m.master_port), (2, 2, 29500));
+        assert_eq!((m.min_world_size, m.max_world_size), (2, 4));
         assert_eq!(
             (m.group_rank, m.group_world_size, m.max_restarts),
             (1, 2, 3)

@@ -233,8 +233,13 @@ fn scheduled(
     let world = placement.slots.len() as i32;
     // An elastic training re-formed after its resize notice says so.
     let reason = if current.state_reason.starts_with(RESIZING) {
+        // The SAE holds its global batch; a program holds what it does.
+        let batch = match &current.config {
+            cohort_spec::Workload::Sae(_) => ", its global batch unchanged",
+            cohort_spec::Workload::Program(_) => "",
+        };
         format!(
-            "RESIZED: {} -> {world} ranks from its checkpoint, its global batch unchanged",
+            "RESIZED: {} -> {world} ranks from its checkpoint{batch}",
             current.world_size
         )
     } else {
