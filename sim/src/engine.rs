@@ -11,14 +11,23 @@
 //! restart overhead. What the scheduler knows of a job is what the
 //! coordinator would: a running job's pace once it has run a minute, a
 //! job's expected duration before.
+//!
+//! With elastic requests (a policy with `:elastic`) a job that saves on
+//! notice asks for `min_gpus..=gpus`: it starts at the largest size that
+//! fits, grows and shrinks through a notice of kind `resize` as the
+//! coordinator decides, and does its work at a pace proportional to its
+//! size (`duration_s` is its time at `gpus`; linear scaling, the global
+//! batch held). A resize costs its stop and the restart overhead, as a
+//! preemption that saves on notice does, and is counted on its own.
 
 use crate::scenario::PolicyRun;
 use crate::trace::TraceJob;
 use chrono::{DateTime, Utc};
 use cohort_coordinator::model::{GpuRequest, GpuSelection};
+use cohort_coordinator::policy::snapshot::CLAIM_AFTER_STOP;
 use cohort_coordinator::policy::{
     forecast, pass, Estimate, FleetView, Horizon, Job, Need, NoticeKind, PriorityClasses, Shares,
-    Snapshot, WaitingJob,
+    Snapshot, Stopping, WaitingJob,
 };
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -84,6 +93,14 @@ pub struct SimJob {
     pub reclaims: u32,
     /// GPU-seconds lost to preemptions (redone work, stops, restarts).
     pub lost_gpu_s: f64,
+    /// The GPUs it runs on now (its last size once stopped).
+    pub size: u32,
+    /// Resizes (grows and shrinks), and the GPU-seconds they cost (stops
+    /// and restarts).
+    pub resizes: u32,
+    pub resize_gpu_s: f64,
+    /// Its current notice is a resize's.
+    resizing: bool,
     /// GPU-seconds it held GPUs (running or stopping).
     pub held_gpu_s: f64,
     /// Submitted within its team's guarantee.
@@ -236,6 +253,10 @@ impl<'a> Engine<'a> {
                 preemptions: 0,
                 reclaims: 0,
                 lost_gpu_s: 0.0,
+                size: 0,
+                resizes: 0,
+                resize_gpu_s: 0.0,
+                resizing: false,
                 held_gpu_s: 0.0,
                 within_guarantee: false,
                 estimate: None,
@@ -363,8 +384,8 @@ impl<'a> Engine<'a> {
             let inside = (to.min(until) - self.now.max(from)).max(0.0);
             for j in &mut self.jobs {
                 if matches!(j.phase, Phase::Running | Phase::Stopping) {
-                    j.held_gpu_s += dt * f64::from(j.trace.gpus);
-                    self.window_held_gpu_s += inside * f64::from(j.trace.gpus);
+                    j.held_gpu_s += dt * f64::from(j.size);
+                    self.window_held_gpu_s += inside * f64::from(j.size);
                 }
             }
         }
@@ -397,7 +418,14 @@ impl<'a> Engine<'a> {
             borrow: true,
             create_time: at(t.submit_s),
             request: GpuRequest {
-                selection: GpuSelection::Count { count: t.gpus },
+                selection: match self.sizes(i) {
+                    Some((min, max)) => GpuSelection::Range {
+                        min,
+                        max,
+                        sizes: (min..=max).collect(),
+                    },
+                    None => GpuSelection::Count { count: t.gpus },
+                },
                 queue: true,
             },
             need: Need {
@@ -412,8 +440,23 @@ impl<'a> Engine<'a> {
                 self.settings.grace_s
             }),
             saves_on_notice: t.saves_on_notice,
-            resizable: false,
+            resizable: self.sizes(i).is_some(),
         }
+    }
+
+    /// The range job `i` asks for under elastic requests: a job that saves
+    /// on notice, from its `min_gpus` (half its size) to its size; None
+    /// for a fixed request.
+    fn sizes(&self, i: usize) -> Option<(u32, u32)> {
+        let t = &self.jobs[i].trace;
+        let min = t.min_gpus.unwrap_or(t.gpus.div_ceil(2));
+        (self.run.elastic && t.saves_on_notice && min < t.gpus).then_some((min, t.gpus))
+    }
+
+    /// Work (seconds of its duration) job `i` does per second at its size.
+    fn pace(&self, i: usize) -> f64 {
+        let j = &self.jobs[i];
+        f64::from(j.size.max(1)) / f64::from(j.trace.gpus)
     }
 
     fn submit(&mut self, i: usize) {
@@ -437,7 +480,7 @@ impl<'a> Engine<'a> {
     fn worked(&self, i: usize) -> f64 {
         let j = &self.jobs[i];
         let ran = (self.now - j.started_at - self.settings.restart_overhead_s).max(0.0);
-        (j.kept_at_start + ran).min(j.trace.duration_s)
+        (j.kept_at_start + ran * self.pace(i)).min(j.trace.duration_s)
     }
 
     /// The work of its newest periodic checkpoint.
@@ -445,14 +488,14 @@ impl<'a> Engine<'a> {
         let j = &self.jobs[i];
         let every = j.trace.checkpoint_every_s;
         let ran = (self.now - j.started_at - self.settings.restart_overhead_s).max(0.0);
-        j.kept_at_start + (ran / every).floor() * every
+        j.kept_at_start + (ran / every).floor() * every * self.pace(i)
     }
 
     fn finish(&mut self, i: usize) {
         let j = &mut self.jobs[i];
         j.phase = Phase::Done;
         j.end = Some(self.now);
-        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.trace.gpus);
+        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.size);
         let id = j.trace.id.clone();
         self.snapshot.end(&id);
     }
@@ -470,23 +513,24 @@ impl<'a> Engine<'a> {
         } else {
             self.checkpointed(i)
         };
-        let gpus = f64::from(self.jobs[i].trace.gpus);
+        let gpus = f64::from(self.jobs[i].size);
+        let overhead = self.settings.restart_overhead_s * gpus;
         let lost = if saves {
-            (self.now - self.jobs[i].noticed_at) * gpus
+            (self.now - self.jobs[i].noticed_at) * gpus + overhead
         } else {
-            (self.worked(i) - kept).max(0.0) * gpus + self.settings.restart_overhead_s * gpus
+            (self.worked(i) - kept).max(0.0) / self.pace(i) * gpus + overhead
         };
         let j = &mut self.jobs[i];
-        j.lost_gpu_s += lost
-            + if saves {
-                self.settings.restart_overhead_s * gpus
-            } else {
-                0.0
-            };
+        if std::mem::take(&mut j.resizing) {
+            j.resizes += 1;
+            j.resize_gpu_s += lost;
+        } else {
+            j.lost_gpu_s += lost;
+        }
         j.kept_at_start = kept;
         j.phase = Phase::Waiting;
         j.epoch += 1;
-        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.trace.gpus);
+        *self.held.entry(j.trace.team.clone()).or_default() -= i64::from(j.size);
         let (id, left) = (j.trace.id.clone(), j.trace.duration_s - kept);
         self.snapshot
             .requeue(&id, Some(Duration::from_secs_f64(left.max(0.0))));
@@ -498,15 +542,17 @@ impl<'a> Engine<'a> {
         for r in &mut self.snapshot.running {
             let i = by_id[&r.job.id];
             let j = &self.jobs[i];
+            let pace = f64::from(j.size.max(1)) / f64::from(j.trace.gpus);
             let ran = self.now - j.started_at;
-            let left = j.trace.duration_s
-                - (j.kept_at_start + (ran - self.settings.restart_overhead_s).max(0.0));
+            // Seconds at its size, from work left at its pace.
+            let left = (j.trace.duration_s - j.kept_at_start) / pace
+                - (ran - self.settings.restart_overhead_s).max(0.0);
             let remaining = if ran >= self.settings.pace_after_s {
                 Some(left.max(0.0))
             } else {
                 j.trace
                     .expected_duration_s
-                    .map(|e| (e - j.kept_at_start - ran).max(60.0))
+                    .map(|e| ((e - j.kept_at_start) / pace - ran).max(60.0))
             };
             r.ends_at = remaining.map(|r| at(self.now + r));
             let every = j.trace.checkpoint_every_s;
@@ -529,7 +575,8 @@ impl<'a> Engine<'a> {
 
     /// One pass, its decisions applied.
     fn decide(&mut self) {
-        if self.snapshot.waiting.is_empty() {
+        let growable = self.run.elastic && self.snapshot.running.iter().any(|r| r.job.resizable);
+        if self.snapshot.waiting.is_empty() && !growable {
             return;
         }
         self.refresh();
@@ -540,31 +587,64 @@ impl<'a> Engine<'a> {
             let overhead = self.settings.restart_overhead_s;
             let j = &mut self.jobs[i];
             j.phase = Phase::Running;
+            j.size = p.slots.len() as u32;
             j.started_at = self.now;
             j.first_start.get_or_insert(self.now);
             j.epoch += 1;
-            *self.held.entry(j.trace.team.clone()).or_default() += i64::from(j.trace.gpus);
-            let end = self.now + overhead + (j.trace.duration_s - j.kept_at_start);
+            *self.held.entry(j.trace.team.clone()).or_default() += i64::from(j.size);
+            let end = self.now + overhead + (j.trace.duration_s - j.kept_at_start) / self.pace(i);
             self.push(end, Kind::End, i);
         }
         for p in &d.preemptions {
             let i = self.by_id[&p.victim];
             let j = &mut self.jobs[i];
-            j.phase = Phase::Stopping;
-            j.noticed_at = self.now;
-            j.preemptions += 1;
-            if p.kind == NoticeKind::Reclaim {
-                j.reclaims += 1;
+            match p.kind {
+                // A shrink: it re-forms smaller after the notice.
+                NoticeKind::Resize => j.resizing = true,
+                NoticeKind::Reclaim => {
+                    j.preemptions += 1;
+                    j.reclaims += 1;
+                }
+                _ => j.preemptions += 1,
             }
-            j.epoch += 1;
-            let stop = if j.trace.saves_on_notice {
-                self.settings.notice_checkpoint_s.min(self.settings.grace_s)
-            } else {
-                self.settings.grace_s
-            };
-            self.push(self.now + stop, Kind::Stopped, i);
+            self.notice(i);
         }
         self.snapshot.apply(&d);
+        for r in &d.resizes {
+            self.grow(self.by_id[&r.id]);
+        }
+    }
+
+    /// Job `i` gets a notice: it is gone `stop_within` later.
+    fn notice(&mut self, i: usize) {
+        let j = &mut self.jobs[i];
+        j.phase = Phase::Stopping;
+        j.noticed_at = self.now;
+        j.epoch += 1;
+        let stop = if j.trace.saves_on_notice {
+            self.settings.notice_checkpoint_s.min(self.settings.grace_s)
+        } else {
+            self.settings.grace_s
+        };
+        self.push(self.now + stop, Kind::Stopped, i);
+    }
+
+    /// A grow of job `i`: the notice of a resize, and the room it stops in
+    /// claimed for itself (as the coordinator's closing of a resize notice
+    /// claims it), so the next pass places it at its larger size.
+    fn grow(&mut self, i: usize) {
+        self.jobs[i].resizing = true;
+        self.notice(i);
+        let id = self.jobs[i].trace.id.clone();
+        let now = self.snapshot.now;
+        if let Some(r) = self.snapshot.running.iter_mut().find(|r| r.job.id == id) {
+            let until = now + r.job.stop_within;
+            r.stopping = Some(Stopping {
+                by: id.clone(),
+                until,
+            });
+            self.snapshot.claims.insert(id, until + CLAIM_AFTER_STOP);
+        }
     }
 
     /// A forecast over a copy of now; the first estimate of each job
@@ -628,6 +708,7 @@ mod tests {
             checkpoint_every_s: 1800.0,
             expected_duration_s: Some(hours * 3600.0),
             saves_on_notice: true,
+            min_gpus: None,
         }
     }
 
@@ -722,5 +803,35 @@ mod tests {
         let lost = (3060.0 - 1800.0) * 8.0;
         assert!((long.lost_gpu_s - lost).abs() < 1e-6, "{}", long.lost_gpu_s);
         assert_eq!(long.end, Some(3060.0 + 3600.0 + (36_000.0 - 1800.0)));
+    }
+
+    #[test]
+    fn an_elastic_job_shrinks_for_urgent_work_and_grows_back() {
+        let mut long = job("long", 0.0, 8, 10.0, "normal");
+        long.min_gpus = Some(4);
+        let trace = [long, job("urgent", 3600.0, 4, 1.0, "urgent")];
+        // Fixed requests: the long one is preempted whole and waits out
+        // the urgent hour.
+        let fixed = simulate(&trace, "sharing");
+        assert_eq!(fixed.jobs[0].preemptions, 1);
+        assert_eq!(fixed.jobs[0].end, Some(7220.0 + 36_000.0 - 3600.0));
+        // Elastic: it gives up 4 GPUs instead (20 s to checkpoint), runs
+        // the urgent hour at half pace, and grows back when it ends.
+        let elastic = simulate(&trace, "sharing:elastic");
+        let (long, urgent) = (&elastic.jobs[0], &elastic.jobs[1]);
+        assert_eq!(urgent.first_start, Some(3620.0));
+        assert_eq!((long.preemptions, long.resizes, long.size), (0, 2, 8));
+        // 3600 s of work at 8, 3600 s at 4 (1800 s of work at 8), a 20 s
+        // stop, then the remaining 30 600 s at 8.
+        assert_eq!(long.end, Some(7240.0 + 36_000.0 - 3600.0 - 1800.0));
+        assert!(
+            (long.resize_gpu_s - (20.0 * 8.0 + 20.0 * 4.0)).abs() < 1e-6,
+            "{}",
+            long.resize_gpu_s
+        );
+        assert_eq!(long.lost_gpu_s, 0.0);
+        // What it held: 8 GPUs but for the urgent hour.
+        let held = 3620.0 * 8.0 + 3620.0 * 4.0 + (long.end.unwrap() - 7240.0) * 8.0;
+        assert!((long.held_gpu_s - held).abs() < 1e-6, "{}", long.held_gpu_s);
     }
 }

@@ -103,6 +103,7 @@ pub fn generate(spec: &Spec) -> Vec<TraceJob> {
                 checkpoint_every_s: [900.0, 1800.0, 3600.0][rng.pick(&[1.0, 1.0, 1.0])],
                 expected_duration_s: expected,
                 saves_on_notice: rng.unit() < 0.7,
+                min_gpus: None,
             }
         })
         .collect();

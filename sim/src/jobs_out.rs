@@ -20,6 +20,9 @@ struct JobLine<'a> {
     preemptions: u32,
     reclaims: u32,
     lost_gpu_s: f64,
+    /// Elastic requests: its grows and shrinks, and the size it ended at.
+    resizes: u32,
+    last_size: u32,
     /// Its first start estimate: when it was made, and the estimate or why
     /// there was none.
     estimate_made_s: Option<f64>,
@@ -52,6 +55,8 @@ pub fn write(file: &Path, run: &Run) -> std::io::Result<()> {
             preemptions: j.preemptions,
             reclaims: j.reclaims,
             lost_gpu_s: j.lost_gpu_s,
+            resizes: j.resizes,
+            last_size: j.size,
             estimate_made_s: made,
             estimated_start_s: estimate.and_then(|e| e.as_ref().ok().copied()),
             estimate_reason: estimate.and_then(|e| e.as_ref().err().map(String::as_str)),

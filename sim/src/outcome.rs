@@ -104,6 +104,10 @@ pub struct Outcome {
     pub completion_s_by_team: BTreeMap<String, Percentiles>,
     pub preemptions: u64,
     pub reclaims: u64,
+    /// Grows and shrinks of elastic jobs, and the GPU-hours their stops
+    /// and restarts cost.
+    pub resizes: u64,
+    pub resize_gpu_hours: f64,
     pub lost_gpu_hours: f64,
     /// GPU-hours of the finished jobs' work.
     pub delivered_gpu_hours: f64,
@@ -172,6 +176,8 @@ impl Outcome {
             completion_s_by_team: by(done.map(|(j, c)| (j.trace.team.clone(), c))),
             preemptions: jobs.iter().map(|j| u64::from(j.preemptions)).sum(),
             reclaims: jobs.iter().map(|j| u64::from(j.reclaims)).sum(),
+            resizes: jobs.iter().map(|j| u64::from(j.resizes)).sum(),
+            resize_gpu_hours: jobs.iter().map(|j| j.resize_gpu_s).sum::<f64>() / 3600.0,
             lost_gpu_hours: lost,
             delivered_gpu_hours: delivered,
             lost_gpu_hours_fraction: if delivered > 0.0 {
@@ -319,6 +325,9 @@ fn figures(outcomes: &[Outcome]) -> Rows {
     }
     row("preemptions (reclaims)".into(), &|o| {
         format!("{} ({})", o.preemptions, o.reclaims)
+    });
+    row("resizes (GPU-hours they cost)".into(), &|o| {
+        format!("{} ({:.0})", o.resizes, o.resize_gpu_hours)
     });
     row("GPU-hours lost / delivered".into(), &|o| {
         format!(

@@ -7,7 +7,9 @@
 //! `sharing` (this policy: preemption, guarantees that lend, fair share).
 //! Either takes modifiers after a colon: `sharing:no-preemption`,
 //! `sharing:no-lending`, `sharing:no-fair-share`, `fifo-backfill:hard-caps`
-//! (the quotas as hard caps, as before fleet sharing).
+//! (the quotas as hard caps, as before fleet sharing), `sharing:elastic`
+//! (the trace's multi-GPU jobs ask for a range of sizes instead of a count:
+//! docs/scheduling.md, "Elastic trainings").
 
 use cohort_coordinator::policy::{Policy, Shares, TeamShare};
 use std::collections::{BTreeSet, HashMap};
@@ -22,18 +24,22 @@ pub struct PolicyRun {
     /// The quotas are in force (else guarantees are only what the
     /// "time to guaranteed GPUs" figure measures against).
     pub quotas: bool,
+    /// Jobs that save on notice ask for a range of sizes, from their
+    /// `min_gpus` (half their size when the trace gives none) to `gpus`.
+    pub elastic: bool,
 }
 
 impl PolicyRun {
     pub fn parse(text: &str, min_runtime: Duration) -> Result<Self, String> {
         let mut parts = text.split(':');
         let base = parts.next().unwrap_or_default();
+        let mut elastic = false;
         let (mut policy, mut quotas) = match base {
             "fifo-backfill" => (Policy::fifo_backfill(), false),
             "sharing" => (Policy::default(), true),
             other => {
                 return Err(format!(
-                    "{other:?} is not a policy: fifo-backfill or sharing (with :no-preemption, :no-lending, :no-fair-share, :no-quotas, :hard-caps)"
+                    "{other:?} is not a policy: fifo-backfill or sharing (with :no-preemption, :no-lending, :no-fair-share, :no-quotas, :hard-caps, :elastic)"
                 ))
             }
         };
@@ -43,6 +49,7 @@ impl PolicyRun {
                 "no-lending" => policy.lending = false,
                 "no-fair-share" => policy.fair_share = false,
                 "no-quotas" => quotas = false,
+                "elastic" => elastic = true,
                 "hard-caps" => {
                     quotas = true;
                     policy.lending = false;
@@ -56,6 +63,7 @@ impl PolicyRun {
             name: text.to_string(),
             policy,
             quotas,
+            elastic,
         })
     }
 }
@@ -140,6 +148,8 @@ mod tests {
         let h = PolicyRun::parse("fifo-backfill:hard-caps", m).unwrap();
         assert!(h.quotas && !h.policy.lending);
         assert!(!PolicyRun::parse("sharing:no-quotas", m).unwrap().quotas);
+        assert!(PolicyRun::parse("sharing:elastic", m).unwrap().elastic);
+        assert!(!s.elastic);
         assert!(PolicyRun::parse("lottery", m).is_err());
         assert!(PolicyRun::parse("sharing:fast", m).is_err());
     }

@@ -16,8 +16,12 @@ pub struct TraceJob {
     /// When it is submitted, seconds from the trace's start.
     pub submit_s: f64,
     pub team: String,
-    /// GPUs of its gang, 1..=4096.
+    /// GPUs of its gang, 1..=4096: the size its duration is for.
     pub gpus: u32,
+    /// The smallest size it may run at when requests are elastic (a policy
+    /// with `:elastic`), 1..=gpus; absent: half of `gpus`, rounded up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gpus: Option<u32>,
     /// How long it runs on its GPUs without interruption, seconds.
     pub duration_s: f64,
     /// Its priority class (the coordinator's defaults: low, normal, high, urgent).
@@ -63,7 +67,7 @@ pub enum TraceError {
 
 /// The CSV header (and column order).
 pub const CSV_HEADER: &str =
-    "id,submit_s,team,gpus,duration_s,class,checkpoint_every_s,expected_duration_s,saves_on_notice";
+    "id,submit_s,team,gpus,duration_s,class,checkpoint_every_s,expected_duration_s,saves_on_notice,min_gpus";
 
 fn bad(line: usize, field: &str, reason: impl Into<String>) -> TraceError {
     TraceError::Line {
@@ -87,6 +91,9 @@ impl TraceJob {
         }
         if !(1..=4096).contains(&self.gpus) {
             return Err(bad(line, "gpus", "1 to 4096"));
+        }
+        if self.min_gpus.is_some_and(|m| !(1..=self.gpus).contains(&m)) {
+            return Err(bad(line, "min_gpus", "1 to gpus (or absent)"));
         }
         let classes = PriorityClasses::default();
         if classes.get(&self.class).is_none() {
@@ -155,7 +162,7 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<TraceJob>, TraceError> {
     Ok(jobs)
 }
 
-/// CSV with [`CSV_HEADER`]'s columns (the last three may be empty).
+/// CSV with [`CSV_HEADER`]'s columns (the last five may be empty).
 pub fn parse_csv(text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut lines = text.lines().enumerate();
     let header: Vec<&str> = match lines.next() {
@@ -226,6 +233,12 @@ pub fn parse_csv(text: &str) -> Result<Vec<TraceJob>, TraceError> {
                     ))
                 }
             },
+            min_gpus: match cell(9) {
+                "" => None,
+                m => Some(m.parse().map_err(|_| {
+                    bad(line_no, "min_gpus", format!("{m:?} is not a whole number"))
+                })?),
+            },
         };
         job.check(line_no)?;
         if !seen.insert(job.id.clone()) {
@@ -244,7 +257,7 @@ pub fn write(path: &Path, jobs: &[TraceJob]) -> std::io::Result<()> {
         out.push('\n');
         for j in jobs {
             out.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{}\n",
+                "{},{},{},{},{},{},{},{},{},{}\n",
                 j.id,
                 j.submit_s,
                 j.team,
@@ -255,7 +268,8 @@ pub fn write(path: &Path, jobs: &[TraceJob]) -> std::io::Result<()> {
                 j.expected_duration_s
                     .map(|e| e.to_string())
                     .unwrap_or_default(),
-                j.saves_on_notice
+                j.saves_on_notice,
+                j.min_gpus.map(|m| m.to_string()).unwrap_or_default()
             ));
         }
     } else {
@@ -278,6 +292,21 @@ mod tests {
         let csv = format!("{CSV_HEADER}\nj1,10,a,8,3600,urgent,600,4000,false\n");
         let b = parse_csv(&csv).unwrap();
         assert_eq!(a, b);
+        // An elastic job's smallest size, in either form; never above gpus.
+        let e = parse_jsonl(
+            r#"{"id":"e","submit_s":0,"team":"a","gpus":8,"duration_s":60,"min_gpus":2}"#,
+        )
+        .unwrap();
+        let f = parse_csv(&format!("{CSV_HEADER}\ne,0,a,8,60,,,,,2\n")).unwrap();
+        assert_eq!((e[0].min_gpus, f[0].min_gpus), (Some(2), Some(2)));
+        assert_eq!(e, f);
+        let over = parse_jsonl(
+            r#"{"id":"e","submit_s":0,"team":"a","gpus":2,"duration_s":60,"min_gpus":4}"#,
+        );
+        assert_eq!(
+            over.unwrap_err().to_string(),
+            "line 1: min_gpus: 1 to gpus (or absent)"
+        );
         // Defaults.
         let c =
             parse_jsonl(r#"{"id":"j2","submit_s":0,"team":"a","gpus":1,"duration_s":60}"#).unwrap();

@@ -208,6 +208,9 @@ pub fn pass(s: &mut Snapshot, p: &Policy) -> Decisions {
         blocked: HashMap::new(),
         free: 0,
         no_room: HashSet::new(),
+        grown: running
+            .iter()
+            .any(|r| r.job.resizable && r.stopping.is_none() && r.gpus.len() > r.job.count()),
         d: Decisions {
             borrowing,
             ..Decisions::default()
@@ -364,6 +367,9 @@ pub(super) struct Pass<'a> {
     /// Requests that could not make room this pass (nothing frees room
     /// later in a pass), by what they ask and who asks.
     pub no_room: HashSet<(GpuSelection, Need, String, i32)>,
+    /// Some running elastic training holds more than its smallest size:
+    /// it may give that back to a waiting training.
+    pub grown: bool,
     pub d: Decisions,
 }
 
@@ -688,9 +694,9 @@ impl<'a> Pass<'a> {
 impl Pass<'_> {
     /// Elastic trainings grown onto the GPUs this pass leaves free, the
     /// longest placed first: each to the largest of its sizes that its
-    /// GPUs and the free ones hold and its team's guarantee allows, once
-    /// per cooldown, never while stopping, never into borrowed quota (a
-    /// reclaim would take it back).
+    /// GPUs and the free ones hold and its team may run (into borrowed
+    /// quota as a placement may: a reclaim shrinks it back first), once
+    /// per cooldown, never while stopping.
     fn grow(&mut self) {
         let mut free = self.view.free_count();
         if free == 0 {
@@ -727,7 +733,7 @@ impl Pass<'_> {
             let admission =
                 self.shares
                     .admit(&r.job.team, held, more, r.job.borrow, self.p.lending);
-            if admission != Admission::Within {
+            if matches!(admission, Admission::Over(_)) {
                 continue;
             }
             free -= to - current;

@@ -12,7 +12,12 @@
 //! Elastic trainings shrink first: when re-forming some of them at a
 //! smaller size of their range frees a placement (each fitting again at
 //! its smallest size on what is left), they get a notice of kind `resize`
-//! instead and nobody is stopped whole.
+//! instead and nobody is stopped whole. What an elastic training holds
+//! above its smallest size it holds only while nobody waits for it: a
+//! waiting training of the same or a higher priority that does not fit
+//! may shrink it (never stop it), whatever its class, unless the elastic
+//! one runs within its team's guarantee and the waiting one is of
+//! another team.
 //!
 //! Which: the set that frees a placement with the least work lost, then
 //! the fewest victims, then the youngest — found as Kueue does: candidates
@@ -52,7 +57,8 @@ impl Pass<'_> {
         let reclaim =
             self.p.lending && *admission == Admission::Within && self.shares.any_guarantee();
         let by_class = self.p.preemption && w.job.preempting;
-        if mine.is_empty() && !reclaim && !by_class {
+        let yielding = self.p.preemption && self.grown;
+        if mine.is_empty() && !reclaim && !by_class && !yielding {
             return None;
         }
         // AUTO takes what is free; it never makes room.
@@ -68,11 +74,12 @@ impl Pass<'_> {
         if mine.is_empty() && self.no_room.contains(&key) {
             return None;
         }
-        let mut candidates: Vec<&RunningJob> = running
+        // Victims, and elastic trainings that may only shrink for it.
+        let (mut candidates, mut yielders): (Vec<&RunningJob>, Vec<&RunningJob>) = running
             .iter()
-            .filter(|r| self.eligible(w, r, reclaim, by_class))
-            .collect();
-        if mine.is_empty() && candidates.is_empty() {
+            .filter(|r| self.eligible(w, r, reclaim, by_class) || (yielding && self.yields(w, r)))
+            .partition(|r| self.eligible(w, r, reclaim, by_class));
+        if mine.is_empty() && candidates.is_empty() && yielders.is_empty() {
             self.no_room.insert(key);
             return None;
         }
@@ -89,22 +96,27 @@ impl Pass<'_> {
                 return Some(stopping_reason(&mine));
             }
         }
-        if candidates.is_empty() {
+        if candidates.is_empty() && yielders.is_empty() {
             self.view.restore(saved);
             self.no_room.insert(key);
             return None;
         }
         let now = self.now;
-        candidates.sort_by(|a, b| {
+        let cheapest = |a: &&RunningJob, b: &&RunningJob| {
             cost(a, now)
                 .total_cmp(&cost(b, now))
                 .then(b.since.cmp(&a.since))
                 .then(a.job.id.cmp(&b.job.id))
-        });
+        };
+        candidates.sort_by(cheapest);
+        let mut shrinkable: Vec<&RunningJob> = candidates.clone();
+        shrinkable.append(&mut yielders);
+        shrinkable.sort_by(cheapest);
         // Elastic trainings give up what they hold above their smallest
         // size before anyone is stopped whole.
-        let (found, shrinking) = match self.shrink(w, &candidates) {
+        let (found, shrinking) = match self.shrink(w, &shrinkable) {
             Some(shrunk) => (Some(shrunk), true),
+            None if candidates.is_empty() => (None, false),
             None => (self.fewest(w, candidates), false),
         };
         self.view.restore(saved);
@@ -147,6 +159,24 @@ impl Pass<'_> {
             && ran >= self.p.min_runtime
             && (r.job.team == w.job.team || borrowing || !self.shares.any_guarantee());
         reclaimable || lower
+    }
+
+    /// Whether elastic `r` gives back what it holds above its smallest size
+    /// to `w`, which may not stop it (see the module's comment).
+    fn yields(&self, w: &WaitingJob, r: &RunningJob) -> bool {
+        if !r.job.resizable || r.gpus.len() <= r.job.count() || r.job.id == w.job.id {
+            return false;
+        }
+        if r.stopping.is_some() || self.stopping.contains(&r.job.id) {
+            return false;
+        }
+        // Not before it has run its protection window at this size.
+        let ran = (self.now - r.since).to_std().unwrap_or(Duration::ZERO);
+        if ran < self.p.min_runtime {
+            return false;
+        }
+        let guaranteed = self.shares.any_guarantee() && !self.d.borrowing.contains(&r.job.id);
+        r.job.priority <= w.job.priority && (r.job.team == w.job.team || !guaranteed)
     }
 
     /// Elastic candidates, cheapest first, until `w` fits and every one of

@@ -534,10 +534,47 @@ fn an_elastic_training_grows_onto_gpus_no_waiting_training_can_use() {
     fixed.resizable = false;
     let mut s = world(1, 4, vec![(fixed, 10)], vec![]);
     assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
-    // Not into borrowed quota: team a's guarantee is 2.
-    let mut s = world(1, 4, vec![(grower, 10)], vec![]);
+    // Into borrowed quota as any placement may (a reclaim shrinks it
+    // back), but not beyond what its team may borrow.
+    let mut s = world(1, 4, vec![(grower.clone(), 10)], vec![]);
     s.shares = shares(&[("a", Some(2), Some(4), 1.0)], &[]);
+    assert_eq!(pass(&mut s, &Policy::default()).resizes.len(), 1);
+    let mut s = world(1, 4, vec![(grower, 10)], vec![]);
+    s.shares = shares(&[("a", Some(2), None, 1.0)], &[]);
     assert!(pass(&mut s, &Policy::default()).resizes.is_empty());
+}
+
+#[test]
+fn what_an_elastic_training_grew_onto_goes_back_to_a_waiting_training() {
+    // e holds all 4 GPUs (sizes 2 and 4); w, of no higher class, waits
+    // for 2. After e's protection window at this size it shrinks for w.
+    let grown = |minutes: i64, w: Job| {
+        let mut e = job("e", "a", 4, 0, false);
+        e.resizable = true;
+        let mut s = world(1, 4, vec![(e, minutes)], vec![w]);
+        s.running[0].job.request.selection = elastic("e", "a", &[2, 4]).request.selection;
+        s
+    };
+    let mut s = grown(20, job("w", "b", 2, 0, false));
+    let d = pass(&mut s, &Policy::default());
+    let notices: Vec<(&str, &str, NoticeKind)> = d
+        .preemptions
+        .iter()
+        .map(|p| (p.victim.as_str(), p.by.as_str(), p.kind))
+        .collect();
+    assert_eq!(notices, [("e", "w", NoticeKind::Resize)]);
+    // Within its protection window, or for a lower priority: no.
+    let mut s = grown(5, job("w", "b", 2, 0, false));
+    assert!(pass(&mut s, &Policy::default()).preemptions.is_empty());
+    let mut s = grown(20, job("w", "b", 2, -100, false));
+    assert!(pass(&mut s, &Policy::default()).preemptions.is_empty());
+    // Within its team's guarantee, for another team: no.
+    let mut s = grown(20, job("w", "b", 2, 0, false));
+    s.shares = shares(
+        &[("a", Some(4), None, 1.0), ("b", Some(0), Some(4), 1.0)],
+        &[],
+    );
+    assert!(pass(&mut s, &Policy::default()).preemptions.is_empty());
 }
 
 #[test]
