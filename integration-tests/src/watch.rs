@@ -43,7 +43,7 @@ impl Watched {
         self.events
             .iter()
             .filter_map(|e| match &e.event {
-                Some(Event::Progress(p)) => Some(*p),
+                Some(Event::Progress(p)) => Some(p.clone()),
                 _ => None,
             })
             .collect()

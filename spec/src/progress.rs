@@ -163,6 +163,11 @@ pub struct Progress {
     /// Latents that fired on none of the last `model.dead_window_samples` samples.
     #[serde(default)]
     pub dead_fraction: f64,
+    /// Which samples the step read, over all ranks: 16 hex digits that
+    /// depend only on the set of sample ids (not on the world size, the
+    /// micro-batches or the order); empty when not measured.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub samples_digest: String,
     /// Non-finite steps skipped so far in the run.
     #[serde(default)]
     pub nonfinite_steps: i64,
@@ -192,6 +197,7 @@ impl Default for Progress {
             l0: 0.0,
             explained_variance: 0.0,
             dead_fraction: 0.0,
+            samples_digest: String::new(),
             nonfinite_steps: 0,
             loss_scale: 1.0,
             data_wait_ms: 0.0,

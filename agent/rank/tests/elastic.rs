@@ -61,8 +61,9 @@ fn at(dir: &Path, world: i64) -> std::path::PathBuf {
     write(dir, &format!("at-{world}.json"), &text)
 }
 
-/// Step -> (loss, learning rate) from rank 0's progress lines.
-fn losses(runs: &[&Finished]) -> BTreeMap<i64, (f64, f64)> {
+/// Step -> (loss, learning rate, samples digest) from rank 0's progress
+/// lines.
+fn losses(runs: &[&Finished]) -> BTreeMap<i64, (f64, f64, String)> {
     runs.iter()
         .flat_map(|r| r.lines.iter())
         .filter_map(|l| match l {
@@ -70,8 +71,9 @@ fn losses(runs: &[&Finished]) -> BTreeMap<i64, (f64, f64)> {
                 step,
                 loss,
                 learning_rate,
+                samples_digest,
                 ..
-            }) => Some((*step, (*loss, *learning_rate))),
+            }) => Some((*step, (*loss, *learning_rate, samples_digest.clone()))),
             _ => None,
         })
         .collect()
@@ -119,14 +121,22 @@ fn a_run_resized_2_4_1_2_matches_a_fixed_two_rank_run_at_every_step() {
     // f32 sums in another order: 1e-5 relative at every step (what this
     // run sees is printed).
     let mut worst: f64 = 0.0;
-    for (step, (loss, lr)) in &fixed {
-        let (e_loss, e_lr) = elastic[step];
+    let mut digests = std::collections::BTreeSet::new();
+    for (step, (loss, lr, samples)) in &fixed {
+        let (e_loss, e_lr, e_samples) = &elastic[step];
+        let (e_loss, e_lr) = (*e_loss, *e_lr);
         assert_eq!(*lr, e_lr, "step {step}: the schedule follows the step");
+        // The same sample ids at every step, whatever the size.
+        assert_eq!(samples.len(), 16, "step {step}: {samples:?}");
+        assert_eq!(samples, e_samples, "step {step}: other samples");
+        digests.insert(samples.clone());
         let rel = (loss - e_loss).abs() / loss.abs().max(1e-12);
         worst = worst.max(rel);
         assert!(rel < 1e-5, "step {step}: loss {loss} vs {e_loss} ({rel:e})");
     }
     eprintln!("largest relative loss difference over {STEPS} steps: {worst:e}");
+    // And the digest tells steps apart (each step reads other samples).
+    assert!(digests.len() > STEPS as usize / 2, "{}", digests.len());
     let (a, b) = (final_params(&dir.path().join("fixed")), final_params(&run));
     for ((name, x), (_, y)) in a.iter().zip(&b) {
         let diff = (x - y).abs().max().double_value(&[]);

@@ -5,8 +5,9 @@
 //! splits the global batch is refused naming the field and the sizes that
 //! would, and nothing is written. A running elastic training grows when
 //! GPUs free up that nobody waits for: a notice, a checkpoint, the gang
-//! re-formed at 4 ranks from it with no restart spent, and its loss at
-//! every logged step that of a fixed run within f32 noise.
+//! re-formed at 4 ranks from it with no restart spent, the same sample ids
+//! at every logged step as a fixed run (their digest) and its loss within
+//! f32 noise.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::status::expect_error;
@@ -199,6 +200,17 @@ fn losses(events: &[v1::TrainingEvent]) -> std::collections::BTreeMap<i64, f64> 
         .collect()
 }
 
+/// Step -> the digest of the sample ids the step read, over all ranks.
+fn samples(events: &[v1::TrainingEvent]) -> std::collections::BTreeMap<i64, String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Progress(p)) => Some((p.step, p.samples_digest.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation() {
     let mut options = ClusterOptions::new(Backend::Sqlite, 2);
@@ -310,6 +322,20 @@ async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation(
     // f32 differences of 1e-10 grow as Adam amplifies them: within 1e-5
     // relative for the 100 steps after the resize, within 1e-2 after that
     // (a run of this test saw 6e-6 by then, and 3.6e-3 at most 700 steps on).
+    // The same sample ids at every logged step, at 2 ranks and at 4.
+    let (fixed_ids, grown_ids) = (samples(&fixed.events), samples(&run.events));
+    let mut compared = 0;
+    for (step, ids) in &fixed_ids {
+        if let Some(other) = grown_ids.get(step) {
+            assert_eq!(ids.len(), 16, "step {step}");
+            assert_eq!(ids, other, "step {step}: other samples");
+            compared += usize::from(*step > at);
+        }
+    }
+    assert!(
+        compared >= 10,
+        "sample ids compared after the resize: {compared}"
+    );
     let (fixed, grown) = (losses(&fixed.events), losses(&run.events));
     assert!(fixed.len() >= 100, "{}", fixed.len());
     for (step, loss) in &fixed {

@@ -24,8 +24,16 @@ pub struct Schedule {
     pub pin_for: Option<Device>,
 }
 
+/// A micro-batch read: its step, its rows, and the digest parts of its
+/// sample ids ([`super::digest`]).
+type Read = (i64, Tensor, [f64; 2]);
+
+/// A micro-batch on the host, how long it was waited for, and the digest
+/// parts of its sample ids.
+pub type HostBatch = (Tensor, Duration, [f64; 2]);
+
 pub struct BatchQueue {
-    rx: Receiver<Result<(i64, Tensor), ReadError>>,
+    rx: Receiver<Result<Read, ReadError>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -97,12 +105,13 @@ impl BatchQueue {
                         .map(|p| order.sample_at(p))
                         .collect();
                     let mut bytes = vec![0u8; ids.len() * row_bytes];
+                    let digest = super::digest::parts(&ids);
                     let made = source.fill(&ids, d_in, &mut bytes).map(|()| {
                         let t =
                             Tensor::from_data_size(&bytes, &[ids.len() as i64, d_in as i64], kind);
                         match s.pin_for {
-                            Some(device) => (step, t.pin_memory(device)),
-                            None => (step, t),
+                            Some(device) => (step, t.pin_memory(device), digest),
+                            None => (step, t, digest),
                         }
                     });
                     let failed = made.is_err();
@@ -118,13 +127,14 @@ impl BatchQueue {
         }
     }
 
-    /// The next step's batch (on the host) and how long this call waited.
-    pub fn next(&mut self, step: i64) -> Result<(Tensor, Duration), RankError> {
+    /// The next step's batch (on the host), how long this call waited, and
+    /// the digest parts of its sample ids.
+    pub fn next(&mut self, step: i64) -> Result<HostBatch, RankError> {
         let started = Instant::now();
         match self.rx.recv() {
-            Ok(Ok((got, batch))) => {
+            Ok(Ok((got, batch, ids))) => {
                 debug_assert_eq!(got, step, "batches arrive in step order");
-                Ok((batch, started.elapsed()))
+                Ok((batch, started.elapsed(), ids))
             }
             Ok(Err(e)) => Err(e.into()),
             Err(_) => Err(RankError::Internal(format!(

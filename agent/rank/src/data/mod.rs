@@ -19,6 +19,7 @@
 
 pub mod batch_queue;
 pub mod catalog;
+pub mod digest;
 pub mod elem;
 pub mod error;
 pub mod read_ahead;

@@ -6,10 +6,14 @@
 use crate::model::Forward;
 use tch::{Kind, Tensor};
 
+/// The scalars before the per-dimension sums.
+const SCALARS: i64 = 7;
+
 /// The sums, on the device until reduced.
 pub struct Sums {
-    /// [sse, sum x^2, samples, non-zero latents, sum |z|] then sum x [d_in],
-    /// then firings per latent [d_sae] (when kept).
+    /// [sse, sum x^2, samples, non-zero latents, sum |z|, the two digest
+    /// parts of the sample ids] then sum x [d_in], then firings per latent
+    /// [d_sae] (when kept).
     scalars: Tensor,
     sum_x: Tensor,
     fired: Option<Tensor>,
@@ -31,13 +35,15 @@ pub struct Metrics {
     pub explained_variance: f64,
     /// Latents that fired on no sample (when firings are kept).
     pub dead_fraction: f64,
+    /// The digest parts of the samples' ids ([`crate::data::digest`]).
+    pub ids: [f64; 2],
 }
 
 impl Sums {
     /// `fired`: also keep which latents fired.
     pub fn new(d_in: i64, d_sae: i64, device: tch::Device, fired: bool) -> Self {
         Self {
-            scalars: Tensor::zeros([5], (Kind::Double, device)),
+            scalars: Tensor::zeros([SCALARS], (Kind::Double, device)),
             sum_x: Tensor::zeros([d_in], (Kind::Double, device)),
             fired: fired.then(|| Tensor::zeros([d_sae], (Kind::Double, device))),
             d_in,
@@ -61,6 +67,8 @@ impl Sums {
                     Tensor::full([], rows, (Kind::Double, x.device())),
                     fired_counts.sum(Kind::Double),
                     abs_z,
+                    Tensor::zeros([], (Kind::Double, x.device())),
+                    Tensor::zeros([], (Kind::Double, x.device())),
                 ],
                 0,
             );
@@ -70,6 +78,12 @@ impl Sums {
                 *fired += fired_counts;
             }
         });
+    }
+
+    /// Adds a micro-batch's digest parts of its sample ids.
+    pub fn add_ids(&mut self, [lo, hi]: [f64; 2]) {
+        let parts = Tensor::from_slice(&[0.0, 0.0, 0.0, 0.0, 0.0, lo, hi]);
+        self.scalars += parts.to_device(self.scalars.device());
     }
 
     /// One flat tensor to all-reduce, and back.
@@ -83,12 +97,13 @@ impl Sums {
     pub fn metrics(&self, flat: &Tensor) -> Metrics {
         let v = Vec::<f64>::try_from(flat.to_device(tch::Device::Cpu)).unwrap_or_default();
         let (d_in, d_sae) = (self.d_in as usize, self.d_sae as usize);
-        let [sse, sumsq, n, nonzero, abs_z] = v[..5] else {
+        let s = SCALARS as usize;
+        let [sse, sumsq, n, nonzero, abs_z, ids_lo, ids_hi] = v[..s] else {
             return Metrics::default();
         };
-        let sum_x = &v[5..5 + d_in];
+        let sum_x = &v[s..s + d_in];
         let centred = sumsq - sum_x.iter().map(|s| s * s).sum::<f64>() / n.max(1.0);
-        let dead_fraction = match v.get(5 + d_in..5 + d_in + d_sae) {
+        let dead_fraction = match v.get(s + d_in..s + d_in + d_sae) {
             Some(fired) if self.fired.is_some() => {
                 fired.iter().filter(|c| **c <= 0.0).count() as f64 / d_sae as f64
             }
@@ -105,6 +120,7 @@ impl Sums {
                 f64::NAN
             },
             dead_fraction,
+            ids: [ids_lo, ids_hi],
         }
     }
 }

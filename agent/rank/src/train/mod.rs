@@ -102,7 +102,7 @@ pub struct Trainer<'a> {
     last_progress: Option<ProgressLine>,
     last_validation: Option<ProgressLine>,
     /// Batches read ahead of their step (the b_dec mean), used first.
-    held: VecDeque<(Tensor, Duration)>,
+    held: VecDeque<crate::data::batch_queue::HostBatch>,
     out: Reporter,
     /// `COHORT_FAULT_PREEMPT_AT_STEP`: the step after which a notice is
     /// injected on this rank.
@@ -251,7 +251,7 @@ impl<'a> Trainer<'a> {
         &mut self,
         micro: i64,
         batches: &mut BatchQueue,
-    ) -> Result<(Tensor, Duration), RankError> {
+    ) -> Result<crate::data::batch_queue::HostBatch, RankError> {
         match self.held.pop_front() {
             Some(batch) => Ok(batch),
             None => batches.next(micro),
@@ -305,7 +305,7 @@ impl<'a> Trainer<'a> {
         if start_step >= self.total_steps {
             // Resumed at the last step: nothing ran, so measure the loss the
             // final parameters give on the last step's first micro-batch.
-            let (host, _) = batches.next((self.total_steps - 1) * self.accumulation)?;
+            let (host, _, _) = batches.next((self.total_steps - 1) * self.accumulation)?;
             last_loss = self.evaluate(&host)?;
         }
         drop(batches);
@@ -494,6 +494,10 @@ impl<'a> Trainer<'a> {
             l0: metrics.l0,
             explained_variance: metrics.explained_variance,
             dead_fraction: self.state.dead.count() as f64 / self.cfg.d_sae() as f64,
+            samples_digest: r
+                .metrics
+                .map(|m| crate::data::digest::digest(m.ids))
+                .unwrap_or_default(),
             nonfinite_steps: self.state.numerics.nonfinite_total,
             loss_scale: self.state.numerics.loss_scale,
             data_wait_ms: ms(w.data_wait),

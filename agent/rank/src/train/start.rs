@@ -142,7 +142,7 @@ impl Trainer<'_> {
         let d_in = self.cfg.model.d_in;
         let mut sum = Tensor::zeros([d_in + 1], (Kind::Double, self.device));
         for micro in 0..self.accumulation {
-            let (host, wait) = batches.next(micro)?;
+            let (host, wait, ids) = batches.next(micro)?;
             let x = host.to_device(self.device).to_kind(Kind::Double);
             let rows = Tensor::full([1], x.size()[0] as f64, (Kind::Double, self.device));
             sum += Tensor::cat(
@@ -152,7 +152,7 @@ impl Trainer<'_> {
                 ],
                 0,
             );
-            self.held.push_back((host, wait));
+            self.held.push_back((host, wait, ids));
         }
         self.allreduce(&mut [&mut sum])?;
         let mean = sum.narrow(0, 0, d_in) / sum.narrow(0, d_in, 1);

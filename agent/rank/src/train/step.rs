@@ -174,7 +174,10 @@ impl Trainer<'_> {
         let heard = if crate::preempt::noticed() { 1.0 } else { 0.0 };
         let notice = Tensor::full([1], heard, (Kind::Float, self.device));
         for (j, len) in plan.lens.iter().enumerate() {
-            let (host, waited) = self.next_batch(step * acc + j as i64, batches)?;
+            let (host, waited, ids) = self.next_batch(step * acc + j as i64, batches)?;
+            if let Some(sums) = sums.as_deref_mut() {
+                sums.add_ids(ids);
+            }
             wait += waited;
             let x = self.to_device(&host);
             let dead_mask = plan.dead.as_ref().map(|(mask, count)| DeadMask {
