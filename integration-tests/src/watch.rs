@@ -38,6 +38,17 @@ impl Watched {
             .collect()
     }
 
+    /// The `resized` events, in order.
+    pub fn resizes(&self) -> Vec<&v1::ResizedEvent> {
+        self.events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Some(Event::Resized(r)) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The progress events, in order.
     pub fn progress(&self) -> Vec<v1::ProgressEvent> {
         self.events

@@ -267,14 +267,7 @@ async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation(
         })
         .collect();
     assert_eq!(sizes, [(2, 128), (4, 128)], "{:#?}", run.events);
-    let resized: Vec<&v1::ResizedEvent> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Resized(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let resized = run.resizes();
     assert_eq!(resized.len(), 1, "{:#?}", run.events);
     let r = resized[0];
     assert_eq!(
@@ -465,12 +458,9 @@ async fn an_elastic_training_shrinks_for_urgent_work_and_survives_a_lost_agent()
         cluster.fail(&format!("elastic: {:#?}", run.events));
     }
     let resized: Vec<(i32, i32, String)> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Resized(r)) => Some((r.from_world_size, r.to_world_size, r.reason.clone())),
-            _ => None,
-        })
+        .resizes()
+        .into_iter()
+        .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone()))
         .collect();
     assert_eq!(
         resized,

@@ -110,14 +110,7 @@ async fn an_elastic_program_grows_from_its_notice_checkpoint_with_the_same_optim
         cluster.fail(&format!("elastic program: {:#?}", run.events));
     }
     assert_eq!(started_sizes(&run.events), [2, 4], "{:#?}", run.events);
-    let resized: Vec<&v1::ResizedEvent> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Resized(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let resized = run.resizes();
     assert_eq!(resized.len(), 1, "{:#?}", run.events);
     let r = resized[0];
     assert_eq!(
