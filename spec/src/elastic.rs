@@ -44,11 +44,20 @@ pub fn split(global: i64, world: i64, largest_micro: i64) -> Option<Split> {
         })
 }
 
-/// The world sizes of `min..=max` that can split `global`, ascending.
-pub fn sizes(global: i64, largest_micro: i64, min: i64, max: i64) -> Vec<i64> {
-    (min.max(1)..=max.min(MAX_WORLD_SIZE))
-        .filter(|&w| split(global, w, largest_micro).is_some())
-        .collect()
+/// The sizes of `range` that `runs` holds for, ascending; none: the (at
+/// most 8) sizes nearest the range that it holds for instead.
+pub fn sizes_where(range: SizeRange, runs: impl Fn(i64) -> bool) -> Result<Vec<i64>, Vec<i64>> {
+    let found: Vec<i64> = (range.min.max(1)..=range.max.min(MAX_WORLD_SIZE))
+        .filter(|&w| runs(w))
+        .collect();
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    let mut would: Vec<i64> = (1..=MAX_WORLD_SIZE).filter(|&w| runs(w)).collect();
+    would.sort_by_key(|w| (w - range.min).abs().min((w - range.max).abs()));
+    would.truncate(8);
+    would.sort_unstable();
+    Err(would)
 }
 
 /// A range of world sizes (`gpus = { min = 2, max = 8 }`).
@@ -135,7 +144,7 @@ pub struct NoSize {
     pub would: Vec<i64>,
 }
 
-fn list(sizes: &[i64]) -> String {
+pub(crate) fn list(sizes: &[i64]) -> String {
     if sizes.is_empty() {
         return "none up to 1024".to_string();
     }
@@ -160,15 +169,7 @@ impl TrainingConfig {
     pub fn elastic_sizes(&self, range: SizeRange) -> Result<Vec<i64>, NoSize> {
         let global = self.global_batch_for(range.max);
         let micro = self.optim.batch_size;
-        let found = sizes(global, micro, range.min, range.max);
-        if !found.is_empty() {
-            return Ok(found);
-        }
-        let mut would = sizes(global, micro, 1, MAX_WORLD_SIZE);
-        would.sort_by_key(|w| (w - range.min).abs().min((w - range.max).abs()));
-        would.truncate(8);
-        would.sort_unstable();
-        Err(NoSize {
+        sizes_where(range, |w| split(global, w, micro).is_some()).map_err(|would| NoSize {
             global,
             largest_micro: micro,
             min: range.min,

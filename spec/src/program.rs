@@ -8,6 +8,7 @@
 use crate::code::{CodeSnapshot, CodeSource};
 use crate::config::ConfigError;
 use crate::duration::parse_duration;
+use crate::elastic::SizeRange;
 use crate::launch::Launch;
 use crate::location::Location;
 use crate::schedule::ScheduleHints;
@@ -168,6 +169,39 @@ fn env_name_ok(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `[program.env]`: at most [`MAX_ENV`] variables, each a plain name that
+/// is none of the contract's, with a value of at most [`MAX_TEXT`] bytes.
+fn validate_env(env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    if env.len() > MAX_ENV {
+        return Err(invalid(
+            "program.env",
+            format!("at most {MAX_ENV} variables"),
+        ));
+    }
+    for (name, value) in env {
+        let field = format!("program.env.{name}");
+        if !env_name_ok(name) || name.len() > MAX_TEXT {
+            return Err(invalid(
+                &field,
+                "not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
+            ));
+        }
+        if reserved(name) {
+            return Err(invalid(
+                &field,
+                "set by cohort's launch contract; a training cannot replace it",
+            ));
+        }
+        if value.contains('\0') || value.len() > MAX_TEXT {
+            return Err(invalid(
+                &field,
+                format!("the value holds a NUL or is over {MAX_TEXT} bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl ProgramTraining {
     /// Check every value; the first problem found is returned with its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -237,33 +271,7 @@ impl ProgramTraining {
                 ));
             }
         }
-        if p.env.len() > MAX_ENV {
-            return Err(invalid(
-                "program.env",
-                format!("at most {MAX_ENV} variables"),
-            ));
-        }
-        for (name, value) in &p.env {
-            let field = format!("program.env.{name}");
-            if !env_name_ok(name) || name.len() > MAX_TEXT {
-                return Err(invalid(
-                    &field,
-                    "not a variable name ([A-Za-z_][A-Za-z0-9_]*)",
-                ));
-            }
-            if reserved(name) {
-                return Err(invalid(
-                    &field,
-                    "set by cohort's launch contract; a training cannot replace it",
-                ));
-            }
-            if value.contains('\0') || value.len() > MAX_TEXT {
-                return Err(invalid(
-                    &field,
-                    format!("the value holds a NUL or is over {MAX_TEXT} bytes"),
-                ));
-            }
-        }
+        validate_env(&p.env)?;
         let c = &self.checkpoint;
         if c.keep < 1 {
             return Err(invalid("checkpoint.keep", "must be >= 1"));
@@ -294,23 +302,15 @@ impl ProgramTraining {
     /// divide its global batch when it gives one (none is an error listing
     /// the nearest that would), all of them otherwise.
     pub fn elastic_sizes(&self, min: i64, max: i64) -> Result<Vec<i64>, String> {
-        let divides = |w: &i64| self.program.global_batch.is_none_or(|g| g % w == 0);
-        let found: Vec<i64> = (min..=max).filter(divides).collect();
-        if !found.is_empty() {
-            return Ok(found);
-        }
-        let mut would: Vec<i64> = (1..=crate::elastic::MAX_WORLD_SIZE)
-            .filter(divides)
-            .collect();
-        would.sort_by_key(|w| (w - min).abs().min((w - max).abs()));
-        would.truncate(8);
-        would.sort_unstable();
-        let list: Vec<String> = would.iter().map(i64::to_string).collect();
-        Err(format!(
-            "program.global_batch {} divides over none of {min}..={max} ranks; sizes that would: {}",
-            self.program.global_batch.unwrap_or_default(),
-            list.join(", ")
-        ))
+        let global = self.program.global_batch;
+        let divides = |w: i64| global.is_none_or(|g| g % w == 0);
+        crate::elastic::sizes_where(SizeRange { min, max }, divides).map_err(|would| {
+            format!(
+                "program.global_batch {} divides over none of {min}..={max} ranks; sizes that would: {}",
+                global.unwrap_or_default(),
+                crate::elastic::list(&would)
+            )
+        })
     }
 
     /// Bytes one rank needs on its GPU.
