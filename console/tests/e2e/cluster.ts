@@ -114,4 +114,35 @@ export function stopCluster() {
   }
 }
 
+/** The trainings the open coordinator has not ended. */
+function unended(url: string): { id: string }[] {
+  const out = cli(url, ["-o", "json", "train", "list", "--all", "--state", "queued,scheduled,running,restarting"]);
+  return JSON.parse(out).trainings ?? [];
+}
+
+/**
+ * Cancels every sweep and training a test left on the open coordinator and
+ * waits until none is left, so that the next test starts on an idle fleet
+ * whatever this one did (a failed test must not fail the ones after it).
+ */
+export async function idleFleet() {
+  const { open } = cluster();
+  const sweeps: { id: string }[] = JSON.parse(cli(open, ["-o", "json", "sweep", "list"])).sweeps ?? [];
+  for (const s of sweeps) {
+    try {
+      cli(open, ["sweep", "cancel", s.id]);
+    } catch {
+      /* already ended */
+    }
+  }
+  for (const t of unended(open)) {
+    try {
+      cli(open, ["train", "cancel", t.id]);
+    } catch {
+      /* ended meanwhile */
+    }
+  }
+  await until("every training on the open coordinator ended", () => unended(open).length === 0, 120_000);
+}
+
 export { cli };

@@ -3,9 +3,17 @@
 // page itself stops when it leaves (net::ERR_ABORTED) are not failures.
 import { test as base, expect, type Page } from "@playwright/test";
 import { join } from "node:path";
-import { ROOT } from "./cluster";
+import { idleFleet, ROOT } from "./cluster";
 
-export const test = base.extend<{ problems: string[] }>({
+export const test = base.extend<{ problems: string[]; idle: void }>({
+  // After every test, whatever it left running is cancelled (auto: every test).
+  idle: [
+    async ({}, use) => {
+      await use();
+      await idleFleet();
+    },
+    { auto: true },
+  ],
   problems: async ({ page }, use) => {
     const problems: string[] = [];
     page.on("console", (m) => m.type() === "error" && problems.push(`console: ${m.text()}`));
