@@ -59,20 +59,8 @@ pub fn distances(points: &[Point]) -> Vec<f64> {
         .filter(|(_, o)| **o)
         .map(|(p, _)| p)
         .collect();
-    let finite: Vec<&Point> = points.iter().filter(|p| p.is_finite()).collect();
-    let range = |f: fn(&Point) -> f64| {
-        let lo = finite.iter().map(|p| f(p)).fold(f64::INFINITY, f64::min);
-        let hi = finite
-            .iter()
-            .map(|p| f(p))
-            .fold(f64::NEG_INFINITY, f64::max);
-        if hi > lo {
-            hi - lo
-        } else {
-            1.0
-        }
-    };
-    let (l0_range, ev_range) = (range(|p| p.l0), range(|p| p.explained_variance));
+    let scale = Scale::of(points);
+    let (l0_range, ev_range) = (scale.l0, scale.explained_variance);
     points
         .iter()
         .zip(&on)
@@ -93,6 +81,95 @@ pub fn distances(points: &[Point]) -> Vec<f64> {
                 .fold(f64::INFINITY, f64::min)
         })
         .collect()
+}
+
+/// The order in which to keep the points on the frontier of `points` when
+/// not all of them can go on: by spread, as an epsilon-net is built
+/// (MO-ASHA, Schmucker et al. 2021). Its two ends, the sparsest and the
+/// most faithful point, come first (both 0); then, one at a time, the
+/// point farthest from every point already taken (axes scaled by the
+/// finite points' ranges, as in [`distances`]), ties to the sparser. Each
+/// point gets its place in that order; a point off the frontier gets
+/// `None`. Equal points share a place.
+pub fn spread_order(points: &[Point]) -> Vec<Option<usize>> {
+    let on = on_frontier(points);
+    let scale = Scale::of(points);
+    let mut front: Vec<usize> = (0..points.len()).filter(|&i| on[i]).collect();
+    front.sort_by(|&a, &b| points[a].l0.total_cmp(&points[b].l0));
+    let mut place: Vec<Option<usize>> = vec![None; points.len()];
+    let (Some(&sparsest), Some(&faithful)) = (front.first(), front.last()) else {
+        return place;
+    };
+    let same = |a: &Point, b: &Point| a.l0 == b.l0 && a.explained_variance == b.explained_variance;
+    let mut taken: Vec<usize> = Vec::with_capacity(front.len());
+    let take = |i: usize, at: usize, place: &mut [Option<usize>], taken: &mut Vec<usize>| {
+        for &j in &front {
+            if place[j].is_none() && same(&points[j], &points[i]) {
+                place[j] = Some(at);
+                taken.push(j);
+            }
+        }
+    };
+    take(sparsest, 0, &mut place, &mut taken);
+    take(faithful, 0, &mut place, &mut taken);
+    let mut at = 1;
+    loop {
+        let next = front
+            .iter()
+            .filter(|&&i| place[i].is_none())
+            .map(|&i| {
+                let nearest = taken
+                    .iter()
+                    .map(|&t| scale.gap(&points[i], &points[t]))
+                    .fold(f64::INFINITY, f64::min);
+                (i, nearest)
+            })
+            // The farthest; of equals, the sparser (the front is sorted by L0).
+            .fold(None, |best: Option<(usize, f64)>, (i, d)| match best {
+                Some((_, bd)) if bd >= d => best,
+                _ => Some((i, d)),
+            });
+        let Some((i, _)) = next else {
+            return place;
+        };
+        take(i, at, &mut place, &mut taken);
+        at += 1;
+    }
+}
+
+/// The finite points' range on each axis (an axis with no range counts
+/// as 1), to measure gaps in units of the set's own spread.
+struct Scale {
+    l0: f64,
+    explained_variance: f64,
+}
+
+impl Scale {
+    fn of(points: &[Point]) -> Scale {
+        let finite: Vec<&Point> = points.iter().filter(|p| p.is_finite()).collect();
+        let range = |f: fn(&Point) -> f64| {
+            let lo = finite.iter().map(|p| f(p)).fold(f64::INFINITY, f64::min);
+            let hi = finite
+                .iter()
+                .map(|p| f(p))
+                .fold(f64::NEG_INFINITY, f64::max);
+            if hi > lo {
+                hi - lo
+            } else {
+                1.0
+            }
+        };
+        Scale {
+            l0: range(|p| p.l0),
+            explained_variance: range(|p| p.explained_variance),
+        }
+    }
+
+    /// The scaled distance between two points.
+    fn gap(&self, a: &Point, b: &Point) -> f64 {
+        ((a.l0 - b.l0) / self.l0)
+            .hypot((a.explained_variance - b.explained_variance) / self.explained_variance)
+    }
 }
 
 /// The area the finite points dominate within the box from `reference`
@@ -159,6 +236,32 @@ mod tests {
         // below (20, 0.9): one unit from either.
         assert!((d[2] - 1.0).abs() < 1e-12, "{}", d[2]);
         assert!(d[3].is_infinite());
+    }
+
+    #[test]
+    fn the_frontier_is_kept_ends_first_then_by_spread() {
+        // Five points along the frontier (exact quarters of each range)
+        // and one dominated; listed out of order.
+        let points = [
+            p(8.0, 0.75),
+            p(16.0, 0.5),
+            p(0.0, 0.5),
+            p(12.0, 0.875),
+            p(16.0, 1.0),
+            p(4.0, 0.625),
+        ];
+        // The ends, then the middle, then the quarters (of two equally
+        // far, the sparser first); the dominated point has no place.
+        assert_eq!(
+            spread_order(&points),
+            vec![Some(1), None, Some(0), Some(3), Some(0), Some(2)]
+        );
+        // Equal points share their place; a lone point is both ends.
+        assert_eq!(
+            spread_order(&[p(1.0, 0.5), p(1.0, 0.5)]),
+            vec![Some(0), Some(0)]
+        );
+        assert_eq!(spread_order(&[p(f64::NAN, 0.5)]), vec![None]);
     }
 
     #[test]

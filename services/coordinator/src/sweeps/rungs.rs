@@ -199,7 +199,7 @@ impl Position {
             Searcher::Asha => {
                 let keep = stopping::asha_keeps(self.n, sweep.eta, closed);
                 let ranked = if sweep.objective.is_frontier() {
-                    "by distance to the L0 / explained-variance frontier"
+                    "on the L0 / explained-variance frontier (by distance to it; on it, by spread)"
                 } else {
                     "on the objective"
                 };

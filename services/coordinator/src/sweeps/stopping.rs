@@ -14,7 +14,10 @@
 //! a half and three quarters; a trial is stopped when worse than the median
 //! of at least 3 other trials at the rung.
 //! The frontier ranks by distance to the rung's L0 / explained-variance
-//! frontier, so every trial on it (at any sparsity) ranks first.
+//! frontier, every trial on it first, and those on it by spread (its ends
+//! first, then the points farthest from those before: an epsilon-net, as
+//! MO-ASHA, Schmucker et al. 2021): ASHA keeps its share spread along the
+//! frontier, at every sparsity, rather than every trial on it.
 
 use crate::model::{Direction, Objective, RungRecord, Searcher};
 use cohort_spec::frontier::{self, Point};
@@ -60,8 +63,10 @@ impl Ranking {
 }
 
 /// Each record's score at its rung, lower is better: the metric (negated
-/// when maximised), or the distance to the records' frontier (0 on it). A
-/// NaN scores worst.
+/// when maximised), or for the frontier the distance to the records'
+/// frontier, and on it (ahead of every trial off it) the frontier's spread
+/// order: its two ends first, then each point farthest from those before
+/// it ([`frontier::spread_order`]). A NaN scores worst.
 pub fn scores(ranking: Ranking, records: &[&RungRecord]) -> Vec<f64> {
     let finite_or_worst = |v: f64| if v.is_nan() { f64::INFINITY } else { v };
     match ranking {
@@ -76,7 +81,14 @@ pub fn scores(ranking: Ranking, records: &[&RungRecord]) -> Vec<f64> {
                 .iter()
                 .map(|r| Point::new(r.l0.unwrap_or(f64::NAN), r.value))
                 .collect();
+            // On the frontier, by its spread order, in -1..0 (ahead of
+            // every distance); off it, by the distance.
+            let n = points.len() as f64;
             frontier::distances(&points)
+                .into_iter()
+                .zip(frontier::spread_order(&points))
+                .map(|(distance, place)| place.map_or(distance, |at| at as f64 / n - 1.0))
+                .collect()
         }
     }
 }
@@ -187,6 +199,23 @@ mod tests {
         let s = scores(Ranking::Frontier, &refs);
         assert_eq!((ahead(&s, 0), ahead(&s, 1)), (0, 0), "{s:?}");
         assert_eq!(ahead(&s, 2), 2, "{s:?}");
+        // Of five trials on the frontier the ends rank first, then the
+        // middle one: a share of 3 keeps them, not the two beside the middle.
+        let records = [
+            record(0.5, Some(0.0)),
+            record(0.625, Some(4.0)),
+            record(0.75, Some(8.0)),
+            record(0.875, Some(12.0)),
+            record(1.0, Some(16.0)),
+            record(0.5, Some(16.0)),
+        ];
+        let refs: Vec<&RungRecord> = records.iter().collect();
+        let s = scores(Ranking::Frontier, &refs);
+        let ranks: Vec<usize> = (0..records.len()).map(|i| ahead(&s, i)).collect();
+        assert_eq!(ranks, vec![0, 3, 2, 4, 0, 5], "{s:?}");
+        let keep = asha_keeps(records.len(), 2.0, false);
+        let kept: Vec<usize> = (0..records.len()).filter(|&i| ranks[i] < keep).collect();
+        assert_eq!(kept, vec![0, 2, 4]);
         // A trial with no L0 (NaN) is never on the frontier.
         let refs = [&records[0], &record(0.99, None)];
         let s = scores(Ranking::Frontier, &refs);
