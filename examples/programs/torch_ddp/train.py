@@ -69,14 +69,16 @@ def emit(event, **fields):
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def save_checkpoint(directory, step, model, optimizer):
-    """Write step-<N>/ atomically: a hidden temporary directory, then rename."""
+def save_checkpoint(directory, step, model, optimizer, loss):
+    """Write step-<N>/ atomically: a hidden temporary directory, then rename.
+    It keeps the loss last reported, so that a run resumed at its last step
+    (its ranks stopped after writing it) ends with the loss it reached."""
     final = os.path.join(directory, f"step-{step:08d}")
     tmp = os.path.join(directory, f".step-{step:08d}.tmp")
     os.makedirs(tmp, exist_ok=True)
     path = os.path.join(tmp, "state.pt")
     torch.save({"step": step, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict()}, path)
+                "optimizer": optimizer.state_dict(), "loss": loss}, path)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     os.rename(tmp, final)
@@ -122,12 +124,14 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
 
     start = 0
+    reported = float("nan")
     resume = os.environ.get("COHORT_RESUME_DIR")
     if resume:
         state = torch.load(os.path.join(resume, "state.pt"), map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
+        reported = state.get("loss", reported)
         print(f"rank {rank}: resuming from {resume} at step {start}", flush=True)
     ddp = DDP(model)
     total = args.global_batch or args.batch * world
@@ -145,7 +149,6 @@ def main():
     if rank == 0 and start > 0:
         emit("progress", step=start, total_steps=args.steps, resumed_from=start)
 
-    reported = float("nan")
     began = time.time()
     for step in range(start + 1, args.steps + 1):
         xs, noise = global_batch(step, total, device)
@@ -171,13 +174,13 @@ def main():
                      loss=reported, lr=optimizer.param_groups[0]["lr"],
                      samples_per_sec=(step - start) * total / max(time.time() - began, 1e-9))
         if rank == 0 and checkpoints and (step % args.checkpoint_every == 0 or step == args.steps):
-            save_checkpoint(checkpoints, step, model, optimizer)
+            save_checkpoint(checkpoints, step, model, optimizer, reported)
         # Rank 0's checkpoint is on disk before any rank goes past it.
         if step % args.checkpoint_every == 0:
             dist.barrier()
         if step < args.steps and agree_to_stop(device):
             if rank == 0 and checkpoints and step % args.checkpoint_every:
-                save_checkpoint(checkpoints, step, model, optimizer)
+                save_checkpoint(checkpoints, step, model, optimizer, reported)
             dist.barrier()
             print(f"rank {rank}: stopped at step {step} as asked", flush=True)
             dist.destroy_process_group()
