@@ -100,41 +100,35 @@ pub fn spread_order(points: &[Point]) -> Vec<Option<usize>> {
     let (Some(&sparsest), Some(&faithful)) = (front.first(), front.last()) else {
         return place;
     };
-    let same = |a: &Point, b: &Point| a.l0 == b.l0 && a.explained_variance == b.explained_variance;
-    let mut taken: Vec<usize> = Vec::with_capacity(front.len());
-    let take = |i: usize, at: usize, place: &mut [Option<usize>], taken: &mut Vec<usize>| {
+    // Each untaken point's gap to its nearest taken one, kept up to date
+    // as points are taken: O(front²) in all.
+    let mut nearest: Vec<f64> = vec![f64::INFINITY; points.len()];
+    let take = |i: usize, at: usize, place: &mut [Option<usize>], nearest: &mut [f64]| {
+        let taken = points[i];
         for &j in &front {
-            if place[j].is_none() && same(&points[j], &points[i]) {
-                place[j] = Some(at);
-                taken.push(j);
+            let gap = scale.gap(&points[j], &taken);
+            if gap == 0.0 && place[j].is_none() {
+                place[j] = Some(at); // i itself, or a point equal to it
             }
+            nearest[j] = nearest[j].min(gap);
         }
     };
-    take(sparsest, 0, &mut place, &mut taken);
-    take(faithful, 0, &mut place, &mut taken);
-    let mut at = 1;
-    loop {
-        let next = front
-            .iter()
-            .filter(|&&i| place[i].is_none())
-            .map(|&i| {
-                let nearest = taken
-                    .iter()
-                    .map(|&t| scale.gap(&points[i], &points[t]))
-                    .fold(f64::INFINITY, f64::min);
-                (i, nearest)
-            })
-            // The farthest; of equals, the sparser (the front is sorted by L0).
-            .fold(None, |best: Option<(usize, f64)>, (i, d)| match best {
-                Some((_, bd)) if bd >= d => best,
-                _ => Some((i, d)),
-            });
-        let Some((i, _)) = next else {
-            return place;
-        };
-        take(i, at, &mut place, &mut taken);
-        at += 1;
+    take(sparsest, 0, &mut place, &mut nearest);
+    take(faithful, 0, &mut place, &mut nearest);
+    for at in 1.. {
+        // The farthest; of equals, the sparser (the front is sorted by L0).
+        let next =
+            front
+                .iter()
+                .filter(|&&i| place[i].is_none())
+                .fold(None, |best: Option<usize>, &i| match best {
+                    Some(b) if nearest[b] >= nearest[i] => best,
+                    _ => Some(i),
+                });
+        let Some(i) = next else { break };
+        take(i, at, &mut place, &mut nearest);
     }
+    place
 }
 
 /// The finite points' range on each axis (an axis with no range counts
