@@ -312,9 +312,10 @@ async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation(
 
     // The same samples at every step. Before the resize both ran at 2
     // ranks: bit-identical. After it the sums run in another order, and
-    // f32 differences of 1e-10 grow as Adam amplifies them: within 1e-5
+    // f32 differences of 1e-10 grow as Adam amplifies them: within 1e-4
     // relative for the 100 steps after the resize, within 1e-2 after that
-    // (a run of this test saw 6e-6 by then, and 3.6e-3 at most 700 steps on).
+    // (runs of this test saw 6e-6 and, on a slower machine, 2.6e-5 by
+    // then, and 3.6e-3 at most 700 steps on).
     // The same sample ids at every logged step, at 2 ranks and at 4.
     let (fixed_ids, grown_ids) = (samples(&fixed.events), samples(&run.events));
     let mut compared = 0;
@@ -338,7 +339,7 @@ async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation(
         let rel = (loss - other).abs() / loss.abs().max(1e-12);
         let within = match *step {
             s if s <= at => 0.0,
-            s if s <= at + 100 => 1e-5,
+            s if s <= at + 100 => 1e-4,
             _ => 1e-2,
         };
         assert!(
