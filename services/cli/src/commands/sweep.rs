@@ -46,7 +46,8 @@ pub enum SearcherArg {
     /// Every combination (choice and int_uniform parameters only).
     Grid,
     /// Random draws, stopped early by asynchronous successive halving
-    /// (rungs at a trial's steps / eta^2 and / eta).
+    /// (rungs at a trial's steps / eta^k, ..., / eta: k the most with
+    /// eta^k <= max-trials, 2 to 5).
     Asha,
     /// Random draws, stopped early when worse than the median at a
     /// quarter, a half or three quarters of their steps.

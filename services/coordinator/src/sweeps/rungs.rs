@@ -98,7 +98,7 @@ async fn at_rungs(
     let Some(total) = reading.total_steps else {
         return Ok(Verdict::GoesOn);
     };
-    let rungs = stopping::rungs(sweep.searcher, sweep.eta, total);
+    let rungs = stopping::rungs(sweep.searcher, sweep.eta, sweep.max_trials, total);
     for (i, at) in rungs.iter().enumerate() {
         let rung = i as i32 + 1;
         if reading.step < *at {

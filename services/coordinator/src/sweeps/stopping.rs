@@ -3,7 +3,10 @@
 //! against what the sweep's other trials recorded there.
 //!
 //! ASHA (asynchronous successive halving, Li et al. 2020) as Determined
-//! runs it: rungs at a trial's total steps times eta^-2 and eta^-1; a trial
+//! runs it: rungs at a trial's total steps times eta^-k, ..., eta^-1, as
+//! many (k) as the sweep's trials can fill, as Hyperband sizes its widest
+//! bracket: the most with eta^k <= max_trials, at least 2 and at most
+//! [`ASHA_MAX_RUNGS`] (Determined's default `max_rungs`); a trial
 //! at a rung goes on while it is among the best floor(n / eta) of the n
 //! trials recorded there, else it pauses with a checkpoint; a paused trial
 //! is promoted, and resumes from that checkpoint, once enough others have
@@ -25,11 +28,30 @@ use cohort_spec::frontier::{self, Point};
 /// The fewest other trials at a rung the median rule judges against.
 pub const MEDIAN_MIN_OTHERS: usize = 3;
 
+/// The most rungs ASHA sets.
+pub const ASHA_MAX_RUNGS: u32 = 5;
+
+/// How many rungs ASHA sets for a sweep of `max_trials`: the most k with
+/// eta^k <= max_trials (so about one trial reaches the end), between 2
+/// and [`ASHA_MAX_RUNGS`].
+pub fn asha_rung_count(eta: f64, max_trials: i32) -> u32 {
+    let mut k = 0;
+    let mut reach = eta;
+    while k < ASHA_MAX_RUNGS && reach <= f64::from(max_trials) * (1.0 + 1e-9) {
+        k += 1;
+        reach *= eta;
+    }
+    k.max(2)
+}
+
 /// The steps of a trial's rungs (1-based rung = index + 1), each in
 /// `1..total_steps`, increasing.
-pub fn rungs(searcher: Searcher, eta: f64, total_steps: i64) -> Vec<i64> {
+pub fn rungs(searcher: Searcher, eta: f64, max_trials: i32, total_steps: i64) -> Vec<i64> {
     let fractions: Vec<f64> = match searcher {
-        Searcher::Asha => vec![1.0 / (eta * eta), 1.0 / eta],
+        Searcher::Asha => (1..=asha_rung_count(eta, max_trials))
+            .rev()
+            .map(|k| eta.powi(-(k as i32)))
+            .collect(),
         Searcher::Median => vec![0.25, 0.5, 0.75],
         Searcher::Grid | Searcher::Random => Vec::new(),
     };
@@ -149,10 +171,22 @@ mod tests {
 
     #[test]
     fn rungs_fall_inside_the_run() {
-        assert_eq!(rungs(Searcher::Asha, 3.0, 900), vec![100, 300]);
-        assert_eq!(rungs(Searcher::Median, 3.0, 100), vec![25, 50, 75]);
-        assert_eq!(rungs(Searcher::Asha, 3.0, 2), vec![1]);
-        assert!(rungs(Searcher::Random, 3.0, 900).is_empty());
+        assert_eq!(rungs(Searcher::Asha, 3.0, 6, 900), vec![100, 300]);
+        assert_eq!(rungs(Searcher::Asha, 3.0, 32, 2700), vec![100, 300, 900]);
+        assert_eq!(rungs(Searcher::Median, 3.0, 6, 100), vec![25, 50, 75]);
+        assert_eq!(rungs(Searcher::Asha, 3.0, 6, 2), vec![1]);
+        assert!(rungs(Searcher::Random, 3.0, 6, 900).is_empty());
+    }
+
+    #[test]
+    fn asha_sets_as_many_rungs_as_its_trials_fill() {
+        assert_eq!(asha_rung_count(3.0, 6), 2);
+        assert_eq!(asha_rung_count(3.0, 26), 2);
+        assert_eq!(asha_rung_count(3.0, 27), 3);
+        assert_eq!(asha_rung_count(3.0, 32), 3);
+        assert_eq!(asha_rung_count(3.0, 81), 4);
+        assert_eq!(asha_rung_count(4.0, 32), 2);
+        assert_eq!(asha_rung_count(2.0, 256), ASHA_MAX_RUNGS);
     }
 
     fn record(value: f64, l0: Option<f64>) -> RungRecord {
