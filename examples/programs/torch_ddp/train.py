@@ -189,6 +189,9 @@ def main():
     final = reported
     if rank == 0:
         emit("finished", step=args.steps, total_steps=args.steps, loss=final)
+    # Every rank past its last collective and rank 0's last checkpoint
+    # before any tears its connections down.
+    dist.barrier()
     dist.destroy_process_group()
     if not math.isfinite(final):
         print(f"rank {rank}: the loss is {final}", file=sys.stderr, flush=True)
