@@ -4,12 +4,13 @@
 //! their own.
 
 mod gpu_request;
+mod rank_events;
 mod states;
 
 use crate::model::{EventPayload, RankRecord, StoredEvent, Training};
 use chrono::{DateTime, Utc};
 use cohort_proto::v1;
-use cohort_spec::progress::{Progress, ProgressLine};
+use cohort_spec::progress::Progress;
 
 pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -78,7 +79,7 @@ pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
             to: v1::training::State::from(c.to) as i32,
             reason: c.reason.clone(),
         }),
-        EventPayload::Rank(line) => match rank_event(line)? {
+        EventPayload::Rank(line) => match rank_events::rank_event(line)? {
             Event::Checkpoint(c) => Event::Checkpoint(v1::Checkpoint {
                 training_id: e.training_id.clone(),
                 attempt: e.attempt,
@@ -121,130 +122,6 @@ pub fn training_event(e: &StoredEvent) -> Option<v1::TrainingEvent> {
         attempt: e.attempt,
         time: Some(timestamp(e.time)),
         event: Some(event),
-    })
-}
-
-fn rank_event(line: &ProgressLine) -> Option<v1::training_event::Event> {
-    use v1::training_event::Event;
-    Some(match line.clone() {
-        ProgressLine::Started {
-            world_size,
-            device,
-            total_steps,
-            start_step,
-            global_batch,
-            parameters,
-        } => Event::Started(v1::TrainingStarted {
-            world_size: world_size as i32,
-            device,
-            total_steps,
-            start_step,
-            global_batch,
-            parameters,
-        }),
-        ProgressLine::Progress(p) => Event::Progress(progress_event(p)),
-        ProgressLine::RankStats {
-            rank,
-            step,
-            step_time_ms,
-            compute_ms,
-            comm_ms,
-            memory_bytes,
-            data_wait_ms,
-            memory_kind,
-            host_memory_bytes,
-        } => Event::RankStats(v1::RankStats {
-            rank: rank as i32,
-            step,
-            step_time_ms,
-            compute_ms,
-            comm_ms,
-            memory_bytes,
-            data_wait_ms,
-            memory_kind,
-            host_memory_bytes,
-        }),
-        ProgressLine::Checkpoint { step, path, best } => Event::Checkpoint(v1::Checkpoint {
-            step,
-            path,
-            best,
-            ..Default::default()
-        }),
-        ProgressLine::Validation {
-            step,
-            loss,
-            mse,
-            l0,
-            explained_variance,
-            dead_fraction,
-            samples,
-            best,
-        } => Event::Validation(v1::ValidationEvent {
-            step,
-            loss,
-            mse,
-            l0,
-            explained_variance,
-            dead_fraction,
-            samples,
-            best,
-        }),
-        ProgressLine::Diverged {
-            step,
-            nonfinite_steps,
-            loss,
-            grad_norm,
-            learning_rate,
-        } => Event::Diverged(v1::DivergedEvent {
-            step,
-            nonfinite_steps,
-            loss,
-            grad_norm,
-            learning_rate,
-        }),
-        // A sign of life during a long validation, not an event to show.
-        ProgressLine::Validating { .. } => return None,
-        ProgressLine::CheckpointRejected { step, path, reason } => {
-            Event::CheckpointRejected(v1::CheckpointRejected { step, path, reason })
-        }
-        ProgressLine::CollectiveError {
-            rank,
-            step,
-            message,
-        } => Event::CollectiveError(v1::CollectiveError {
-            rank: rank as i32,
-            step,
-            message,
-        }),
-        ProgressLine::Finished {
-            step,
-            loss,
-            param_checksum,
-            wall_time_s,
-            mean_samples_per_sec,
-        } => Event::Finished(v1::TrainingFinished {
-            step,
-            loss,
-            param_checksum,
-            wall_time_s,
-            mean_samples_per_sec,
-        }),
-        ProgressLine::Metrics(m) => Event::ProgramProgress(v1::ProgramProgress {
-            step: m.step,
-            total_steps: m.total_steps,
-            loss: m.loss,
-            metrics: m.metrics.into_iter().collect(),
-            finished: m.finished,
-        }),
-        ProgressLine::RankFinished {
-            rank,
-            step,
-            param_checksum,
-        } => Event::RankFinished(v1::RankFinished {
-            rank: rank as i32,
-            step,
-            param_checksum,
-        }),
     })
 }
 
