@@ -1,5 +1,6 @@
 //! A rank's progress line as a WatchTraining event, field for field: one
-//! arm per kind of line, the longer ones in a function of their own.
+//! arm per kind of line, the longer ones in a function of their own (each
+//! called only for its kind; another kind gives `None`).
 
 use cohort_proto::v1;
 use cohort_proto::v1::training_event::Event;
