@@ -48,13 +48,31 @@ pub async fn visible_training(
     field: &str,
     id: &str,
 ) -> Result<Training, Status> {
+    require_id(field, id)?;
+    let found = ctx.db.get_training(id).await.map_err(ApiError::from)?;
+    let (training, ()) = visible(who, id, found.map(|t| (t, ())))?;
+    Ok(training)
+}
+
+/// INVALID_ARGUMENT naming `field` when a training id is empty.
+pub fn require_id(field: &str, id: &str) -> Result<(), Status> {
     if id.is_empty() {
         return Err(ApiError::field(field, "required").into());
     }
-    match ctx.db.get_training(id).await.map_err(ApiError::from)? {
-        Some(training) => {
+    Ok(())
+}
+
+/// A training looked up by `id` (with whatever was read beside it), as
+/// [`visible_training`] answers for it.
+pub fn visible<T>(
+    who: &Principal,
+    id: &str,
+    found: Option<(Training, T)>,
+) -> Result<(Training, T), Status> {
+    match found {
+        Some((training, extra)) => {
             ensure_training(who, &training)?;
-            Ok(training)
+            Ok((training, extra))
         }
         None if !who.is_cluster_admin() => Err(not_yours(who, &format!("training {id}"), "")),
         None => Err(

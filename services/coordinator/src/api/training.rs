@@ -3,16 +3,16 @@
 //! WatchTraining replays the stored history, then follows it as the event
 //! bell rings (with a slow poll as a safety net).
 
-use super::caller::{caller, team_filter, visible_training};
+use super::caller::{caller, require_id, team_filter, visible, visible_training};
 use super::convert::training_event;
 use super::error::ApiError;
 use super::page_token::{decode_training_cursor, encode_training_cursor, page_size};
 use crate::context::Context;
 use crate::model::{AuditEntry, EventPayload, JobState, StoredEvent};
+use crate::persistence::details::TrainingDetails;
 use crate::persistence::{DatabaseError, ListTrainings, LogicalError, NewTraining, TrainingCursor};
 use cohort_proto::v1;
 use cohort_proto::v1::training_service_server::TrainingService;
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -36,12 +36,10 @@ pub struct TrainingApi {
 
 /// Shared facts for describing trainings (see `TrainingApi::lookups`).
 struct Lookups {
-    /// Host names of the ranks' agents, by agent id.
-    hosts: HashMap<String, String>,
     /// Waiting trainings' positions (read when one described is waiting).
     positions: Option<std::sync::Arc<crate::jobs::positions::QueuePositions>>,
     /// Ranks and newest progress of the trainings described.
-    details: crate::persistence::details::TrainingDetails,
+    details: TrainingDetails,
 }
 
 impl TrainingApi {
@@ -66,11 +64,14 @@ fn is_final_change(e: &StoredEvent) -> bool {
 }
 
 impl TrainingApi {
-    /// What describing `trainings` needs beyond their rows, loaded once per
-    /// request: their ranks and newest progress (one transaction for all),
-    /// the ranks' agents' hosts and the waiting order (for queue
-    /// positions), each only when some training needs it.
-    async fn lookups(&self, trainings: &[&crate::model::Training]) -> Result<Lookups, Status> {
+    /// What describing `trainings` needs beyond their rows and `details`
+    /// (read with them): the waiting order, for queue positions, when some
+    /// training described is waiting.
+    async fn lookups(
+        &self,
+        trainings: &[&crate::model::Training],
+        details: TrainingDetails,
+    ) -> Result<Lookups, Status> {
         let positions = if trainings
             .iter()
             .any(|t| matches!(t.state, JobState::Queued | JobState::Restarting))
@@ -85,29 +86,7 @@ impl TrainingApi {
         } else {
             None
         };
-        let details = self
-            .ctx
-            .db
-            .training_details(trainings)
-            .await
-            .map_err(ApiError::from)?;
-        let agent_ids: HashSet<&str> = details
-            .ranks
-            .values()
-            .flatten()
-            .map(|r| r.slot.agent_id.as_str())
-            .collect();
-        let hosts = if agent_ids.is_empty() {
-            HashMap::new()
-        } else {
-            let ids = agent_ids.into_iter().map(str::to_string).collect();
-            self.ctx.db.agent_hosts(ids).await.map_err(ApiError::from)?
-        };
-        Ok(Lookups {
-            hosts,
-            positions,
-            details,
-        })
+        Ok(Lookups { positions, details })
     }
 
     /// The full Training message: the row plus the current attempt's rank
@@ -119,6 +98,7 @@ impl TrainingApi {
                 .iter()
                 .map(|r| {
                     let host = lookups
+                        .details
                         .hosts
                         .get(&r.slot.agent_id)
                         .map_or("", String::as_str);
@@ -250,8 +230,10 @@ impl TrainingService for TrainingApi {
     ) -> Result<Response<v1::Training>, Status> {
         let who = caller(&self.ctx, &request)?;
         let id = request.into_inner().id;
-        let training = visible_training(&self.ctx, &who, "id", &id).await?;
-        let lookups = self.lookups(&[&training]).await?;
+        require_id("id", &id)?;
+        let found = (self.ctx.db.described_training(&id).await).map_err(ApiError::from)?;
+        let (training, details) = visible(&who, &id, found)?;
+        let lookups = self.lookups(&[&training], details).await?;
         Ok(Response::new(self.describe(&training, &lookups)))
     }
 
@@ -272,10 +254,10 @@ impl TrainingService for TrainingApi {
             },
             labels: label_filter(req.labels)?,
         };
-        let mut trainings = self
+        let (mut trainings, details) = self
             .ctx
             .db
-            .list_trainings(page)
+            .described_page(page)
             .await
             .map_err(ApiError::from)?;
         let more = trainings.len() as i64 > limit;
@@ -286,7 +268,8 @@ impl TrainingService for TrainingApi {
         };
         Ok(Response::new(v1::ListTrainingsResponse {
             trainings: {
-                let lookups = self.lookups(&trainings.iter().collect::<Vec<_>>()).await?;
+                let page: Vec<_> = trainings.iter().collect();
+                let lookups = self.lookups(&page, details).await?;
                 trainings
                     .iter()
                     .map(|t| self.describe(t, &lookups))

@@ -286,27 +286,6 @@ impl Persistence {
             .await
     }
 
-    /// The host names of the agents `ids` (those known): what a rank map
-    /// shows beside each rank, without reading every agent and GPU.
-    pub async fn agent_hosts(
-        &self,
-        ids: Vec<String>,
-    ) -> Result<HashMap<String, String>, DatabaseError> {
-        self.read("agent_hosts", move |c| {
-            let mut out = HashMap::with_capacity(ids.len());
-            for chunk in ids.chunks(1000) {
-                out.extend(
-                    agents::table
-                        .filter(agents::id.eq_any(chunk))
-                        .select((agents::id, agents::host_name))
-                        .load::<(String, String)>(c)?,
-                );
-            }
-            Ok(out)
-        })
-        .await
-    }
-
     /// Keeps `report` as agent `agent_id`'s latest doctor report, with the
     /// audit row of the RunDoctor that made it, in one transaction.
     pub async fn save_doctor(
@@ -353,4 +332,22 @@ impl Persistence {
         })
         .await
     }
+}
+
+/// The host names of the agents `ids` (those known): what a rank map shows
+/// beside each rank, without reading every agent and GPU.
+pub(crate) fn agent_hosts_in(
+    c: &mut DbConnection,
+    ids: &[&str],
+) -> Result<HashMap<String, String>, DatabaseError> {
+    let mut out = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(1000) {
+        out.extend(
+            agents::table
+                .filter(agents::id.eq_any(chunk))
+                .select((agents::id, agents::host_name))
+                .load::<(String, String)>(c)?,
+        );
+    }
+    Ok(out)
 }

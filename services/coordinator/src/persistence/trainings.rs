@@ -141,7 +141,10 @@ pub fn transition_in(
     })
 }
 
-fn list_in(conn: &mut DbConnection, page: &ListTrainings) -> Result<Vec<Training>, DatabaseError> {
+pub(crate) fn list_in(
+    conn: &mut DbConnection,
+    page: &ListTrainings,
+) -> Result<Vec<Training>, DatabaseError> {
     let mut query = trainings::table
         .select(TrainingRow::as_select())
         .order((trainings::create_time.desc(), trainings::id.desc()))
