@@ -5,6 +5,7 @@ use super::schema::{state_transitions, training_events, trainings};
 use super::DatabaseError;
 use crate::model::{EventPayload, JobState, StateTransition, StoredEvent, Training};
 use chrono::{DateTime, NaiveDateTime, SubsecRound, Utc};
+use cohort_spec::workload::Workload;
 use diesel::prelude::*;
 
 /// Now, at the microsecond precision both backends store.
@@ -69,7 +70,8 @@ impl TryFrom<TrainingRow> for Training {
             DatabaseError::Corrupt(format!("training {} {what}: {e}", row.id))
         };
         Ok(Training {
-            config: serde_json::from_str(&row.config_json).map_err(|e| corrupt("config", e))?,
+            config: Workload::from_stored_json(&row.config_json)
+                .map_err(|e| corrupt("config", e))?,
             gpu_request: serde_json::from_str(&row.gpu_request_json)
                 .map_err(|e| corrupt("gpu request", e))?,
             labels: serde_json::from_str(&row.labels_json).map_err(|e| corrupt("labels", e))?,

@@ -130,7 +130,7 @@ impl Persistence {
                 .load::<(String, String)>(c)?
                 .into_iter()
                 .map(|(id, json)| {
-                    let config = serde_json::from_str(&json).map_err(|e| {
+                    let config = Workload::from_stored_json(&json).map_err(|e| {
                         DatabaseError::Corrupt(format!("training {id} config: {e}"))
                     })?;
                     Ok((id, config))
