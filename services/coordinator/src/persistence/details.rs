@@ -5,12 +5,11 @@
 //! GetTraining and ListTrainings read them (one transaction per call: on
 //! PostgreSQL each more costs a BEGIN and a COMMIT round trip).
 
-use super::estimates::StoredEstimate;
+use super::estimates::{estimates_in, StoredEstimate};
 use super::events::latest_progress_in;
 use super::fleet::agent_hosts_in;
 use super::ranks::RankRow;
-use super::rows::from_db_time;
-use super::schema::{ranks, training_estimates};
+use super::schema::ranks;
 use super::trainings::{list_in, load_training};
 use super::{DatabaseError, DbConnection, ListTrainings, Persistence};
 use crate::model::{RankRecord, StoredEvent, Training};
@@ -114,30 +113,7 @@ fn details_in(c: &mut DbConnection, wanted: &Wanted) -> Result<TrainingDetails, 
     let Wanted { placed, live } = wanted;
     let mut details = TrainingDetails::default();
     if !live.is_empty() {
-        let rows: Vec<(
-            String,
-            Option<chrono::NaiveDateTime>,
-            Option<chrono::NaiveDateTime>,
-            String,
-        )> = training_estimates::table
-            .filter(training_estimates::training_id.eq_any(live))
-            .select((
-                training_estimates::training_id,
-                training_estimates::start_time,
-                training_estimates::end_time,
-                training_estimates::reason,
-            ))
-            .load(c)?;
-        for (id, start, end, reason) in rows {
-            details.estimates.insert(
-                id,
-                StoredEstimate {
-                    start_time: start.map(from_db_time),
-                    end_time: end.map(from_db_time),
-                    reason,
-                },
-            );
-        }
+        details.estimates = estimates_in(c, live)?;
     }
     if placed.is_empty() {
         return Ok(details);

@@ -46,64 +46,43 @@ type EstimateRow = (
     String,
 );
 
+/// The columns of an [`EstimateRow`].
+const COLUMNS: (
+    training_estimates::training_id,
+    training_estimates::start_time,
+    training_estimates::end_time,
+    training_estimates::reason,
+) = (
+    training_estimates::training_id,
+    training_estimates::start_time,
+    training_estimates::end_time,
+    training_estimates::reason,
+);
+
+/// A stored row as the training it belongs to and its estimate.
+fn stored((id, start, end, reason): EstimateRow) -> (String, StoredEstimate) {
+    let estimate = StoredEstimate {
+        start_time: start.map(from_db_time),
+        end_time: end.map(from_db_time),
+        reason,
+    };
+    (id, estimate)
+}
+
 impl Persistence {
     /// The stored estimates of those of `ids` that have one.
     pub async fn estimates(
         &self,
         ids: Vec<String>,
     ) -> Result<HashMap<String, StoredEstimate>, DatabaseError> {
-        self.read("estimates", move |c| {
-            let mut out = HashMap::with_capacity(ids.len());
-            for chunk in ids.chunks(CHUNK) {
-                let rows: Vec<EstimateRow> = training_estimates::table
-                    .filter(training_estimates::training_id.eq_any(chunk))
-                    .select((
-                        training_estimates::training_id,
-                        training_estimates::start_time,
-                        training_estimates::end_time,
-                        training_estimates::reason,
-                    ))
-                    .load(c)?;
-                out.extend(rows.into_iter().map(|(id, start, end, reason)| {
-                    (
-                        id,
-                        StoredEstimate {
-                            start_time: start.map(from_db_time),
-                            end_time: end.map(from_db_time),
-                            reason,
-                        },
-                    )
-                }));
-            }
-            Ok(out)
-        })
-        .await
+        self.read("estimates", move |c| estimates_in(c, &ids)).await
     }
 
     /// Every stored estimate (the estimator's memory after a takeover).
     pub async fn all_estimates(&self) -> Result<HashMap<String, StoredEstimate>, DatabaseError> {
         self.read("all_estimates", |c| {
-            let rows: Vec<EstimateRow> = training_estimates::table
-                .select((
-                    training_estimates::training_id,
-                    training_estimates::start_time,
-                    training_estimates::end_time,
-                    training_estimates::reason,
-                ))
-                .load(c)?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, start, end, reason)| {
-                    (
-                        id,
-                        StoredEstimate {
-                            start_time: start.map(from_db_time),
-                            end_time: end.map(from_db_time),
-                            reason,
-                        },
-                    )
-                })
-                .collect())
+            let rows: Vec<EstimateRow> = training_estimates::table.select(COLUMNS).load(c)?;
+            Ok(rows.into_iter().map(stored).collect())
         })
         .await
     }
@@ -186,4 +165,20 @@ fn write_chunk(
             .execute(c))?;
     }
     Ok(())
+}
+
+/// The stored estimates of those of `ids` that have one, read in chunks.
+pub(crate) fn estimates_in(
+    c: &mut DbConnection,
+    ids: &[String],
+) -> Result<HashMap<String, StoredEstimate>, DatabaseError> {
+    let mut out = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        let rows: Vec<EstimateRow> = training_estimates::table
+            .filter(training_estimates::training_id.eq_any(chunk))
+            .select(COLUMNS)
+            .load(c)?;
+        out.extend(rows.into_iter().map(stored));
+    }
+    Ok(out)
 }
