@@ -50,8 +50,7 @@ pub async fn visible_training(
 ) -> Result<Training, Status> {
     require_id(field, id)?;
     let found = ctx.db.get_training(id).await.map_err(ApiError::from)?;
-    let (training, ()) = visible(who, id, found.map(|t| (t, ())))?;
-    Ok(training)
+    visible(who, id, found)
 }
 
 /// INVALID_ARGUMENT naming `field` when a training id is empty.
@@ -62,17 +61,12 @@ pub fn require_id(field: &str, id: &str) -> Result<(), Status> {
     Ok(())
 }
 
-/// A training looked up by `id` (with whatever was read beside it), as
-/// [`visible_training`] answers for it.
-pub fn visible<T>(
-    who: &Principal,
-    id: &str,
-    found: Option<(Training, T)>,
-) -> Result<(Training, T), Status> {
+/// A training looked up by `id`, as [`visible_training`] answers for it.
+pub fn visible(who: &Principal, id: &str, found: Option<Training>) -> Result<Training, Status> {
     match found {
-        Some((training, extra)) => {
+        Some(training) => {
             ensure_training(who, &training)?;
-            Ok((training, extra))
+            Ok(training)
         }
         None if !who.is_cluster_admin() => Err(not_yours(who, &format!("training {id}"), "")),
         None => Err(

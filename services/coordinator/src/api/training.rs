@@ -38,7 +38,7 @@ pub struct TrainingApi {
 struct Lookups {
     /// Waiting trainings' positions (read when one described is waiting).
     positions: Option<std::sync::Arc<crate::jobs::positions::QueuePositions>>,
-    /// Ranks and newest progress of the trainings described.
+    /// Ranks, newest progress, estimates and hosts, read with the rows.
     details: TrainingDetails,
 }
 
@@ -232,7 +232,9 @@ impl TrainingService for TrainingApi {
         let id = request.into_inner().id;
         require_id("id", &id)?;
         let found = (self.ctx.db.described_training(&id).await).map_err(ApiError::from)?;
-        let (training, details) = visible(&who, &id, found)?;
+        let (training, details) = found.unzip();
+        let training = visible(&who, &id, training)?;
+        let details = details.unwrap_or_default();
         let lookups = self.lookups(&[&training], details).await?;
         Ok(Response::new(self.describe(&training, &lookups)))
     }
