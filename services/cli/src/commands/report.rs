@@ -48,6 +48,9 @@ pub fn render(r: &v1::TrainingReport) -> String {
     if let Some(p) = &r.preemptions {
         out += &crate::render::preemptions::text(p);
     }
+    if let Some(r) = &r.resizes {
+        out += &crate::render::resizes::text(r);
+    }
     if let Some(c) = &r.cost {
         out += &crate::render::cost::text(c);
     }
@@ -283,6 +286,7 @@ pub fn to_json(r: &v1::TrainingReport) -> Value {
             })).collect::<Vec<_>>(),
         },
         "preemptions": r.preemptions.as_ref().map(crate::render::preemptions::json),
+        "resizes": r.resizes.as_ref().map(crate::render::resizes::json),
         "cost": r.cost.as_ref().map(crate::render::cost::json),
     })
 }
@@ -425,6 +429,36 @@ mod tests {
         let v = to_json(&r);
         assert_eq!(v["preemptions"]["records"][0]["resume_step"], 40);
         assert_eq!(v["preemptions"]["records"][0]["by"], "trn-u");
+    }
+
+    #[test]
+    fn resizes_are_listed_only_when_there_were_some() {
+        let mut r = sample();
+        r.resizes = Some(v1::ResizeSummary::default());
+        assert!(!render(&r).contains("resized"));
+        r.resizes = Some(v1::ResizeSummary {
+            count: 1,
+            seconds: 1.7,
+            records: vec![v1::ResizeRecord {
+                time: Some(prost_types::Timestamp {
+                    seconds: 1_800_000_000,
+                    nanos: 0,
+                }),
+                attempt: 2,
+                from_world_size: 2,
+                to_world_size: 4,
+                step: Some(405),
+                seconds: 1.7,
+                reason: "grow".into(),
+            }],
+        });
+        let text = render(&r);
+        assert!(text.contains("resized 1 time(s), 1.7 s"), "{text}");
+        assert!(text.contains("2 -> 4"), "{text}");
+        assert!(text.contains("step 405"), "{text}");
+        let v = to_json(&r);
+        assert_eq!(v["resizes"]["records"][0]["to_world_size"], 4);
+        assert_eq!(v["resizes"]["records"][0]["reason"], "grow");
     }
 
     #[test]

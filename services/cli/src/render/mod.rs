@@ -8,6 +8,7 @@ pub mod json;
 pub mod preemptions;
 pub mod program;
 pub mod progress;
+pub mod resizes;
 pub mod table;
 
 use crate::errors::CliError;

@@ -41,6 +41,7 @@ pub fn to_proto(report: Report, with_metrics: bool) -> v1::TrainingReport {
         scaling: Some(scaling(report.scaling)),
         cost: Some(super::report_cost::to_proto(report.cost)),
         preemptions: Some(preemptions(report.preemptions)),
+        resizes: Some(resizes(report.resizes)),
         code: report.code.as_ref().map(Into::into),
     }
 }
@@ -61,6 +62,26 @@ fn preemptions(p: crate::report::preemptions::Preemptions) -> v1::PreemptionSumm
                 resume_step: r.resume_step,
                 gpu_seconds_lost: r.gpu_seconds_lost,
                 checkpointed: r.checkpointed,
+            })
+            .collect(),
+    }
+}
+
+fn resizes(r: crate::report::resizes::Resizes) -> v1::ResizeSummary {
+    v1::ResizeSummary {
+        count: r.count as u32,
+        seconds: r.seconds,
+        records: r
+            .rows
+            .into_iter()
+            .map(|r| v1::ResizeRecord {
+                time: Some(super::convert::timestamp(r.time)),
+                attempt: r.attempt,
+                from_world_size: r.from_world_size,
+                to_world_size: r.to_world_size,
+                step: r.step,
+                seconds: r.seconds,
+                reason: r.reason,
             })
             .collect(),
     }

@@ -75,6 +75,7 @@ pub async fn build_report(
     Ok(Some(Report {
         cost,
         preemptions: super::preemptions::preemptions(&events),
+        resizes: super::resizes::resizes(&events),
         code: training
             .config
             .program()

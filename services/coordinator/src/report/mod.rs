@@ -9,6 +9,7 @@
 //! - [`scaling`]: speed-up and efficiency across world sizes of one config.
 //! - [`cost`]: GPU-hours per attempt, the idle part, and their price.
 //! - [`preemptions`]: the notices that stopped it and the work they cost.
+//! - [`resizes`]: an elastic training's grows and shrinks.
 //! - [`estimate`]: speed-up at 2, 4 and 8 GPUs from measured compute and communication.
 //! - [`stats`]: mean and percentiles.
 //! - [`load`]: reads the database and builds a [`Report`].
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod preemptions;
 pub mod program;
 pub mod quality;
+pub mod resizes;
 pub mod scaling;
 pub mod stats;
 pub mod summary;
@@ -50,6 +52,7 @@ pub struct Report {
     pub summary: Summary,
     pub scaling: Scaling,
     pub preemptions: preemptions::Preemptions,
+    pub resizes: resizes::Resizes,
     /// The program's code snapshot, when it carried its code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<cohort_spec::code::CodeSnapshot>,
