@@ -3,11 +3,13 @@
 //! starts at the largest size that fits now, with the micro-batch and
 //! accumulation that hold its global batch; a range no size of which
 //! splits the global batch is refused naming the field and the sizes that
-//! would, and nothing is written. A running elastic training grows when
-//! GPUs free up that nobody waits for: a notice, a checkpoint, the gang
-//! re-formed at 4 ranks from it with no restart spent, the same sample ids
-//! at every logged step as a fixed run (their digest) and its loss within
-//! f32 noise.
+//! would, and nothing is written. One training goes through every stage:
+//! it starts at 2 of 4 GPUs, grows when GPUs free up that nobody waits for
+//! (a notice, a checkpoint, the gang re-formed at 4 ranks from it with no
+//! restart spent), shrinks for urgent work instead of stopping, grows back,
+//! and goes on at 2 when the agent of half its ranks is SIGKILLed; it reads
+//! the same sample ids at every logged step as a fixed run (their digest)
+//! and its loss stays within f32 noise of that run's.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::status::expect_error;
@@ -22,6 +24,10 @@ use std::time::Duration;
 use tonic::Code;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+/// Long enough to stay running through the blocker, the urgent training
+/// and the lost agent on a slow machine (a run here was through them all
+/// by step 670), short enough that the loss stays comparable (below).
+const JOURNEY_STEPS: i64 = 3000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_training_starts_at_the_largest_size_that_fits_and_holds_its_batch() {
@@ -211,148 +217,6 @@ fn samples(events: &[v1::TrainingEvent]) -> std::collections::BTreeMap<i64, Stri
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_elastic_training_grows_when_gpus_free_up_and_keeps_its_optimisation() {
-    let mut options = ClusterOptions::new(Backend::Sqlite, 2);
-    options.coordinator_args = vec!["--elastic-cooldown".into(), "1s".into()];
-    let cluster = Cluster::start(options).await;
-    let mut client = cluster.training().await;
-    // A global batch of 128 held at 2 and 4 ranks; a checkpoint only at
-    // the end, so what it resumes from was written on its notice.
-    let job = SaeJob {
-        checkpoint_every: 100_000,
-        log_every: 10,
-        tables: String::new(),
-        ..SaeJob::with_steps(1200)
-    };
-    let mut config = job.proto();
-    config.optim.as_mut().expect("optim").global_batch = Some(128);
-    let request = |gpus: v1::GpuRequest| v1::CreateTrainingRequest {
-        config: Some(config.clone()),
-        gpus: Some(gpus),
-        ..Default::default()
-    };
-    let fixed = cluster
-        .create(request(v1::GpuRequest {
-            selection: Some(v1::gpu_request::Selection::Count(2)),
-            ..Default::default()
-        }))
-        .await;
-    let fixed = watch_to_end(&mut client, &fixed, JOB_TIMEOUT).await;
-    assert_eq!(fixed.final_state(), Some(State::Succeeded));
-
-    let blocker = cluster
-        .create(create_request(&SaeJob::with_steps(400), 2, true))
-        .await;
-    cluster
-        .wait_state(&blocker, State::Running, JOB_TIMEOUT)
-        .await;
-    let elastic = cluster
-        .create(request(v1::GpuRequest {
-            min_count: Some(2),
-            max_count: Some(4),
-            ..Default::default()
-        }))
-        .await;
-    let run = watch_to_end(&mut client, &elastic, JOB_TIMEOUT).await;
-    if run.final_state() != Some(State::Succeeded) {
-        cluster.fail(&format!("elastic: {:#?}", run.events));
-    }
-    let sizes: Vec<(i32, i64)> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Started(s)) => Some((s.world_size, s.global_batch)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(sizes, [(2, 128), (4, 128)], "{:#?}", run.events);
-    let resized = run.resizes();
-    assert_eq!(resized.len(), 1, "{:#?}", run.events);
-    let r = resized[0];
-    assert_eq!(
-        (r.from_world_size, r.to_world_size, r.reason.as_str()),
-        (2, 4, "grow")
-    );
-    let at = r.step.expect("it resumed from its notice's checkpoint");
-    assert!((1..1200).contains(&at), "{at}");
-    assert!(
-        !run.events
-            .iter()
-            .any(|e| matches!(e.event, Some(Event::Preempted(_)))),
-        "a resize is not a preemption"
-    );
-    let t = cluster.get_training(&elastic).await;
-    assert_eq!(
-        (
-            t.world_size,
-            t.resize_count,
-            t.restart_count,
-            t.preemption_count
-        ),
-        (4, 1, 0, 0)
-    );
-    let reasons: Vec<String> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::StateChange(c)) if c.to() == State::Scheduled => Some(c.reason.clone()),
-            _ => None,
-        })
-        .collect();
-    assert!(
-        reasons[1].starts_with("RESIZED: 2 -> 4 ranks"),
-        "{reasons:?}"
-    );
-    let watched = cluster.cli_ok(&["train", "watch", &elastic]).await;
-    assert!(
-        watched.contains(&format!("resized: 2 -> 4 ranks at step {at}")),
-        "{watched}"
-    );
-
-    // The same samples at every step. Before the resize both ran at 2
-    // ranks: bit-identical. After it the sums run in another order, and
-    // f32 differences of 1e-10 grow as Adam amplifies them: within 1e-4
-    // relative for the 100 steps after the resize, within 1e-2 after that
-    // (runs of this test saw 6e-6 and, on a slower machine, 2.6e-5 by
-    // then, and 3.6e-3 at most 700 steps on).
-    // The same sample ids at every logged step, at 2 ranks and at 4.
-    let (fixed_ids, grown_ids) = (samples(&fixed.events), samples(&run.events));
-    let mut compared = 0;
-    for (step, ids) in &fixed_ids {
-        if let Some(other) = grown_ids.get(step) {
-            assert_eq!(ids.len(), 16, "step {step}");
-            assert_eq!(ids, other, "step {step}: other samples");
-            compared += usize::from(*step > at);
-        }
-    }
-    assert!(
-        compared >= 10,
-        "sample ids compared after the resize: {compared}"
-    );
-    let (fixed, grown) = (losses(&fixed.events), losses(&run.events));
-    assert!(fixed.len() >= 100, "{}", fixed.len());
-    for (step, loss) in &fixed {
-        let Some(other) = grown.get(step) else {
-            continue; // logged by the attempt the notice cut short
-        };
-        let rel = (loss - other).abs() / loss.abs().max(1e-12);
-        let within = match *step {
-            s if s <= at => 0.0,
-            s if s <= at + 100 => 1e-4,
-            _ => 1e-2,
-        };
-        assert!(
-            rel <= within,
-            "step {step}: {loss} vs {other} ({rel:e} > {within:e})"
-        );
-    }
-    assert!(
-        grown.range(at + 1..).count() >= 10,
-        "compared after the resize"
-    );
-}
-
 /// The attempts of `id` whose ranks formed their group (a `started` event),
 /// from its history up to `last` (GetTraining's `last_event_sequence`).
 async fn started_attempts(cluster: &Cluster, id: &str, last: u64) -> Vec<i32> {
@@ -400,8 +264,23 @@ async fn running_at(cluster: &Cluster, id: &str, world: i32, resizes: i32, resta
     .await;
 }
 
+/// The resizes of a run: (from, to, why).
+fn resized(run: &cohort_integration_tests::watch::Watched) -> Vec<(i32, i32, String)> {
+    run.resizes()
+        .into_iter()
+        .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone()))
+        .collect()
+}
+
+/// One elastic training through every stage, checked at every logged step
+/// against a fixed 2-rank run of the same global batch: it starts at 2 of 4
+/// GPUs (a blocker holds the other 2), grows to 4 when the blocker ends,
+/// shrinks to 2 (not stopped) when urgent work needs GPUs, grows back when
+/// that ends, and survives the SIGKILL of the agent of its ranks 2 and 3 by
+/// going on at 2; it succeeds having read the same sample ids at every step
+/// as the fixed run, its loss within f32 reduction-order noise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_elastic_training_shrinks_for_urgent_work_and_survives_a_lost_agent() {
+async fn an_elastic_training_grows_shrinks_and_survives_a_lost_agent_as_a_fixed_run() {
     let mut options = ClusterOptions::new(Backend::Sqlite, 2);
     options.coordinator_args = vec![
         "--elastic-cooldown".into(),
@@ -415,30 +294,54 @@ async fn an_elastic_training_shrinks_for_urgent_work_and_survives_a_lost_agent()
     ];
     let cluster = Cluster::start(options).await;
     let mut client = cluster.training().await;
+    // A global batch of 128 held at 2 and 4 ranks.
     let job = SaeJob {
         checkpoint_every: 50,
         log_every: 10,
-        ..SaeJob::with_steps(8000)
+        tables: String::new(),
+        ..SaeJob::with_steps(JOURNEY_STEPS)
     };
-    let mut request = create_request(&job, 4, true);
-    request.priority_class = "low".into();
-    request.gpus = Some(v1::GpuRequest {
+    let mut config = job.proto();
+    config.optim.as_mut().expect("optim").global_batch = Some(128);
+    let request = |gpus: v1::GpuRequest, class: &str| v1::CreateTrainingRequest {
+        config: Some(config.clone()),
+        gpus: Some(gpus),
+        priority_class: class.into(),
+        ..Default::default()
+    };
+    let count = |n| v1::GpuRequest {
+        selection: Some(v1::gpu_request::Selection::Count(n)),
+        ..Default::default()
+    };
+    let began = std::time::Instant::now();
+    let fixed = cluster.create(request(count(2), "")).await;
+    let fixed = watch_to_end(&mut client, &fixed, JOB_TIMEOUT).await;
+    assert_eq!(fixed.final_state(), Some(State::Succeeded));
+    eprintln!("the fixed run took {:?}", began.elapsed());
+
+    // Starts at 2 of 4, beside a blocker; grows to 4 when the blocker ends.
+    let blocker = cluster
+        .create(create_request(&SaeJob::with_steps(400), 2, true))
+        .await;
+    cluster
+        .wait_state(&blocker, State::Running, JOB_TIMEOUT)
+        .await;
+    let range = v1::GpuRequest {
         min_count: Some(2),
         max_count: Some(4),
         ..Default::default()
-    });
-    let id = cluster.create(request).await;
-    running_at(&cluster, &id, 4, 0, 0).await;
+    };
+    let id = cluster.create(request(range, "low")).await;
+    running_at(&cluster, &id, 4, 1, 0).await;
 
-    // Urgent work on 2 GPUs: the elastic training gives up 2, not all 4.
+    // Urgent work on 2 GPUs: it gives up 2, not all 4; back to 4 after.
     let mut urgent = create_request(&SaeJob::small(), 2, true);
     urgent.priority_class = "urgent".into();
     let urgent = cluster.create(urgent).await;
-    running_at(&cluster, &id, 2, 1, 0).await;
+    running_at(&cluster, &id, 2, 2, 0).await;
     let urgent_run = watch_to_end(&mut client, &urgent, JOB_TIMEOUT).await;
     assert_eq!(urgent_run.final_state(), Some(State::Succeeded));
-    // Its GPUs free again: back to 4.
-    running_at(&cluster, &id, 4, 2, 0).await;
+    running_at(&cluster, &id, 4, 3, 0).await;
 
     // The agent of its highest rank SIGKILLed: it goes on with the 2 GPUs
     // left (a restart) instead of waiting for 4.
@@ -452,37 +355,137 @@ async fn an_elastic_training_shrinks_for_urgent_work_and_survives_a_lost_agent()
         .clone();
     let victim = cluster.agent_name_of(&victim_id).await;
     cohort_integration_tests::faults::kill_agent_and_ranks(&cluster, &victim);
-    running_at(&cluster, &id, 2, 2, 1).await;
+    running_at(&cluster, &id, 2, 3, 1).await;
+    eprintln!("lost agent survived at {:?}", began.elapsed());
 
     let run = watch_to_end(&mut client, &id, JOB_TIMEOUT).await;
     if run.final_state() != Some(State::Succeeded) {
         cluster.fail(&format!("elastic: {:#?}", run.events));
     }
-    let resized: Vec<(i32, i32, String)> = run
-        .resizes()
-        .into_iter()
-        .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone()))
-        .collect();
+    eprintln!("the elastic run ended at {:?}", began.elapsed());
     assert_eq!(
-        resized,
-        [(4, 2, "shrink".to_string()), (2, 4, "grow".to_string())]
+        resized(&run),
+        [
+            (2, 4, "grow".to_string()),
+            (4, 2, "shrink".to_string()),
+            (2, 4, "grow".to_string())
+        ]
     );
-    let batches: Vec<i64> = run
+    assert!(
+        !run.events
+            .iter()
+            .any(|e| matches!(e.event, Some(Event::Preempted(_)))),
+        "a resize is not a preemption"
+    );
+    let sizes: Vec<(i32, i64)> = run
         .events
         .iter()
         .filter_map(|e| match &e.event {
-            Some(Event::Started(s)) => Some(s.global_batch),
+            Some(Event::Started(s)) => Some((s.world_size, s.global_batch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sizes,
+        [(2, 128), (4, 128), (2, 128), (4, 128), (2, 128)],
+        "started at 2 of 4, the global batch held at every size"
+    );
+    let t = cluster.get_training(&id).await;
+    assert_eq!(
+        (
+            t.world_size,
+            t.resize_count,
+            t.preemption_count,
+            t.restart_count
+        ),
+        (2, 3, 0, 1),
+        "resized three times, never preempted, one restart for the lost host"
+    );
+    let reasons: Vec<String> = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::StateChange(c)) if c.to() == State::Scheduled => Some(c.reason.clone()),
             _ => None,
         })
         .collect();
     assert!(
-        batches.len() >= 4 && batches.iter().all(|&b| b == 4 * job.batch_size),
-        "the global batch held at every size: {batches:?}"
+        reasons[1].starts_with("RESIZED: 2 -> 4 ranks"),
+        "{reasons:?}"
     );
-    let t = cluster.get_training(&id).await;
-    assert_eq!(
-        (t.resize_count, t.preemption_count, t.restart_count),
-        (2, 0, 1),
-        "shrunk, never preempted"
+    let first = run.resizes()[0]
+        .step
+        .expect("it resumed from its notice's checkpoint");
+    assert!((1..JOURNEY_STEPS).contains(&first), "{first}");
+    let watched = cluster.cli_ok(&["train", "watch", &id]).await;
+    assert!(
+        watched.contains(&format!("resized: 2 -> 4 ranks at step {first}")),
+        "{watched}"
+    );
+
+    // The report lists the resizes, oldest first.
+    let report = client
+        .get_training_report(v1::GetTrainingReportRequest {
+            id: id.clone(),
+            omit_metrics: true,
+        })
+        .await
+        .expect("GetTrainingReport")
+        .into_inner();
+    let resizes = report.resizes.expect("resizes");
+    assert_eq!(resizes.count, 3);
+    let rows: Vec<(i32, i32, Option<i64>)> = resizes
+        .records
+        .iter()
+        .map(|r| (r.from_world_size, r.to_world_size, r.step))
+        .collect();
+    assert_eq!(rows[0], (2, 4, Some(first)), "{rows:?}");
+    let text = cluster.cli_ok(&["train", "report", &id]).await;
+    assert!(text.contains("resized 3 time(s)"), "{text}");
+
+    same_samples_and_losses(&fixed.events, &run.events, first);
+}
+
+/// The elastic run read the same sample ids as the fixed run at every
+/// logged step (their digest), and its loss is within f32 reduction-order
+/// noise of the fixed run's. Before the first resize both ran at 2 ranks:
+/// bit-identical. After it the sums run in another order, and f32
+/// differences of 1e-10 grow as Adam amplifies them: within 1e-4 relative
+/// for the 100 steps after it (runs of a grow alone saw 6e-6 and, on a
+/// slower machine, 2.6e-5), within 3e-2 after that, on a loss that falls
+/// to 1e-4 (a run of this test saw 8.1e-3 by step 3000; the trajectories
+/// keep drifting apart, 5.5e-2 by step 5000 and 0.25 by step 7000, which
+/// is why the run is 3000 steps).
+fn same_samples_and_losses(fixed: &[v1::TrainingEvent], elastic: &[v1::TrainingEvent], first: i64) {
+    let (fixed_ids, elastic_ids) = (samples(fixed), samples(elastic));
+    assert!(fixed_ids.len() >= 100, "{}", fixed_ids.len());
+    for (step, ids) in &fixed_ids {
+        let other = elastic_ids
+            .get(step)
+            .unwrap_or_else(|| panic!("step {step}: not logged by the elastic run"));
+        assert_eq!(ids.len(), 16, "step {step}");
+        assert_eq!(ids, other, "step {step}: other samples");
+    }
+    let (fixed, elastic) = (losses(fixed), losses(elastic));
+    let mut worst = (0.0f64, 0i64);
+    for (step, loss) in &fixed {
+        let other = elastic[step];
+        let rel = (loss - other).abs() / loss.abs().max(1e-12);
+        let within = match *step {
+            s if s <= first => 0.0,
+            s if s <= first + 100 => 1e-4,
+            _ => 3e-2,
+        };
+        assert!(
+            rel <= within,
+            "step {step}: {loss} vs {other} ({rel:e} > {within:e})"
+        );
+        if rel > worst.0 {
+            worst = (rel, *step);
+        }
+    }
+    eprintln!(
+        "the largest relative loss difference: {:e} at step {}",
+        worst.0, worst.1
     );
 }
