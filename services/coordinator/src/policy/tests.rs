@@ -610,3 +610,70 @@ fn an_elastic_training_shrinks_to_make_room_before_anyone_is_stopped_whole() {
     let d = pass(&mut s, &Policy::default());
     assert_eq!(d.preemptions[0].kind, NoticeKind::Preempt);
 }
+
+#[test]
+fn a_reclaim_shrinks_an_elastic_borrower_before_stopping_it() {
+    // Team b's elastic training (sizes 2 and 4, young, urgent) borrows 2 of
+    // its 4 GPUs; team a wants its guaranteed 2 back.
+    let borrower = |sizes: &[u32]| {
+        let mut e = job("borrower", "b", 4, 1000, true);
+        e.resizable = true;
+        let mut s = world(1, 4, vec![(e, 1)], vec![job("mine", "a", 2, 0, false)]);
+        s.running[0].job.request.selection = elastic("borrower", "b", sizes).request.selection;
+        s.shares = shares(
+            &[("a", Some(2), None, 1.0), ("b", Some(2), Some(2), 1.0)],
+            &[],
+        );
+        s
+    };
+    let mut s = borrower(&[2, 4]);
+    let d = pass(&mut s, &Policy::default());
+    let notices: Vec<(&str, &str, NoticeKind)> = d
+        .preemptions
+        .iter()
+        .map(|p| (p.victim.as_str(), p.by.as_str(), p.kind))
+        .collect();
+    assert_eq!(
+        notices,
+        [("borrower", "mine", NoticeKind::Resize)],
+        "shrunk to its guarantee, not stopped"
+    );
+    // Its smallest size is 4: shrinking frees nothing, it is reclaimed whole.
+    let mut s = borrower(&[4]);
+    let d = pass(&mut s, &Policy::default());
+    assert_eq!(victims(&d), ["borrower"]);
+    assert_eq!(d.preemptions[0].kind, NoticeKind::Reclaim);
+}
+
+#[test]
+fn an_elastic_training_never_grows_onto_gpus_held_for_the_oldest_waiting() {
+    // 8 GPUs on two hosts: "ends-soon" holds 2 of host-0 for 10 more
+    // minutes, e (sizes 2 and 4) the other 2 of host-0, "late" 2 of host-1;
+    // host-1/gpu-2 and gpu-3 are free.
+    let mut soon = job("ends-soon", "a", 2, 0, false);
+    soon.remaining = Some(Duration::from_secs(600));
+    let mut grower = elastic("e", "a", &[2, 4]);
+    grower.resizable = true;
+    let mut late = job("late", "a", 2, 0, false);
+    late.remaining = Some(Duration::from_secs(36_000));
+    let mut old = job("old-big", "b", 4, -100, false);
+    old.create_time = t0() - Span::hours(3);
+    let mut s = world(2, 4, vec![(soon, 60), (grower, 60), (late, 60)], vec![old]);
+    // The two free GPUs are what the oldest waiting training gets first:
+    // held for it, so e would have to give them back in this same pass.
+    let d = pass(&mut s, &Policy::default());
+    assert!(placed(&d).is_empty(), "{:?}", d.placements);
+    assert!(d.resizes.is_empty(), "{:?}", d.resizes);
+    // A young one holds nothing back: e grows onto them.
+    let mut s2 = s.clone();
+    s2.waiting[0].job.create_time = t0();
+    let d = pass(&mut s2, &Policy::default());
+    assert_eq!(
+        d.resizes,
+        [Resize {
+            id: "e".into(),
+            from: 2,
+            to: 4
+        }]
+    );
+}
