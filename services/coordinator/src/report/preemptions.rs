@@ -58,11 +58,12 @@ pub fn preemptions(events: &[StoredEvent]) -> Preemptions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::{JobState, Preempted, StateChange};
 
-    fn event(seq: i64, attempt: i32, payload: EventPayload) -> StoredEvent {
+    /// A stored event of training `t` (the resizes' tests use it too).
+    pub(in crate::report) fn event(seq: i64, attempt: i32, payload: EventPayload) -> StoredEvent {
         StoredEvent {
             training_id: "t".into(),
             seq,

@@ -57,16 +57,7 @@ pub fn resizes(events: &[StoredEvent]) -> Resizes {
 mod tests {
     use super::*;
     use crate::model::{Preempted, Resized};
-
-    fn event(seq: i64, attempt: i32, payload: EventPayload) -> StoredEvent {
-        StoredEvent {
-            training_id: "t".into(),
-            seq,
-            attempt,
-            payload,
-            time: Utc::now(),
-        }
-    }
+    use crate::report::preemptions::tests::event;
 
     fn resized(from: i32, to: i32, step: Option<i64>, seconds: f64, why: &str) -> EventPayload {
         EventPayload::Resized(Resized {
