@@ -9,11 +9,11 @@
 //! restart spent), shrinks for urgent work instead of stopping, grows back,
 //! and goes on at 2 when the agent of half its ranks is SIGKILLed; it reads
 //! the same sample ids at every logged step as a fixed run (their digest)
-//! and its loss stays within f32 noise of that run's.
+//! and its loss stays within a stated tolerance of that run's.
 
 use cohort_integration_tests::job::create_request;
 use cohort_integration_tests::status::expect_error;
-use cohort_integration_tests::watch::watch_to_end;
+use cohort_integration_tests::watch::{watch_to_end, Watched};
 use cohort_integration_tests::{Backend, Cluster, ClusterOptions, SaeJob};
 use cohort_proto::error::{bad_fields, Reason};
 use cohort_proto::v1;
@@ -26,8 +26,9 @@ use tonic::Code;
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 /// Long enough to stay running through the blocker, the urgent training
 /// and the lost agent on a slow machine (a run here was through them all
-/// by step 670), short enough that the loss stays comparable (below).
-const JOURNEY_STEPS: i64 = 3000;
+/// by step 700 in each of eight runs), short enough that the loss stays
+/// comparable (below).
+const JOURNEY_STEPS: i64 = 2000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_training_starts_at_the_largest_size_that_fits_and_holds_its_batch() {
@@ -265,7 +266,7 @@ async fn running_at(cluster: &Cluster, id: &str, world: i32, resizes: i32, resta
 }
 
 /// The resizes of a run: (from, to, why).
-fn resized(run: &cohort_integration_tests::watch::Watched) -> Vec<(i32, i32, String)> {
+fn resized(run: &Watched) -> Vec<(i32, i32, String)> {
     run.resizes()
         .into_iter()
         .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone()))
@@ -278,7 +279,7 @@ fn resized(run: &cohort_integration_tests::watch::Watched) -> Vec<(i32, i32, Str
 /// shrinks to 2 (not stopped) when urgent work needs GPUs, grows back when
 /// that ends, and survives the SIGKILL of the agent of its ranks 2 and 3 by
 /// going on at 2; it succeeds having read the same sample ids at every step
-/// as the fixed run, its loss within f32 reduction-order noise.
+/// as the fixed run, its loss within the tolerance below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_training_grows_shrinks_and_survives_a_lost_agent_as_a_fixed_run() {
     let mut options = ClusterOptions::new(Backend::Sqlite, 2);
@@ -309,16 +310,36 @@ async fn an_elastic_training_grows_shrinks_and_survives_a_lost_agent_as_a_fixed_
         priority_class: class.into(),
         ..Default::default()
     };
-    let count = |n| v1::GpuRequest {
-        selection: Some(v1::gpu_request::Selection::Count(n)),
-        ..Default::default()
-    };
-    let began = std::time::Instant::now();
-    let fixed = cluster.create(request(count(2), "")).await;
+    let fixed = cluster
+        .create(request(
+            v1::GpuRequest {
+                selection: Some(v1::gpu_request::Selection::Count(2)),
+                ..Default::default()
+            },
+            "",
+        ))
+        .await;
     let fixed = watch_to_end(&mut client, &fixed, JOB_TIMEOUT).await;
     assert_eq!(fixed.final_state(), Some(State::Succeeded));
-    eprintln!("the fixed run took {:?}", began.elapsed());
 
+    let range = v1::GpuRequest {
+        min_count: Some(2),
+        max_count: Some(4),
+        ..Default::default()
+    };
+    let id = journey(&cluster, request(range, "low")).await;
+    let run = watch_to_end(&mut client, &id, JOB_TIMEOUT).await;
+    if run.final_state() != Some(State::Succeeded) {
+        cluster.fail(&format!("elastic: {:#?}", run.events));
+    }
+    let first = sizes_and_resizes(&cluster, &id, &run).await;
+    same_samples_and_losses(&fixed.events, &run.events, first);
+}
+
+/// Creates the elastic training beside a blocker and takes it through the
+/// stages (grow, shrink for urgent work, grow, a lost agent); its id.
+async fn journey(cluster: &Cluster, elastic: v1::CreateTrainingRequest) -> String {
+    let mut client = cluster.training().await;
     // Starts at 2 of 4, beside a blocker; grows to 4 when the blocker ends.
     let blocker = cluster
         .create(create_request(&SaeJob::with_steps(400), 2, true))
@@ -326,71 +347,87 @@ async fn an_elastic_training_grows_shrinks_and_survives_a_lost_agent_as_a_fixed_
     cluster
         .wait_state(&blocker, State::Running, JOB_TIMEOUT)
         .await;
-    let range = v1::GpuRequest {
-        min_count: Some(2),
-        max_count: Some(4),
-        ..Default::default()
-    };
-    let id = cluster.create(request(range, "low")).await;
-    running_at(&cluster, &id, 4, 1, 0).await;
+    let id = cluster.create(elastic).await;
+    running_at(cluster, &id, 4, 1, 0).await;
 
     // Urgent work on 2 GPUs: it gives up 2, not all 4; back to 4 after.
     let mut urgent = create_request(&SaeJob::small(), 2, true);
     urgent.priority_class = "urgent".into();
     let urgent = cluster.create(urgent).await;
-    running_at(&cluster, &id, 2, 2, 0).await;
+    running_at(cluster, &id, 2, 2, 0).await;
     let urgent_run = watch_to_end(&mut client, &urgent, JOB_TIMEOUT).await;
     assert_eq!(urgent_run.final_state(), Some(State::Succeeded));
-    running_at(&cluster, &id, 4, 3, 0).await;
+    running_at(cluster, &id, 4, 3, 0).await;
 
-    // The agent of its highest rank SIGKILLed: it goes on with the 2 GPUs
+    // The agent of its ranks 2 and 3 SIGKILLed: it goes on with the 2 GPUs
     // left (a restart) instead of waiting for 4.
     let t = cluster.get_training(&id).await;
-    let victim_id = t
-        .ranks
-        .iter()
-        .find(|r| r.rank == 3)
-        .expect("rank 3")
-        .agent_id
-        .clone();
+    let agent_of = |rank: i32| {
+        t.ranks
+            .iter()
+            .find(|r| r.rank == rank)
+            .unwrap_or_else(|| panic!("rank {rank}"))
+            .agent_id
+            .clone()
+    };
+    let victim_id = agent_of(3);
+    assert_eq!(agent_of(2), victim_id, "ranks 2 and 3 share an agent");
+    assert_ne!(agent_of(0), victim_id, "rank 0 (and its checkpoint) stays");
     let victim = cluster.agent_name_of(&victim_id).await;
-    cohort_integration_tests::faults::kill_agent_and_ranks(&cluster, &victim);
-    running_at(&cluster, &id, 2, 3, 1).await;
-    eprintln!("lost agent survived at {:?}", began.elapsed());
+    cohort_integration_tests::faults::kill_agent_and_ranks(cluster, &victim);
+    running_at(cluster, &id, 2, 3, 1).await;
+    id
+}
 
-    let run = watch_to_end(&mut client, &id, JOB_TIMEOUT).await;
-    if run.final_state() != Some(State::Succeeded) {
-        cluster.fail(&format!("elastic: {:#?}", run.events));
-    }
-    eprintln!("the elastic run ended at {:?}", began.elapsed());
+/// Checks the sizes it ran at, its resizes (events, GetTraining, the
+/// report, the CLI) and where each attempt resumed; the step of its first
+/// resize.
+async fn sizes_and_resizes(cluster: &Cluster, id: &str, run: &Watched) -> i64 {
+    let started: Vec<(i32, i64, i64)> = run
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Started(s)) => Some((s.world_size, s.global_batch, s.start_step)),
+            _ => None,
+        })
+        .collect();
+    let sizes: Vec<(i32, i64)> = started.iter().map(|&(w, b, _)| (w, b)).collect();
     assert_eq!(
-        resized(&run),
+        sizes,
+        [(2, 128), (4, 128), (2, 128), (4, 128), (2, 128)],
+        "started at 2 of 4, the global batch held at every size"
+    );
+    assert_eq!(
+        resized(run),
         [
             (2, 4, "grow".to_string()),
             (4, 2, "shrink".to_string()),
             (2, 4, "grow".to_string())
         ]
     );
+    // Each resize resumed from its notice's checkpoint, and the restart
+    // after the lost agent from a checkpoint after the last resize.
+    let steps: Vec<i64> = run
+        .resizes()
+        .iter()
+        .map(|r| r.step.expect("resumed from its notice's checkpoint"))
+        .collect();
+    let starts: Vec<i64> = started.iter().map(|&(_, _, s)| s).collect();
+    assert_eq!(starts[..4], [0, steps[0], steps[1], steps[2]], "{starts:?}");
+    assert!(
+        starts[4] >= steps[2],
+        "the restart resumed at {}",
+        starts[4]
+    );
+    let first = steps[0];
+    assert!((1..JOURNEY_STEPS).contains(&first), "{first}");
     assert!(
         !run.events
             .iter()
             .any(|e| matches!(e.event, Some(Event::Preempted(_)))),
         "a resize is not a preemption"
     );
-    let sizes: Vec<(i32, i64)> = run
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(Event::Started(s)) => Some((s.world_size, s.global_batch)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        sizes,
-        [(2, 128), (4, 128), (2, 128), (4, 128), (2, 128)],
-        "started at 2 of 4, the global batch held at every size"
-    );
-    let t = cluster.get_training(&id).await;
+    let t = cluster.get_training(id).await;
     assert_eq!(
         (
             t.world_size,
@@ -413,64 +450,89 @@ async fn an_elastic_training_grows_shrinks_and_survives_a_lost_agent_as_a_fixed_
         reasons[1].starts_with("RESIZED: 2 -> 4 ranks"),
         "{reasons:?}"
     );
-    let first = run.resizes()[0]
-        .step
-        .expect("it resumed from its notice's checkpoint");
-    assert!((1..JOURNEY_STEPS).contains(&first), "{first}");
-    let watched = cluster.cli_ok(&["train", "watch", &id]).await;
+    let watched = cluster.cli_ok(&["train", "watch", id]).await;
     assert!(
         watched.contains(&format!("resized: 2 -> 4 ranks at step {first}")),
         "{watched}"
     );
+    report_lists_the_resizes(cluster, id, run).await;
+    first
+}
 
-    // The report lists the resizes, oldest first.
-    let report = client
+/// The report lists the resizes, oldest first, as the events say: through
+/// the API, the CLI's table and its JSON.
+async fn report_lists_the_resizes(cluster: &Cluster, id: &str, run: &Watched) {
+    let report = cluster
+        .training()
+        .await
         .get_training_report(v1::GetTrainingReportRequest {
-            id: id.clone(),
+            id: id.to_string(),
             omit_metrics: true,
         })
         .await
         .expect("GetTrainingReport")
         .into_inner();
     let resizes = report.resizes.expect("resizes");
-    assert_eq!(resizes.count, 3);
-    let rows: Vec<(i32, i32, Option<i64>)> = resizes
+    let rows: Vec<(i32, i32, String, Option<i64>)> = resizes
         .records
         .iter()
-        .map(|r| (r.from_world_size, r.to_world_size, r.step))
+        .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone(), r.step))
         .collect();
-    assert_eq!(rows[0], (2, 4, Some(first)), "{rows:?}");
-    let text = cluster.cli_ok(&["train", "report", &id]).await;
+    let events: Vec<(i32, i32, String, Option<i64>)> = run
+        .resizes()
+        .iter()
+        .map(|r| (r.from_world_size, r.to_world_size, r.reason.clone(), r.step))
+        .collect();
+    assert_eq!((resizes.count, rows), (3, events));
+    let text = cluster.cli_ok(&["train", "report", id]).await;
     assert!(text.contains("resized 3 time(s)"), "{text}");
-
-    same_samples_and_losses(&fixed.events, &run.events, first);
+    let json: serde_json::Value =
+        serde_json::from_str(&cluster.cli_ok(&["-o", "json", "train", "report", id]).await)
+            .expect("report JSON");
+    assert_eq!(json["resizes"]["count"], 3, "{json}");
+    assert_eq!(json["resizes"]["records"][1]["reason"], "shrink", "{json}");
 }
 
 /// The elastic run read the same sample ids as the fixed run at every
-/// logged step (their digest), and its loss is within f32 reduction-order
-/// noise of the fixed run's. Before the first resize both ran at 2 ranks:
-/// bit-identical. After it the sums run in another order, and f32
-/// differences of 1e-10 grow as Adam amplifies them: within 1e-4 relative
-/// for the 100 steps after it (runs of a grow alone saw 6e-6 and, on a
-/// slower machine, 2.6e-5), within 3e-2 after that, on a loss that falls
-/// to 1e-4 (a run of this test saw 8.1e-3 by step 3000; the trajectories
-/// keep drifting apart, 5.5e-2 by step 5000 and 0.25 by step 7000, which
-/// is why the run is 3000 steps).
+/// logged step (their digest), and its loss stays within a stated
+/// tolerance of the fixed run's — every time a step was logged, so the
+/// steps a restart replayed do not hide those logged before it. Before the
+/// first resize both ran at 2 ranks: bit-identical. After it the sums run
+/// in another order, and the f32 differences (1e-10 at first) grow as Adam
+/// amplifies them: within 1e-4 relative for the 100 steps after it (runs
+/// of a single grow saw 6e-6 and, on a slower machine, 2.6e-5), within
+/// 3e-2 after that, on a loss that falls to 1e-4. Seven runs of this test
+/// at 3000 steps saw at most 6.7e-3 to 1.3e-2 (the largest at step 2300,
+/// the others by steps 1710-2200); one run on to 8000 steps saw the
+/// trajectories keep drifting apart (5.5e-2 by step 5000, 0.25 by step
+/// 7000): chaos amplified from reduction-order differences, which is why
+/// the run is 2000 steps.
 fn same_samples_and_losses(fixed: &[v1::TrainingEvent], elastic: &[v1::TrainingEvent], first: i64) {
-    let (fixed_ids, elastic_ids) = (samples(fixed), samples(elastic));
+    let fixed_ids = samples(fixed);
+    let fixed_losses = losses(fixed);
     assert!(fixed_ids.len() >= 100, "{}", fixed_ids.len());
-    for (step, ids) in &fixed_ids {
-        let other = elastic_ids
-            .get(step)
-            .unwrap_or_else(|| panic!("step {step}: not logged by the elastic run"));
-        assert_eq!(ids.len(), 16, "step {step}");
-        assert_eq!(ids, other, "step {step}: other samples");
-    }
-    let (fixed, elastic) = (losses(fixed), losses(elastic));
+    let logged: Vec<(i64, f64, String)> = elastic
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(Event::Progress(p)) => Some((p.step, p.loss, p.samples_digest.clone())),
+            _ => None,
+        })
+        .collect();
+    let steps: std::collections::BTreeSet<i64> = logged.iter().map(|l| l.0).collect();
+    assert!(
+        fixed_ids.keys().all(|s| steps.contains(s)),
+        "every step the fixed run logged is logged by the elastic run"
+    );
     let mut worst = (0.0f64, 0i64);
-    for (step, loss) in &fixed {
-        let other = elastic[step];
-        let rel = (loss - other).abs() / loss.abs().max(1e-12);
+    let mut by_500 = std::collections::BTreeMap::<i64, f64>::new();
+    for (step, loss, ids) in &logged {
+        let Some(want) = fixed_ids.get(step) else {
+            continue; // the step a notice stopped at, logged off the cadence
+        };
+        assert_eq!(ids.len(), 16, "step {step}");
+        assert_eq!(ids, want, "step {step}: other samples");
+        let fixed = fixed_losses[step];
+        let rel = (fixed - loss).abs() / fixed.abs().max(1e-12);
         let within = match *step {
             s if s <= first => 0.0,
             s if s <= first + 100 => 1e-4,
@@ -478,14 +540,22 @@ fn same_samples_and_losses(fixed: &[v1::TrainingEvent], elastic: &[v1::TrainingE
         };
         assert!(
             rel <= within,
-            "step {step}: {loss} vs {other} ({rel:e} > {within:e})"
+            "step {step}: {fixed} vs {loss} ({rel:e} > {within:e})"
         );
         if rel > worst.0 {
             worst = (rel, *step);
         }
+        let bucket = by_500.entry(step / 500 * 500).or_default();
+        *bucket = bucket.max(rel);
     }
+    let buckets: Vec<String> = by_500
+        .iter()
+        .map(|(from, rel)| format!("{from}: {rel:.1e}"))
+        .collect();
     eprintln!(
-        "the largest relative loss difference: {:e} at step {}",
-        worst.0, worst.1
+        "the largest relative loss difference: {:e} at step {}; by 500 steps from: {}",
+        worst.0,
+        worst.1,
+        buckets.join(", ")
     );
 }

@@ -48,8 +48,8 @@ pub fn render(r: &v1::TrainingReport) -> String {
     if let Some(p) = &r.preemptions {
         out += &crate::render::preemptions::text(p);
     }
-    if let Some(r) = &r.resizes {
-        out += &crate::render::resizes::text(r);
+    if let Some(resizes) = &r.resizes {
+        out += &crate::render::resizes::text(resizes);
     }
     if let Some(c) = &r.cost {
         out += &crate::render::cost::text(c);
@@ -453,7 +453,8 @@ mod tests {
             }],
         });
         let text = render(&r);
-        assert!(text.contains("resized 1 time(s), 1.7 s"), "{text}");
+        assert!(text.contains("resized 1 time(s);"), "{text}");
+        assert!(text.contains("1.7 s in all"), "{text}");
         assert!(text.contains("2 -> 4"), "{text}");
         assert!(text.contains("step 405"), "{text}");
         let v = to_json(&r);

@@ -10,10 +10,17 @@ pub fn text(r: &v1::ResizeSummary) -> String {
         return String::new();
     }
     let mut out = format!(
-        "\n\nresized {} time(s), {:.1} s from the decisions to the new gangs\n",
+        "\n\nresized {} time(s); from each decision to the new gang sent to its agents: {:.1} s in all\n",
         r.count, r.seconds
     );
-    let mut rows = Table::new(&["TIME", "ATTEMPT", "RANKS", "WHY", "RESUMED FROM", "SECONDS"]);
+    let mut rows = Table::new(&[
+        "TIME",
+        "NEW ATTEMPT",
+        "RANKS",
+        "WHY",
+        "RESUMED FROM",
+        "SECONDS",
+    ]);
     for x in &r.records {
         rows.row(vec![
             super::time(x.time.as_ref()),

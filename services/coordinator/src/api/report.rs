@@ -74,14 +74,14 @@ fn resizes(r: crate::report::resizes::Resizes) -> v1::ResizeSummary {
         records: r
             .rows
             .into_iter()
-            .map(|r| v1::ResizeRecord {
-                time: Some(super::convert::timestamp(r.time)),
-                attempt: r.attempt,
-                from_world_size: r.from_world_size,
-                to_world_size: r.to_world_size,
-                step: r.step,
-                seconds: r.seconds,
-                reason: r.reason,
+            .map(|row| v1::ResizeRecord {
+                time: Some(super::convert::timestamp(row.time)),
+                attempt: row.attempt,
+                from_world_size: row.from_world_size,
+                to_world_size: row.to_world_size,
+                step: row.step,
+                seconds: row.seconds,
+                reason: row.reason,
             })
             .collect(),
     }

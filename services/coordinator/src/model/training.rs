@@ -136,7 +136,7 @@ pub struct Resized {
     pub step: Option<i64>,
     /// From the decision to the new gang sent to its agents.
     pub seconds: f64,
-    /// Why: "grow".
+    /// Why: "grow" or "shrink".
     pub why: String,
 }
 

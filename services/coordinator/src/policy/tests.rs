@@ -660,7 +660,7 @@ fn an_elastic_training_never_grows_onto_gpus_held_for_the_oldest_waiting() {
     old.create_time = t0() - Span::hours(3);
     let mut s = world(2, 4, vec![(soon, 60), (grower, 60), (late, 60)], vec![old]);
     // The two free GPUs are what the oldest waiting training gets first:
-    // held for it, so e would have to give them back in this same pass.
+    // held for it, they are not free when e could grow.
     let d = pass(&mut s, &Policy::default());
     assert!(placed(&d).is_empty(), "{:?}", d.placements);
     assert!(d.resizes.is_empty(), "{:?}", d.resizes);
