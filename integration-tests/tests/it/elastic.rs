@@ -26,8 +26,8 @@ use tonic::Code;
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 /// Long enough to stay running through the blocker, the urgent training
 /// and the lost agent on a slow machine (a run here was through them all
-/// by step 700 in each of eight runs), short enough that the loss stays
-/// comparable (below).
+/// by step 670: its restart resumed at step 657), short enough that the
+/// loss stays comparable (below).
 const JOURNEY_STEPS: i64 = 2000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
