@@ -84,6 +84,14 @@ fn placed(d: &Decisions) -> Vec<&str> {
     d.placements.iter().map(|p| p.id.as_str()).collect()
 }
 
+/// Each notice of a pass: (victim, for whom, kind), in the pass's order.
+fn notices(d: &Decisions) -> Vec<(&str, &str, NoticeKind)> {
+    d.preemptions
+        .iter()
+        .map(|p| (p.victim.as_str(), p.by.as_str(), p.kind))
+        .collect()
+}
+
 fn victims(d: &Decisions) -> Vec<&str> {
     let mut v: Vec<&str> = d.preemptions.iter().map(|p| p.victim.as_str()).collect();
     v.sort_unstable();
@@ -557,12 +565,7 @@ fn what_an_elastic_training_grew_onto_goes_back_to_a_waiting_training() {
     };
     let mut s = grown(20, job("w", "b", 2, 0, false));
     let d = pass(&mut s, &Policy::default());
-    let notices: Vec<(&str, &str, NoticeKind)> = d
-        .preemptions
-        .iter()
-        .map(|p| (p.victim.as_str(), p.by.as_str(), p.kind))
-        .collect();
-    assert_eq!(notices, [("e", "w", NoticeKind::Resize)]);
+    assert_eq!(notices(&d), [("e", "w", NoticeKind::Resize)]);
     // Within its protection window, or for a lower priority: no.
     let mut s = grown(5, job("w", "b", 2, 0, false));
     assert!(pass(&mut s, &Policy::default()).preemptions.is_empty());
@@ -628,13 +631,8 @@ fn a_reclaim_shrinks_an_elastic_borrower_before_stopping_it() {
     };
     let mut s = borrower(&[2, 4]);
     let d = pass(&mut s, &Policy::default());
-    let notices: Vec<(&str, &str, NoticeKind)> = d
-        .preemptions
-        .iter()
-        .map(|p| (p.victim.as_str(), p.by.as_str(), p.kind))
-        .collect();
     assert_eq!(
-        notices,
+        notices(&d),
         [("borrower", "mine", NoticeKind::Resize)],
         "shrunk to its guarantee, not stopped"
     );
